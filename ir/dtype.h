@@ -1,0 +1,22 @@
+// Element types of kiln tensors.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace kiln::ir {
+
+enum class DType { F32, F16, BF16, I32, I64, Bool };
+
+inline constexpr DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16,
+                                       DType::I32, DType::I64, DType::Bool};
+
+// "f32", "f16", "bf16", "i32", "i64", "bool".
+std::string_view dtype_name(DType dtype);
+std::optional<DType> parse_dtype(std::string_view name);
+std::size_t dtype_size(DType dtype);  // bytes per element
+bool is_floating(DType dtype);
+bool is_integer(DType dtype);  // i32, i64 (not bool)
+
+}  // namespace kiln::ir

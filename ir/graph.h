@@ -1,0 +1,112 @@
+// The kiln IR: a graph of typed SSA values with static shapes.
+//
+// A Graph owns its Values and Nodes. Values are graph inputs (fed at run time), parameters
+// (weights: data from an initializer, an inline array or a safetensors file) or node results.
+// Nodes are kept in a valid topological order: every node's operands are defined before it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ir/attribute.h"
+#include "ir/shape.h"
+#include "ir/tensor.h"
+
+namespace kiln::ir {
+
+struct OpDef;
+class Node;
+
+// Where something came from, for diagnostics: a JSON pointer into a model file, or a
+// line:column in textual IR.
+struct SourceLoc {
+  std::string file;     // "model.json"; empty when built in memory
+  std::string pointer;  // JSON pointer, "/nodes/3"; empty for textual IR
+  int line = 0;         // 1-based; 0 when unknown
+  int column = 0;
+
+  // "model.json: /nodes/3/inputs/1" (sub is appended to a JSON pointer) or "net.ir:12:7".
+  std::string render(std::string_view sub = {}) const;
+};
+
+// Where a parameter's data comes from.
+struct InitializerSpec {
+  std::string kind;  // zeros, ones, constant, uniform, normal, glorot_uniform, he_normal
+  AttrMap args;      // value, low, high, mean, std, seed — as the kind requires
+};
+struct InlineData {
+  std::vector<double> values;  // row-major, one per element
+};
+struct ExternalData {
+  std::string path;  // safetensors file, absolute
+  std::string key;   // tensor name inside it
+};
+using ParamSource = std::variant<InitializerSpec, InlineData, ExternalData>;
+
+enum class ValueRole { Input, Parameter, NodeResult };
+
+class Value {
+ public:
+  std::string name;  // unique within the graph
+  TensorType type;
+  ValueRole role = ValueRole::NodeResult;
+  Node* producer = nullptr;  // for node results
+  int result_index = 0;      // which result of the producer
+  SourceLoc loc;
+
+  // Parameters only.
+  std::optional<ParamSource> source;
+  std::shared_ptr<const Tensor> data;  // materialized parameter data, when loaded
+};
+
+class Node {
+ public:
+  std::string op;              // op name, e.g. "conv2d"
+  const OpDef* def = nullptr;  // registry entry for op
+  std::string name;            // the node's name in the model; printed as loc("...")
+  std::vector<Value*> inputs;
+  std::vector<Value*> results;
+  AttrMap attrs;               // complete: defaults filled in by inference
+  SourceLoc loc;
+
+  // "conv2d 'conv1'" — how diagnostics name a node.
+  std::string describe() const;
+};
+
+class Graph {
+ public:
+  std::string name;
+  std::vector<Value*> inputs;
+  std::vector<Value*> parameters;
+  std::vector<Value*> outputs;
+
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  Graph(Graph&&) = default;
+  Graph& operator=(Graph&&) = default;
+
+  Value* add_input(std::string name, TensorType type, SourceLoc loc = {});
+  Value* add_parameter(std::string name, TensorType type, ParamSource source, SourceLoc loc = {});
+  // Appends a node whose results have the given names and types (one entry per result).
+  Node* add_node(std::string op, std::string name, std::vector<Value*> inputs, AttrMap attrs,
+                 const std::vector<std::pair<std::string, TensorType>>& results,
+                 SourceLoc loc = {});
+
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
+
+  // The value with this name, or nullptr.
+  Value* find_value(std::string_view name) const;
+
+ private:
+  Value* new_value(std::string name, TensorType type, ValueRole role, SourceLoc loc);
+
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+}  // namespace kiln::ir

@@ -1,0 +1,99 @@
+// The op registry: the one place that says what each op is.
+//
+// Per op: its name, operand count, attribute schema with defaults, shape and dtype inference,
+// and its op kind, which drives fusion legality (TVM's lattice, cheapest first):
+//   elementwise < broadcast < injective < reduce < out_elementwise_fusable < opaque
+// Later stages attach more to the same entry (gradient rules, kernel templates).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/attribute.h"
+#include "ir/shape.h"
+
+namespace kiln::ir {
+
+enum class OpKind { Elementwise, Broadcast, Injective, Reduce, OutElementwiseFusable, Opaque };
+std::string_view op_kind_name(OpKind kind);  // "elementwise", ..., "out_elementwise_fusable"
+
+struct AttrSpec {
+  std::string name;
+  AttrType type;
+  std::optional<Attribute> default_value;  // nullopt: the attribute is required
+};
+
+// What an op's inference function sees: operand types and the complete attribute map
+// (coerced to the schema's types, defaults filled in).
+struct InferContext {
+  std::string_view op;
+  const std::vector<TensorType>& inputs;
+  const AttrMap& attrs;
+
+  int64_t get_int(const std::string& name) const;
+  double get_float(const std::string& name) const;
+  bool get_bool(const std::string& name) const;
+  const std::string& get_string(const std::string& name) const;
+  const std::vector<int64_t>& get_ints(const std::string& name) const;
+  const std::vector<double>& get_floats(const std::string& name) const;
+};
+
+// A problem with one use of an op, thrown by inference. The caller knows where the node is
+// and renders "<where>: error: <op> '<name>': <message>". input_index or attr, when set, let
+// it point at the operand or attribute at fault.
+struct OpError {
+  std::string message;
+  int input_index = -1;
+  std::string attr;
+};
+
+using InferFn = std::function<std::vector<TensorType>(const InferContext&)>;
+
+struct OpDef {
+  std::string name;
+  std::string summary;                  // one line, for docs and --help
+  std::vector<std::string> input_names; // e.g. {"x", "weight", "bias"}; last repeats if variadic
+  int min_inputs = 1;
+  int max_inputs = 1;                   // -1: variadic
+  std::vector<AttrSpec> attrs;
+  OpKind kind = OpKind::Opaque;
+  InferFn infer;
+
+  const AttrSpec* find_attr(std::string_view attr_name) const;
+};
+
+class OpRegistry {
+ public:
+  // The registry of all built-in ops, built on first use.
+  static const OpRegistry& instance();
+
+  void add(OpDef def);
+  const OpDef* find(std::string_view name) const;
+  const std::vector<OpDef>& all() const { return ops_; }
+  // The registered name closest to `unknown` (edit distance), if one is close enough.
+  std::optional<std::string> suggest(std::string_view unknown) const;
+
+ private:
+  std::vector<OpDef> ops_;
+};
+
+// Checks the operand count and attributes of one use of `def` against its schema, normalizes
+// `attrs` (coerces types, fills defaults) and returns the result types. Throws OpError.
+std::vector<TensorType> infer_op(const OpDef& def, const std::vector<TensorType>& inputs,
+                                 AttrMap& attrs);
+
+// Closest candidate by edit distance, when within a third of the word's length (at least 2).
+std::optional<std::string> closest_name(std::string_view word,
+                                        const std::vector<std::string>& candidates);
+
+// Registration hooks, one per file under ir/ops/.
+void register_elementwise_ops(OpRegistry& registry);
+void register_nn_ops(OpRegistry& registry);
+void register_shape_ops(OpRegistry& registry);
+void register_reduce_ops(OpRegistry& registry);
+void register_loss_ops(OpRegistry& registry);
+
+}  // namespace kiln::ir

@@ -1,0 +1,6 @@
+// STUB: to be written.
+#include "ir/op_registry.h"
+
+namespace kiln::ir {
+void register_loss_ops(OpRegistry& registry) {}
+}  // namespace kiln::ir

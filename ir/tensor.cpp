@@ -1,0 +1,111 @@
+#include "ir/tensor.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "ir/diagnostic.h"
+
+namespace kiln::ir {
+
+Tensor::Tensor(TensorType type)
+    : type_(std::move(type)),
+      bytes_(static_cast<size_t>(ir::num_elements(type_.shape)) * dtype_size(type_.dtype)) {}
+
+Tensor::Tensor(TensorType type, std::vector<std::byte> bytes)
+    : type_(std::move(type)), bytes_(std::move(bytes)) {
+  KILN_CHECK(bytes_.size() ==
+             static_cast<size_t>(ir::num_elements(type_.shape)) * dtype_size(type_.dtype))
+      << "tensor byte size " << bytes_.size() << " does not match " << type_.to_string();
+}
+
+namespace {
+template <typename T>
+T load(const std::byte* base, int64_t index) {
+  T value;
+  std::memcpy(&value, base + index * sizeof(T), sizeof(T));
+  return value;
+}
+
+template <typename T>
+void store(std::byte* base, int64_t index, T value) {
+  std::memcpy(base + index * sizeof(T), &value, sizeof(T));
+}
+
+// Float-to-integer conversion that truncates toward zero and saturates instead of invoking
+// undefined behaviour on out-of-range values (NaN becomes 0).
+template <typename Int>
+Int to_integer(double value) {
+  if (std::isnan(value)) return 0;
+  constexpr double lo = static_cast<double>(std::numeric_limits<Int>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<Int>::max());
+  if (value <= lo) return std::numeric_limits<Int>::min();
+  if (value >= hi) return std::numeric_limits<Int>::max();
+  return static_cast<Int>(value);
+}
+}  // namespace
+
+double Tensor::get(int64_t index) const {
+  const std::byte* base = bytes_.data();
+  switch (type_.dtype) {
+    case DType::F32: return load<float>(base, index);
+    case DType::F16: return half_bits_to_float(load<uint16_t>(base, index));
+    case DType::BF16: return bfloat16_bits_to_float(load<uint16_t>(base, index));
+    case DType::I32: return load<int32_t>(base, index);
+    case DType::I64: return static_cast<double>(load<int64_t>(base, index));
+    case DType::Bool: return load<uint8_t>(base, index) != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+void Tensor::set(int64_t index, double value) {
+  std::byte* base = bytes_.data();
+  switch (type_.dtype) {
+    case DType::F32: store<float>(base, index, static_cast<float>(value)); return;
+    case DType::F16:
+      store<uint16_t>(base, index, float_to_half_bits(static_cast<float>(value)));
+      return;
+    case DType::BF16:
+      store<uint16_t>(base, index, float_to_bfloat16_bits(static_cast<float>(value)));
+      return;
+    case DType::I32: store<int32_t>(base, index, to_integer<int32_t>(value)); return;
+    case DType::I64: store<int64_t>(base, index, to_integer<int64_t>(value)); return;
+    case DType::Bool: store<uint8_t>(base, index, value != 0 ? 1 : 0); return;
+  }
+}
+
+std::vector<double> Tensor::to_doubles() const {
+  std::vector<double> values(static_cast<size_t>(num_elements()));
+  for (int64_t i = 0; i < num_elements(); ++i) values[i] = get(i);
+  return values;
+}
+
+Tensor Tensor::from_doubles(TensorType type, const std::vector<double>& values) {
+  Tensor tensor(std::move(type));
+  KILN_CHECK(static_cast<int64_t>(values.size()) == tensor.num_elements())
+      << values.size() << " values for " << tensor.type().to_string();
+  for (int64_t i = 0; i < tensor.num_elements(); ++i) tensor.set(i, values[i]);
+  return tensor;
+}
+
+uint16_t float_to_half_bits(float value) {
+  return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
+}
+
+float half_bits_to_float(uint16_t bits) {
+  return static_cast<float>(std::bit_cast<_Float16>(bits));
+}
+
+uint16_t float_to_bfloat16_bits(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x0040);  // quiet NaN
+  bits += 0x7FFF + ((bits >> 16) & 1);  // round to nearest even on the dropped 16 bits
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float bfloat16_bits_to_float(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+}  // namespace kiln::ir
