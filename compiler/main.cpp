@@ -1,1 +1,49 @@
-int main() { return 0; }  // STUB
+// kiln: an ahead-of-time compiler for deep-learning graphs on CUDA.
+#include <iostream>
+
+#include "compiler/cli.h"
+#include "ir/diagnostic.h"
+
+namespace {
+constexpr const char* kVersion = "0.1.0";
+}
+
+int main(int argc, char** argv) {
+  using namespace kiln::cli;
+  CLI::App app{"kiln: an ahead-of-time compiler for deep-learning graphs on CUDA", "kiln"};
+  app.set_version_flag("--version", std::string("kiln ") + kVersion);
+  app.require_subcommand(1);
+  app.footer("Run 'kiln SUBCOMMAND --help' for a subcommand's options. Docs: README.md, docs/.");
+
+  std::vector<std::pair<CLI::App*, std::function<int()>>> commands;
+  auto remember = [&](std::function<int()> run) {
+    commands.push_back({app.get_subcommands().back(), std::move(run)});
+  };
+  remember(add_opt_command(app));
+  remember(add_run_command(app));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+
+  try {
+    for (auto& [command, run] : commands)
+      if (command->parsed()) return run();
+  } catch (const kiln::Error& error) {
+    std::cerr << error.what() << "\n";
+    return kExitUserError;
+  } catch (const kiln::InternalError& error) {
+    std::cerr << error.what() << "\nplease report this as a bug in kiln\n";
+    return 70;
+  }
+  return kExitUsage;
+}

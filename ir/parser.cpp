@@ -1,1 +1,390 @@
-// STUB: to be written.
+// Recursive-descent parser for textual IR. One token of lookahead; every error says where
+// (file:line:column), what was expected and what was found.
+#include "ir/parser.h"
+
+#include <filesystem>
+#include <unordered_map>
+
+#include "ir/diagnostic.h"
+#include "ir/initializer.h"
+#include "ir/lexer.h"
+#include "ir/op_registry.h"
+
+namespace kiln::ir {
+
+namespace {
+
+class Parser {
+ public:
+  Parser(std::string_view text, std::string file, std::string base_dir)
+      : lexer_(text), file_(std::move(file)), base_dir_(std::move(base_dir)) {
+    advance();
+  }
+
+  Graph parse() {
+    expect_keyword("graph");
+    graph_.name = expect(Tok::GraphName, "a graph name such as @model").text;
+    parse_signature();
+    expect(Tok::LBrace, "'{' to open the graph body");
+    while (!at_keyword("return")) parse_node();
+    parse_return();
+    expect(Tok::RBrace, "'}' to close the graph");
+    if (token_.kind != Tok::End) fail(token_, "unexpected " + describe(token_) + " after the graph");
+    return std::move(graph_);
+  }
+
+ private:
+  // --- tokens ---------------------------------------------------------------------------------
+  void advance() {
+    token_ = lexer_.next();
+    if (token_.kind == Tok::Error) fail(token_, token_.text);
+  }
+
+  [[noreturn]] void fail(const Token& at, const std::string& message) const {
+    throw Error(loc_of(at).render(), message);
+  }
+
+  SourceLoc loc_of(const Token& at) const { return SourceLoc{file_, "", at.line, at.column}; }
+
+  static std::string describe(const Token& token) {
+    switch (token.kind) {
+      case Tok::End: return "end of input";
+      case Tok::Identifier: return "'" + token.text + "'";
+      case Tok::ValueName: return "'%" + token.text + "'";
+      case Tok::GraphName: return "'@" + token.text + "'";
+      case Tok::String: return "string \"" + token.text + "\"";
+      case Tok::Integer: case Tok::Float: return "number " + token.text;
+      default: return std::string(token_kind_name(token.kind));
+    }
+  }
+
+  Token expect(Tok kind, const std::string& what) {
+    if (token_.kind != kind) fail(token_, "expected " + what + ", got " + describe(token_));
+    Token taken = token_;
+    advance();
+    return taken;
+  }
+
+  bool accept(Tok kind) {
+    if (token_.kind != kind) return false;
+    advance();
+    return true;
+  }
+
+  bool at_keyword(std::string_view word) const {
+    return token_.kind == Tok::Identifier && token_.text == word;
+  }
+
+  void expect_keyword(std::string_view word) {
+    if (!at_keyword(word))
+      fail(token_, "expected '" + std::string(word) + "', got " + describe(token_));
+    advance();
+  }
+
+  // --- pieces ---------------------------------------------------------------------------------
+  TensorType parse_type() {
+    const Token dtype_token = expect(Tok::Identifier, "a tensor type such as f32[1,3]");
+    std::optional<DType> dtype = parse_dtype(dtype_token.text);
+    if (!dtype)
+      fail(dtype_token, "unknown dtype '" + dtype_token.text +
+                            "'; expected one of f32, f16, bf16, i32, i64, bool");
+    expect(Tok::LBracket, "'[' after the dtype");
+    Shape shape;
+    if (token_.kind != Tok::RBracket) {
+      do {
+        const Token dim = token_;
+        if (dim.kind != Tok::Integer) fail(dim, "expected a dimension, got " + describe(dim));
+        advance();
+        int64_t value = 0;
+        try {
+          value = std::stoll(dim.text);
+        } catch (const std::out_of_range&) {
+          fail(dim, "dimension " + dim.text + " is too large");
+        }
+        if (value < 1) fail(dim, "dimension must be at least 1, got " + dim.text);
+        shape.push_back(value);
+      } while (accept(Tok::Comma));
+    }
+    expect(Tok::RBracket, "']' to close the shape");
+    if (!checked_num_elements(shape))
+      fail(dtype_token, "shape " + shape_to_string(shape) + " has more than 2^48 elements");
+    return TensorType{*dtype, shape};
+  }
+
+  double parse_number(const std::string& what) {
+    const Token number = token_;
+    if (number.kind != Tok::Integer && number.kind != Tok::Float)
+      fail(number, "expected " + what + ", got " + describe(number));
+    advance();
+    try {
+      return std::stod(number.text);
+    } catch (const std::exception&) {
+      fail(number, "number " + number.text + " is out of range");
+    }
+  }
+
+  Attribute parse_attribute_value() {
+    const Token start = token_;
+    if (start.kind == Tok::Integer) {
+      advance();
+      try {
+        return static_cast<int64_t>(std::stoll(start.text));
+      } catch (const std::out_of_range&) {
+        fail(start, "integer " + start.text + " is out of range");
+      }
+    }
+    if (start.kind == Tok::Float) return parse_number("a number");
+    if (start.kind == Tok::String) {
+      advance();
+      return start.text;
+    }
+    if (at_keyword("true") || at_keyword("false")) {
+      advance();
+      return start.text == "true";
+    }
+    if (accept(Tok::LBracket)) {
+      std::vector<Token> items;
+      bool any_float = false;
+      if (token_.kind != Tok::RBracket) {
+        do {
+          if (token_.kind != Tok::Integer && token_.kind != Tok::Float)
+            fail(token_, "expected a number in the list, got " + describe(token_));
+          any_float |= token_.kind == Tok::Float;
+          items.push_back(token_);
+          advance();
+        } while (accept(Tok::Comma));
+      }
+      expect(Tok::RBracket, "']' to close the list");
+      if (any_float) {
+        std::vector<double> values;
+        for (const Token& item : items) values.push_back(std::stod(item.text));
+        return values;
+      }
+      std::vector<int64_t> values;
+      for (const Token& item : items) {
+        try {
+          values.push_back(std::stoll(item.text));
+        } catch (const std::out_of_range&) {
+          fail(item, "integer " + item.text + " is out of range");
+        }
+      }
+      return values;
+    }
+    fail(start, "expected an attribute value, got " + describe(start));
+  }
+
+  // name = value, ... up to (not including) `close`.
+  AttrMap parse_attr_entries(Tok close) {
+    AttrMap attrs;
+    if (token_.kind == close) return attrs;
+    do {
+      const Token name = expect(Tok::Identifier, "an attribute name");
+      expect(Tok::Equal, "'=' after attribute '" + name.text + "'");
+      if (attrs.count(name.text)) fail(name, "attribute '" + name.text + "' is given twice");
+      attrs[name.text] = parse_attribute_value();
+    } while (accept(Tok::Comma));
+    return attrs;
+  }
+
+  ParamSource parse_param_source(const TensorType& type, const Token& name) {
+    const Token kind = expect(Tok::Identifier, "a parameter source (an initializer such as "
+                                               "zeros(), dense<[...]> or file(\"path\", \"key\"))");
+    if (kind.text == "dense") {
+      expect(Tok::Less, "'<' after dense");
+      expect(Tok::LBracket, "'[' to open the values");
+      InlineData data;
+      if (token_.kind != Tok::RBracket) {
+        do data.values.push_back(parse_number("a number"));
+        while (accept(Tok::Comma));
+      }
+      expect(Tok::RBracket, "']' to close the values");
+      expect(Tok::Greater, "'>' to close dense<...>");
+      if (static_cast<int64_t>(data.values.size()) != num_elements(type.shape))
+        fail(kind, "parameter '" + name.text + "': dense<> has " +
+                       std::to_string(data.values.size()) + " values, " + type.to_string() +
+                       " needs " + std::to_string(num_elements(type.shape)));
+      return data;
+    }
+    expect(Tok::LParen, "'(' after '" + kind.text + "'");
+    if (kind.text == "file") {
+      ExternalData external;
+      external.path = expect(Tok::String, "the weights file path").text;
+      expect(Tok::Comma, "',' between path and tensor key");
+      external.key = expect(Tok::String, "the tensor key").text;
+      expect(Tok::RParen, "')' to close file(...)");
+      std::filesystem::path path(external.path);
+      if (path.is_relative() && !base_dir_.empty())
+        external.path = (std::filesystem::path(base_dir_) / path).lexically_normal().string();
+      return external;
+    }
+    InitializerSpec spec{kind.text, parse_attr_entries(Tok::RParen)};
+    expect(Tok::RParen, "')' to close the initializer arguments");
+    try {
+      normalize_initializer(spec, type);
+    } catch (const OpError& error) {
+      fail(kind, "parameter '" + name.text + "': " + error.message);
+    }
+    return spec;
+  }
+
+  void define(Value* value, const Token& at) {
+    auto [it, inserted] = scope_.emplace(value->name, value);
+    if (!inserted)
+      fail(at, "value '%" + value->name + "' is already defined at " + it->second->loc.render());
+  }
+
+  Value* use(const Token& at) {
+    auto it = scope_.find(at.text);
+    if (it == scope_.end()) fail(at, "use of undefined value '%" + at.text + "'");
+    return it->second;
+  }
+
+  void parse_signature() {
+    expect(Tok::LParen, "'(' to open the graph inputs");
+    if (token_.kind != Tok::RParen) {
+      do {
+        const Token name = expect(Tok::ValueName, "an input such as %x: f32[1,3]");
+        expect(Tok::Colon, "':' after the input name");
+        define(graph_.add_input(name.text, parse_type(), loc_of(name)), name);
+      } while (accept(Tok::Comma));
+    }
+    expect(Tok::RParen, "')' to close the graph inputs");
+    if (at_keyword("params")) {
+      advance();
+      expect(Tok::LParen, "'(' after params");
+      if (token_.kind != Tok::RParen) {
+        do {
+          const Token name = expect(Tok::ValueName, "a parameter such as %w: f32[4] = zeros()");
+          expect(Tok::Colon, "':' after the parameter name");
+          const TensorType type = parse_type();
+          expect(Tok::Equal, "'=' and the parameter's source");
+          ParamSource source = parse_param_source(type, name);
+          define(graph_.add_parameter(name.text, type, std::move(source), loc_of(name)), name);
+        } while (accept(Tok::Comma));
+      }
+      expect(Tok::RParen, "')' to close params");
+    }
+    expect(Tok::Arrow, "'->' and the result types");
+    expect(Tok::LParen, "'(' to open the result types");
+    if (token_.kind != Tok::RParen) {
+      do {
+        result_types_.push_back({token_, parse_type()});
+      } while (accept(Tok::Comma));
+    }
+    expect(Tok::RParen, "')' to close the result types");
+  }
+
+  void parse_node() {
+    std::vector<Token> result_names;
+    do result_names.push_back(expect(Tok::ValueName, "a result such as %y, or 'return'"));
+    while (accept(Tok::Comma));
+    expect(Tok::Equal, "'=' after the result name");
+    const Token op_token = expect(Tok::Identifier, "an op name");
+    const OpDef* def = OpRegistry::instance().find(op_token.text);
+    if (!def) {
+      std::string message = "unknown op '" + op_token.text + "'";
+      if (auto hint = OpRegistry::instance().suggest(op_token.text))
+        message += "; did you mean '" + *hint + "'?";
+      fail(op_token, message);
+    }
+    expect(Tok::LParen, "'(' to open the operands");
+    std::vector<Value*> operands;
+    std::vector<Token> operand_tokens;
+    if (token_.kind != Tok::RParen) {
+      do {
+        operand_tokens.push_back(expect(Tok::ValueName, "an operand such as %x"));
+        operands.push_back(use(operand_tokens.back()));
+      } while (accept(Tok::Comma));
+    }
+    expect(Tok::RParen, "')' to close the operands");
+    AttrMap attrs;
+    if (accept(Tok::LBrace)) {
+      attrs = parse_attr_entries(Tok::RBrace);
+      expect(Tok::RBrace, "'}' to close the attributes");
+    }
+    expect(Tok::Colon, "':' and the result type");
+    std::vector<std::pair<Token, TensorType>> written;
+    do written.push_back({token_, parse_type()});
+    while (accept(Tok::Comma));
+    std::string node_name;
+    if (at_keyword("loc")) {
+      advance();
+      expect(Tok::LParen, "'(' after loc");
+      node_name = expect(Tok::String, "the node name as a string").text;
+      expect(Tok::RParen, "')' to close loc");
+    }
+
+    const std::string who = node_name.empty() ? def->name : def->name + " '" + node_name + "'";
+    std::vector<TensorType> operand_types;
+    for (Value* operand : operands) operand_types.push_back(operand->type);
+    std::vector<TensorType> inferred;
+    try {
+      inferred = infer_op(*def, operand_types, attrs);
+    } catch (const OpError& error) {
+      const Token& at = error.input_index >= 0 && error.input_index < int(operand_tokens.size())
+                            ? operand_tokens[error.input_index]
+                            : op_token;
+      fail(at, who + ": " + error.message);
+    }
+    if (inferred.size() != result_names.size())
+      fail(result_names.front(), who + ": has " + std::to_string(inferred.size()) +
+                                     " result(s), " + std::to_string(result_names.size()) +
+                                     " named");
+    if (written.size() != inferred.size())
+      fail(written.front().first, who + ": " + std::to_string(written.size()) +
+                                      " result type(s) written, the op has " +
+                                      std::to_string(inferred.size()));
+    std::vector<std::pair<std::string, TensorType>> results;
+    for (size_t i = 0; i < inferred.size(); ++i) {
+      if (written[i].second != inferred[i])
+        fail(written[i].first, who + ": result type " + written[i].second.to_string() +
+                                   " does not match the inferred " + inferred[i].to_string());
+      results.push_back({result_names[i].text, inferred[i]});
+    }
+    Node* node = graph_.add_node(def->name, node_name, std::move(operands), std::move(attrs),
+                                 results, loc_of(op_token));
+    node->def = def;
+    for (size_t i = 0; i < node->results.size(); ++i) {
+      node->results[i]->loc = loc_of(result_names[i]);
+      define(node->results[i], result_names[i]);
+    }
+  }
+
+  void parse_return() {
+    const Token keyword = token_;
+    expect_keyword("return");
+    std::vector<Token> names;
+    if (token_.kind == Tok::ValueName) {
+      do names.push_back(expect(Tok::ValueName, "a value to return"));
+      while (accept(Tok::Comma));
+    }
+    if (names.empty()) fail(keyword, "a graph must return at least one value");
+    if (names.size() != result_types_.size())
+      fail(keyword, "returns " + std::to_string(names.size()) + " value(s), the signature says " +
+                        std::to_string(result_types_.size()));
+    for (size_t i = 0; i < names.size(); ++i) {
+      Value* value = use(names[i]);
+      if (value->type != result_types_[i].second)
+        fail(names[i], "returned value '%" + names[i].text + "' has type " +
+                           value->type.to_string() + ", the signature says " +
+                           result_types_[i].second.to_string());
+      graph_.outputs.push_back(value);
+    }
+  }
+
+  Lexer lexer_;
+  Token token_;
+  std::string file_;
+  std::string base_dir_;
+  Graph graph_;
+  std::unordered_map<std::string, Value*> scope_;
+  std::vector<std::pair<Token, TensorType>> result_types_;
+};
+
+}  // namespace
+
+Graph parse_graph(std::string_view text, const std::string& file, const std::string& base_dir) {
+  return Parser(text, file, base_dir).parse();
+}
+
+}  // namespace kiln::ir

@@ -1,1 +1,134 @@
-// STUB: to be written.
+#include "ir/printer.h"
+
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "ir/lexer.h"
+#include "ir/op_registry.h"
+
+namespace kiln::ir {
+
+namespace {
+
+std::string quoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string sigil_name(char sigil, std::string_view name) {
+  return std::string(1, sigil) + (is_plain_name(name) ? std::string(name) : quoted(name));
+}
+
+// Assigns every value the name it prints under: its own when it has one, else a number
+// that no named value uses.
+class ValueNamer {
+ public:
+  explicit ValueNamer(const Graph& graph) {
+    std::set<std::string> taken;
+    for (const auto& value : graph.values())
+      if (!value->name.empty()) taken.insert(value->name);
+    int next = 0;
+    for (const auto& value : graph.values()) {
+      if (!value->name.empty()) {
+        names_[value.get()] = value->name;
+        continue;
+      }
+      while (taken.count(std::to_string(next))) ++next;
+      names_[value.get()] = std::to_string(next++);
+    }
+  }
+  std::string operator()(const Value* value) const {
+    auto it = names_.find(value);
+    return sigil_name('%', it == names_.end() ? "<null>" : it->second);
+  }
+
+ private:
+  std::unordered_map<const Value*, std::string> names_;
+};
+
+std::string attrs_to_string(const AttrMap& attrs, const OpDef* def) {
+  std::string out;
+  for (const auto& [name, value] : attrs) {
+    const AttrSpec* spec = def ? def->find_attr(name) : nullptr;
+    if (spec && spec->default_value && *spec->default_value == value) continue;
+    out += (out.empty() ? "" : ", ") + name + " = " + attribute_to_string(value);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string param_source_to_string(const ParamSource& source) {
+  if (const auto* init = std::get_if<InitializerSpec>(&source)) {
+    std::string args;
+    for (const auto& [name, value] : init->args)
+      args += (args.empty() ? "" : ", ") + name + " = " + attribute_to_string(value);
+    return init->kind + "(" + args + ")";
+  }
+  if (const auto* data = std::get_if<InlineData>(&source))
+    return "dense<" + attribute_to_string(data->values) + ">";
+  const auto& file = std::get<ExternalData>(source);
+  return "file(" + quoted(file.path) + ", " + quoted(file.key) + ")";
+}
+
+void print_graph(std::ostream& out, const Graph& graph) {
+  const ValueNamer name_of(graph);
+  const std::string typed_list_indent = "           ";
+
+  out << "graph " << sigil_name('@', graph.name.empty() ? "main" : graph.name) << "(";
+  for (size_t i = 0; i < graph.inputs.size(); ++i)
+    out << (i ? ", " : "") << name_of(graph.inputs[i]) << ": " << graph.inputs[i]->type.to_string();
+  out << ")\n";
+  if (!graph.parameters.empty()) {
+    out << "    params(";
+    for (size_t i = 0; i < graph.parameters.size(); ++i) {
+      const Value* param = graph.parameters[i];
+      if (i) out << ",\n" << typed_list_indent;
+      out << name_of(param) << ": " << param->type.to_string();
+      if (param->source) out << " = " << param_source_to_string(*param->source);
+    }
+    out << ")\n";
+  }
+  out << "    -> (";
+  for (size_t i = 0; i < graph.outputs.size(); ++i)
+    out << (i ? ", " : "") << graph.outputs[i]->type.to_string();
+  out << ") {\n";
+
+  for (const auto& node : graph.nodes()) {
+    out << "  ";
+    for (size_t i = 0; i < node->results.size(); ++i)
+      out << (i ? ", " : "") << name_of(node->results[i]);
+    out << " = " << node->op << "(";
+    for (size_t i = 0; i < node->inputs.size(); ++i)
+      out << (i ? ", " : "") << name_of(node->inputs[i]);
+    out << ")";
+    const std::string attrs = attrs_to_string(node->attrs, node->def);
+    if (!attrs.empty()) out << " {" << attrs << "}";
+    out << " : ";
+    for (size_t i = 0; i < node->results.size(); ++i)
+      out << (i ? ", " : "") << node->results[i]->type.to_string();
+    if (!node->name.empty()) out << " loc(" << quoted(node->name) << ")";
+    out << "\n";
+  }
+  out << "  return";
+  for (size_t i = 0; i < graph.outputs.size(); ++i)
+    out << (i ? ", " : " ") << name_of(graph.outputs[i]);
+  out << "\n}\n";
+}
+
+std::string print_graph(const Graph& graph) {
+  std::ostringstream out;
+  print_graph(out, graph);
+  return out.str();
+}
+
+}  // namespace kiln::ir

@@ -1,1 +1,109 @@
-// STUB: to be written.
+#include "ir/verifier.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/diagnostic.h"
+#include "ir/op_registry.h"
+
+namespace kiln::ir {
+
+namespace {
+
+class Verifier {
+ public:
+  explicit Verifier(const Graph& graph) : graph_(graph) {}
+
+  void run() {
+    for (Value* input : graph_.inputs) define_leaf(input, ValueRole::Input, "input");
+    for (Value* param : graph_.parameters) {
+      define_leaf(param, ValueRole::Parameter, "parameter");
+      if (!param->source)
+        throw Error(param->loc.render(), "parameter '" + param->name + "' has no data source");
+    }
+    for (const auto& node : graph_.nodes()) verify_node(*node);
+    if (graph_.outputs.empty()) throw Error("", "graph '" + graph_.name + "' returns no value");
+    for (size_t i = 0; i < graph_.outputs.size(); ++i) {
+      const Value* output = graph_.outputs[i];
+      if (output == nullptr || !defined_.count(output))
+        throw Error("", "graph output " + std::to_string(i) + " is not a value of the graph");
+    }
+  }
+
+ private:
+  void check_type(const Value& value, const std::string& what) {
+    if (!checked_num_elements(value.type.shape))
+      throw Error(value.loc.render(), what + " '" + value.name + "' has invalid shape " +
+                                          shape_to_string(value.type.shape) +
+                                          " (dims must be >= 1, at most 2^48 elements)");
+  }
+
+  void claim_name(const Value& value) {
+    if (value.name.empty()) return;
+    auto [it, inserted] = names_.emplace(value.name, &value);
+    if (!inserted)
+      throw Error(value.loc.render(), "name '" + value.name + "' is used twice (also at " +
+                                          it->second->loc.render() + ")");
+  }
+
+  void define_leaf(Value* value, ValueRole role, const std::string& what) {
+    KILN_CHECK(value != nullptr) << "null " << what;
+    if (value->role != role || value->producer != nullptr)
+      throw Error(value->loc.render(), what + " '" + value->name + "' has the wrong role");
+    check_type(*value, what);
+    claim_name(*value);
+    defined_.insert(value);
+  }
+
+  void verify_node(const Node& node) {
+    const std::string where = node.loc.render();
+    const std::string who = node.describe();
+    if (node.def == nullptr || node.def != OpRegistry::instance().find(node.op))
+      throw Error(where, who + ": op '" + node.op + "' is not a registered op");
+    std::vector<TensorType> operand_types;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const Value* operand = node.inputs[i];
+      if (operand == nullptr)
+        throw Error(where, who + ": operand " + std::to_string(i) + " is missing");
+      if (!defined_.count(operand))
+        throw Error(where, who + ": operand " + std::to_string(i) + " ('" + operand->name +
+                               "') is used before it is defined");
+      operand_types.push_back(operand->type);
+    }
+    AttrMap normalized = node.attrs;
+    std::vector<TensorType> inferred;
+    try {
+      inferred = infer_op(*node.def, operand_types, normalized);
+    } catch (const OpError& error) {
+      throw Error(where, who + ": " + error.message);
+    }
+    if (normalized != node.attrs)
+      throw Error(where, who + ": attributes are not normalized (defaults missing)");
+    if (inferred.size() != node.results.size())
+      throw Error(where, who + ": has " + std::to_string(node.results.size()) +
+                             " results, the op produces " + std::to_string(inferred.size()));
+    for (size_t i = 0; i < inferred.size(); ++i) {
+      const Value* result = node.results[i];
+      KILN_CHECK(result != nullptr) << who << " has a null result";
+      if (result->producer != &node || result->result_index != static_cast<int>(i) ||
+          defined_.count(result))
+        throw Error(where, who + ": result " + std::to_string(i) + " ('" + result->name +
+                               "') has another producer");
+      if (result->type != inferred[i])
+        throw Error(where, who + ": result type " + result->type.to_string() +
+                               " does not match the inferred " + inferred[i].to_string());
+      claim_name(*result);
+      defined_.insert(result);
+    }
+  }
+
+  const Graph& graph_;
+  std::unordered_set<const Value*> defined_;
+  std::unordered_map<std::string, const Value*> names_;
+};
+
+}  // namespace
+
+void verify(const Graph& graph) { Verifier(graph).run(); }
+
+}  // namespace kiln::ir

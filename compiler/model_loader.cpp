@@ -1,0 +1,55 @@
+#include "compiler/model_loader.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "compiler/json_frontend.h"
+#include "compiler/parameters.h"
+#include "ir/diagnostic.h"
+#include "ir/parser.h"
+#include "ir/verifier.h"
+
+namespace kiln::compiler {
+
+namespace {
+bool looks_like_json(const std::string& text) {
+  for (char c : text) {
+    if (std::isspace(static_cast<unsigned char>(c))) continue;
+    return c == '{';
+  }
+  return false;
+}
+}  // namespace
+
+ir::Graph load_model(const std::string& path) {
+  std::string text;
+  std::string display = path;
+  std::string base_dir = ".";
+  if (path == "-") {
+    display = "<stdin>";
+    std::ostringstream buffer;
+    buffer << std::cin.rdbuf();
+    text = buffer.str();
+  } else {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a directory, not a model file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path, "cannot open the model file (" + std::string(std::strerror(errno)) + ")");
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+    const std::string parent = std::filesystem::path(path).parent_path().string();
+    if (!parent.empty()) base_dir = parent;
+  }
+  const bool json = path.ends_with(".json") || (!path.ends_with(".ir") && looks_like_json(text));
+  if (json) return parse_json_model(text, display, base_dir);
+  ir::Graph graph = ir::parse_graph(text, display, base_dir);
+  check_parameter_sources(graph);
+  ir::verify(graph);
+  return graph;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,32 @@
+// The textual form of the IR. It parses back (ir/parser.h): print → parse → print is a fixed
+// point. Example:
+//
+//   graph @mlp(%x: f32[8,784])
+//       params(%fc1.weight: f32[128,784] = glorot_uniform(seed = 1),
+//              %fc1.bias: f32[128] = zeros(),
+//              %scale: f32[2] = dense<[0.5,2.0]>,
+//              %fc2.weight: f32[10,128] = file("/abs/mlp.safetensors", "fc2.weight"))
+//       -> (f32[8,10]) {
+//     %fc1 = dense(%x, %fc1.weight, %fc1.bias) : f32[8,128] loc("fc1")
+//     %act = gelu(%fc1) {approximate = "tanh"} : f32[8,128] loc("act")
+//     return %act
+//   }
+//
+// Attributes equal to the op's default are omitted. Names that are not plain identifiers
+// ([A-Za-z0-9_.-]+) are quoted: %"block/conv:0". Values without a name are numbered.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace kiln::ir {
+
+std::string print_graph(const Graph& graph);
+void print_graph(std::ostream& out, const Graph& graph);
+
+// "he_normal(seed = 1)", "dense<[1.0,2.0]>", "file(\"/w.safetensors\", \"key\")".
+std::string param_source_to_string(const ParamSource& source);
+
+}  // namespace kiln::ir
