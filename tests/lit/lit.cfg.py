@@ -5,7 +5,7 @@ import lit.formats
 
 config.name = "kiln"
 config.test_format = lit.formats.ShTest(execute_external=False)
-config.suffixes = [".ir", ".json", ".test"]
+config.suffixes = [".ir", ".test"]
 config.excludes = ["Inputs"]
 config.test_source_root = os.path.join(config.kiln_source_dir, "tests", "lit")
 config.test_exec_root = os.path.join(config.kiln_binary_dir, "tests", "lit-out")

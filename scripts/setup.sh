@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what kiln needs from Debian's packages, only when something is missing, so a second
+# run is quiet and fast. Usage: scripts/setup.sh [--tests]   (run as root on Debian 12)
+#   --tests  also installs what the test suite needs (PyTorch and NumPy as the oracle for the
+#            reference interpreter, jsonschema to check examples against the model schema).
+set -euo pipefail
+
+build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
+                python3 llvm-14-tools llvm-14-dev)
+test_packages=(python3-torch python3-numpy python3-jsonschema)
+
+wanted=("${build_packages[@]}")
+[ "${1:-}" = "--tests" ] && wanted+=("${test_packages[@]}")
+
+missing=()
+for package in "${wanted[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$package")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
+  echo "setup: error: the CUDA toolkit (nvcc, NVRTC) was not found at /usr/local/cuda;" \
+       "install CUDA 13 there or put nvcc on PATH" >&2
+  exit 1
+fi

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every test: install what is missing, build kiln twice (release-with-debug-info, and with
+# AddressSanitizer + UndefinedBehaviorSanitizer), run the unit and lit tests in the sanitizer
+# build, then the whole suite in the normal build. ctest's summary is the last line printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --tests
+jobs=$(nproc)
+
+echo "== build (sanitizers: address, undefined)"
+scripts/build.sh build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+echo "== build"
+scripts/build.sh build
+
+echo "== tests under sanitizers (unit, lit)"
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+if ! (cd build-asan && ctest -L 'unit|lit' -j"$jobs" --output-on-failure --timeout 600 \
+        >ctest.log 2>&1); then
+  cat build-asan/ctest.log
+  echo "sanitizer tests failed (log: build-asan/ctest.log)"
+  exit 1
+fi
+grep -E 'tests passed|tests failed' build-asan/ctest.log
+
+echo "== all tests"
+cd build && ctest -j"$jobs" --output-on-failure --timeout 600
