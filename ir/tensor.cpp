@@ -44,6 +44,17 @@ Int to_integer(double value) {
   if (value >= hi) return std::numeric_limits<Int>::max();
   return static_cast<Int>(value);
 }
+// double → float rounding toward zero with the lost bits folded into the last bit ("round to
+// odd"). Rounding that float to bfloat16 (8 bits of mantissa, far fewer than float's 24) then
+// gives the same result as rounding the double directly: no double-rounding error.
+float round_to_odd_float(double value) {
+  float rounded = static_cast<float>(value);
+  if (std::isnan(value) || std::isinf(rounded) || static_cast<double>(rounded) == value)
+    return rounded;
+  if (std::fabs(static_cast<double>(rounded)) > std::fabs(value))
+    rounded = std::nextafter(rounded, 0.0f);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(rounded) | 1u);
+}
 }  // namespace
 
 double Tensor::get(int64_t index) const {
@@ -63,11 +74,11 @@ void Tensor::set(int64_t index, double value) {
   std::byte* base = bytes_.data();
   switch (type_.dtype) {
     case DType::F32: store<float>(base, index, static_cast<float>(value)); return;
-    case DType::F16:
-      store<uint16_t>(base, index, float_to_half_bits(static_cast<float>(value)));
+    case DType::F16:  // one rounding, double straight to binary16
+      store<uint16_t>(base, index, std::bit_cast<uint16_t>(static_cast<_Float16>(value)));
       return;
     case DType::BF16:
-      store<uint16_t>(base, index, float_to_bfloat16_bits(static_cast<float>(value)));
+      store<uint16_t>(base, index, float_to_bfloat16_bits(round_to_odd_float(value)));
       return;
     case DType::I32: store<int32_t>(base, index, to_integer<int32_t>(value)); return;
     case DType::I64: store<int64_t>(base, index, to_integer<int64_t>(value)); return;

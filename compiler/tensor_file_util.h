@@ -1,0 +1,79 @@
+// Pieces shared by the .npy and safetensors readers and writers (internal to compiler/).
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+#include <vector>
+
+#include "ir/diagnostic.h"
+#include "ir/tensor.h"
+
+namespace kiln::compiler {
+
+// Both file formats store little-endian data, which kiln copies straight into tensors.
+static_assert(std::endian::native == std::endian::little, "kiln assumes a little-endian host");
+
+// The text of errno, for "cannot open file (No such file or directory)".
+inline std::string errno_text(int error) { return std::strerror(error); }
+
+// Writes `pieces`, in order, to a temporary file in the directory of `path` and renames it into
+// place: rename within one file system is atomic, so a failure (disk full, a crash) never leaves
+// a half-written file under `path`. Throws kiln::Error located at `path`.
+inline void write_file_atomically(const std::string& path,
+                                  const std::vector<std::string_view>& pieces) {
+  namespace fs = std::filesystem;
+  static std::atomic<unsigned> counter{0};  // two threads writing the same path get two temps
+  const fs::path target(path);
+  fs::path temp = target;
+  temp.replace_filename("." + target.filename().string() + ".tmp-" +
+                        std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(path, "cannot create file (" + errno_text(errno) + ")");
+  for (std::string_view piece : pieces) out.write(piece.data(), std::streamsize(piece.size()));
+  out.close();
+  std::error_code ignored;
+  if (out.fail()) {
+    const int error = errno;
+    fs::remove(temp, ignored);
+    throw Error(path, "cannot write file (" + errno_text(error) + ")");
+  }
+  std::error_code rename_error;
+  fs::rename(temp, target, rename_error);
+  if (rename_error) {
+    fs::remove(temp, ignored);
+    throw Error(path, "cannot replace file (" + rename_error.message() + ")");
+  }
+}
+
+// The raw bytes of a tensor as one piece for write_file_atomically.
+inline std::string_view tensor_bytes_view(const ir::Tensor& tensor) {
+  return {reinterpret_cast<const char*>(tensor.data()), tensor.byte_size()};
+}
+
+// Builds a tensor from stored little-endian bytes. f64 data (`stored_f64`, 8 bytes an element)
+// narrows to the f32 `type`, since kiln has no f64 tensors; bools normalize to 0/1 because
+// Tensor treats any nonzero byte as true but kernels may compare bytes.
+inline ir::Tensor tensor_from_stored_bytes(const ir::TensorType& type, bool stored_f64,
+                                           std::vector<std::byte> bytes) {
+  if (stored_f64) {
+    ir::Tensor tensor(type);
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+      double value;
+      std::memcpy(&value, bytes.data() + i * sizeof(double), sizeof(double));
+      tensor.set(i, value);
+    }
+    return tensor;
+  }
+  if (type.dtype == ir::DType::Bool)
+    for (std::byte& b : bytes) b = b != std::byte{0} ? std::byte{1} : std::byte{0};
+  return ir::Tensor(type, std::move(bytes));
+}
+
+}  // namespace kiln::compiler
