@@ -47,7 +47,7 @@ struct InferContext {
 struct OpError {
   std::string message;
   int input_index = -1;
-  std::string attr;
+  std::string attr = {};
 };
 
 using InferFn = std::function<std::vector<TensorType>(const InferContext&)>;

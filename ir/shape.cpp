@@ -7,9 +7,9 @@ namespace kiln::ir {
 std::optional<int64_t> checked_num_elements(const Shape& shape) {
   int64_t count = 1;
   for (int64_t dim : shape) {
-    if (dim < 1 || dim > kMaxElements) return std::nullopt;
-    count *= dim;  // both factors <= 2^48 and count <= 2^48 before: no int64 overflow
-    if (count > kMaxElements) return std::nullopt;
+    // Dividing first keeps count * dim from overflowing int64 (both may be near 2^48).
+    if (dim < 1 || dim > kMaxElements / count) return std::nullopt;
+    count *= dim;
   }
   return count;
 }

@@ -1,6 +1,337 @@
-// STUB: to be written.
-#include "ir/op_registry.h"
+// Neural-network ops: convolution, matrix products, pooling, normalization, softmax.
+//
+// conv2d and the pools share PyTorch's output-size rule (floor rounding, ceil_mode=False):
+//   out = (in + pad_lo + pad_hi - dilation * (kernel - 1) - 1) / stride + 1
+// kiln has no zero-size dims, so a window that does not fit in the padded input even once is
+// an error rather than an empty result.
+#include <string>
+
+#include "ir/ops/op_helpers.h"
 
 namespace kiln::ir {
-void register_nn_ops(OpRegistry& registry) {}
+namespace {
+
+using ops::checked_result;
+using ops::ints_to_string;
+using ops::require_axis;
+using ops::require_float;
+using ops::require_rank;
+using ops::require_same_dtype;
+using Ints = std::vector<int64_t>;
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+void require_min_rank(const InferContext& ctx, int input, int rank, const char* role) {
+  if (ctx.inputs[input].rank() < rank)
+    throw OpError{std::string(role) + " must have rank >= " + str(rank) + ", got " +
+                      ctx.inputs[input].to_string(),
+                  input};
+}
+
+// Every operand is float and combines with operand 0, so all must share its dtype.
+void require_float_operands(const InferContext& ctx) {
+  require_float(ctx, 0);
+  for (int i = 1; i < static_cast<int>(ctx.inputs.size()); ++i) require_same_dtype(ctx, 0, i);
+}
+
+// A per-channel (or per-feature) vector operand such as a bias must be exactly [size].
+void require_vector(const InferContext& ctx, int input, const char* role, int64_t size,
+                    const std::string& why) {
+  if (ctx.inputs[input].shape != Shape{size})
+    throw OpError{std::string(role) + " must have shape [" + str(size) + "] (" + why + "), got " +
+                      ctx.inputs[input].to_string(),
+                  input};
+}
+
+void require_epsilon(const InferContext& ctx) {
+  const double epsilon = ctx.get_float("epsilon");
+  if (!(epsilon >= 0.0))  // also rejects NaN
+    throw OpError{"attribute 'epsilon' must be >= 0, got " + float_to_string(epsilon), -1,
+                  "epsilon"};
+}
+
+// ---- windows (conv2d, max_pool2d, avg_pool2d) ----
+
+constexpr const char* kPairLayout = "[height, width]";
+constexpr const char* kPadLayout = "[top, left, bottom, right]";
+constexpr const char* kDimName[] = {"height", "width"};
+
+struct Window {
+  Ints kernel, stride, dilation, pad;
+  bool has_dilation = true;  // avg_pool2d has no dilation attribute; don't mention it
+};
+
+// The upper bound keeps the output-size arithmetic in int64: a padded extent is at most 3 * 2^48.
+Ints require_window_list(const InferContext& ctx, const std::string& attr,
+                         size_t count, const char* layout, int64_t min_value) {
+  const std::vector<int64_t>& values = ctx.get_ints(attr);
+  if (values.size() != count)
+    throw OpError{"attribute '" + attr + "' must have " + str(count) + " values " + layout +
+                      ", got " + str(values.size()),
+                  -1, attr};
+  for (int64_t value : values) {
+    if (value < min_value)
+      throw OpError{"attribute '" + attr + "' values must be >= " + str(min_value) + ", got " +
+                        ints_to_string(values),
+                    -1, attr};
+    if (value > kMaxElements)
+      throw OpError{"attribute '" + attr + "' values must be at most 2^48, got " +
+                        ints_to_string(values),
+                    -1, attr};
+  }
+  return values;
+}
+
+// One spatial output dim (dim 0: height, 1: width) of a window op over an input of size `in`.
+int64_t window_output(const Window& w, int dim, int64_t in) {
+  const int64_t pad_lo = w.pad[dim];
+  const int64_t pad_hi = w.pad[dim + 2];
+  const int64_t padded = in + pad_lo + pad_hi;
+  const int64_t span = w.kernel[dim] - 1;
+  const int64_t dilation = w.dilation[dim];
+  // dilation * span may overflow, so test "dilation * span + 1 <= padded" by division.
+  if (span == 0 || dilation <= (padded - 1) / span)
+    return (padded - 1 - dilation * span) / w.stride[dim] + 1;
+  const std::string name = kDimName[dim];
+  std::string message = "output " + name + " would be 0: input " + name + " " + str(in) +
+                        " with kernel " + str(w.kernel[dim]);
+  if (w.has_dilation) message += ", dilation " + str(dilation);
+  message += " and padding " + str(pad_lo) + "+" + str(pad_hi);
+  throw OpError{message, 0};
+}
+
+// [N, channels, OH, OW] for an NCHW input.
+TensorType window_result(const InferContext& ctx, const Window& w, int64_t channels) {
+  const Shape& x = ctx.inputs[0].shape;
+  return checked_result(ctx.inputs[0].dtype,
+                        {x[0], channels, window_output(w, 0, x[2]), window_output(w, 1, x[3])});
+}
+
+// ---- ops ----
+
+std::vector<TensorType> infer_conv2d(const InferContext& ctx) {
+  require_rank(ctx, 0, 4, "input");
+  require_rank(ctx, 1, 4, "weight");
+  require_float_operands(ctx);
+  const Shape& x = ctx.inputs[0].shape;
+  const Shape& weight = ctx.inputs[1].shape;
+  const int64_t groups = ctx.get_int("groups");
+  if (groups < 1)
+    throw OpError{"attribute 'groups' must be >= 1, got " + str(groups), -1, "groups"};
+  if (x[1] % groups != 0)
+    throw OpError{"input has " + str(x[1]) + " channels, which is not divisible by groups = " +
+                      str(groups),
+                  -1, "groups"};
+  if (weight[0] % groups != 0)
+    throw OpError{"weight has " + str(weight[0]) +
+                      " output channels, which is not divisible by groups = " + str(groups),
+                  -1, "groups"};
+  if (weight[1] != x[1] / groups)
+    throw OpError{"weight has " + str(weight[1]) + " input channels per group, input has " +
+                      str(x[1]) + " channels (groups = " + str(groups) + ")",
+                  1};
+  if (ctx.inputs.size() == 3) require_vector(ctx, 2, "bias", weight[0], "one per output channel");
+
+  Window w;
+  w.kernel = {weight[2], weight[3]};
+  w.stride = require_window_list(ctx, "stride", 2, kPairLayout, 1);
+  w.dilation = require_window_list(ctx, "dilation", 2, kPairLayout, 1);
+  w.pad = require_window_list(ctx, "pad", 4, kPadLayout, 0);
+  return {window_result(ctx, w, weight[0])};
+}
+
+std::vector<TensorType> infer_matmul(const InferContext& ctx) {
+  require_min_rank(ctx, 0, 2, "a");
+  require_min_rank(ctx, 1, 2, "b");
+  require_float_operands(ctx);
+  const bool transpose_a = ctx.get_bool("transpose_a");
+  const bool transpose_b = ctx.get_bool("transpose_b");
+  Shape a = ctx.inputs[0].shape;
+  Shape b = ctx.inputs[1].shape;
+  if (transpose_a) std::swap(a[a.size() - 2], a[a.size() - 1]);
+  if (transpose_b) std::swap(b[b.size() - 2], b[b.size() - 1]);
+  const int64_t k_a = a[a.size() - 1];
+  const int64_t k_b = b[b.size() - 2];
+  if (k_a != k_b)
+    throw OpError{"inner dims differ: a " + ctx.inputs[0].to_string() +
+                      (transpose_a ? " (transposed)" : "") + " has K = " + str(k_a) + ", b " +
+                      ctx.inputs[1].to_string() + (transpose_b ? " (transposed)" : "") +
+                      " has K = " + str(k_b),
+                  1};
+  const Shape batch_a(a.begin(), a.end() - 2);
+  const Shape batch_b(b.begin(), b.end() - 2);
+  std::optional<Shape> batch = broadcast_shapes(batch_a, batch_b);
+  if (!batch)
+    throw OpError{"batch dims " + shape_to_string(batch_a) + " of a and " +
+                      shape_to_string(batch_b) + " of b cannot be broadcast together",
+                  1};
+  Shape out = std::move(*batch);
+  out.push_back(a[a.size() - 2]);
+  out.push_back(b[b.size() - 1]);
+  return {checked_result(ctx.inputs[0].dtype, std::move(out))};
+}
+
+std::vector<TensorType> infer_dense(const InferContext& ctx) {
+  require_min_rank(ctx, 0, 1, "input");
+  require_rank(ctx, 1, 2, "weight");
+  require_float_operands(ctx);
+  Shape out = ctx.inputs[0].shape;
+  const Shape& weight = ctx.inputs[1].shape;
+  if (weight[1] != out.back())
+    throw OpError{"weight has " + str(weight[1]) + " input features (" +
+                      ctx.inputs[1].to_string() + "), input has " + str(out.back()) + " (" +
+                      ctx.inputs[0].to_string() + ")",
+                  1};
+  if (ctx.inputs.size() == 3) require_vector(ctx, 2, "bias", weight[0], "one per output feature");
+  out.back() = weight[0];
+  return {checked_result(ctx.inputs[0].dtype, std::move(out))};
+}
+
+std::vector<TensorType> infer_bias_add(const InferContext& ctx) {
+  require_float_operands(ctx);
+  const TensorType& x = ctx.inputs[0];
+  const int axis = require_axis(ctx.get_int("axis"), x.rank(), "axis");
+  require_vector(ctx, 1, "bias", x.shape[axis],
+                 "the size of axis " + str(axis) + " of input " + x.to_string());
+  return {x};
+}
+
+Window read_pool_window(const InferContext& ctx, bool has_dilation) {
+  Window w;
+  w.has_dilation = has_dilation;
+  w.kernel = require_window_list(ctx, "kernel", 2, kPairLayout, 1);
+  // An empty stride means "stride = kernel" (PyTorch's default); attrs are const here, so the
+  // interpreter and codegen apply the same rule when they read the attribute.
+  w.stride = ctx.get_ints("stride").empty()
+                 ? w.kernel
+                 : require_window_list(ctx, "stride", 2, kPairLayout, 1);
+  w.dilation = has_dilation ? require_window_list(ctx, "dilation", 2, kPairLayout, 1)
+                            : Ints{1, 1};
+  w.pad = require_window_list(ctx, "pad", 4, kPadLayout, 0);
+  // PyTorch's limit: padding beyond half the (undilated) kernel would let a window see only
+  // padding, which is -inf for max pooling.
+  const std::vector<int64_t> limit = {w.kernel[0] / 2, w.kernel[1] / 2, w.kernel[0] / 2,
+                                      w.kernel[1] / 2};
+  for (int i = 0; i < 4; ++i)
+    if (w.pad[i] > limit[i])
+      throw OpError{"attribute 'pad' must be at most half the kernel on each side, " +
+                        ints_to_string(limit) + " for kernel " + ints_to_string(w.kernel) +
+                        ", got " + ints_to_string(w.pad),
+                    -1, "pad"};
+  return w;
+}
+
+std::vector<TensorType> infer_pool(const InferContext& ctx, bool has_dilation) {
+  require_rank(ctx, 0, 4, "input");
+  require_float(ctx, 0);
+  const Window w = read_pool_window(ctx, has_dilation);
+  return {window_result(ctx, w, ctx.inputs[0].shape[1])};
+}
+
+std::vector<TensorType> infer_global_avg_pool(const InferContext& ctx) {
+  require_rank(ctx, 0, 4, "input");
+  require_float(ctx, 0);
+  const Shape& x = ctx.inputs[0].shape;
+  return {TensorType{ctx.inputs[0].dtype, {x[0], x[1], 1, 1}}};
+}
+
+std::vector<TensorType> infer_batch_norm(const InferContext& ctx) {
+  require_min_rank(ctx, 0, 2, "input");
+  require_float_operands(ctx);
+  const TensorType& x = ctx.inputs[0];
+  const int64_t channels = x.shape[1];
+  const char* roles[] = {"scale", "bias", "mean", "var"};
+  for (int i = 1; i <= 4; ++i)
+    require_vector(ctx, i, roles[i - 1], channels,
+                   "one per channel of input " + x.to_string());
+  require_epsilon(ctx);
+  const double momentum = ctx.get_float("momentum");
+  if (!(momentum >= 0.0 && momentum <= 1.0))
+    throw OpError{"attribute 'momentum' must be in [0, 1], got " + float_to_string(momentum), -1,
+                  "momentum"};
+  // Batch statistics of a single value per channel are meaningless; PyTorch refuses them too.
+  const int64_t per_channel = num_elements(x.shape) / channels;
+  if (ctx.get_bool("training") && per_channel < 2)
+    throw OpError{"training needs more than 1 value per channel, input " + x.to_string() +
+                      " has " + str(per_channel),
+                  0};
+  return {x};
+}
+
+std::vector<TensorType> infer_layer_norm(const InferContext& ctx) {
+  require_float_operands(ctx);
+  const TensorType& x = ctx.inputs[0];
+  const int axis = require_axis(ctx.get_int("axis"), x.rank(), "axis");
+  const Shape normalized(x.shape.begin() + axis, x.shape.end());
+  const std::string why = "dims " + str(axis) + ".. of input " + x.to_string();
+  for (int i : {1, 2}) {
+    if (ctx.inputs[i].shape != normalized)
+      throw OpError{std::string(i == 1 ? "scale" : "bias") + " must have shape " +
+                        shape_to_string(normalized) + " (" + why + "), got " +
+                        ctx.inputs[i].to_string(),
+                    i};
+  }
+  require_epsilon(ctx);
+  return {x};
+}
+
+std::vector<TensorType> infer_softmax(const InferContext& ctx) {
+  require_float(ctx, 0);
+  require_axis(ctx.get_int("axis"), ctx.inputs[0].rank(), "axis");
+  return {ctx.inputs[0]};
+}
+
+}  // namespace
+
+void register_nn_ops(OpRegistry& registry) {
+  registry.add(OpDef{"conv2d", "2-D convolution of NCHW input with padding, dilation and groups",
+                     {"x", "weight", "bias"}, 2, 3,
+                     {{"stride", AttrType::Ints, Ints{1, 1}},
+                      {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
+                      {"dilation", AttrType::Ints, Ints{1, 1}},
+                      {"groups", AttrType::Int, int64_t{1}}},
+                     OpKind::OutElementwiseFusable, infer_conv2d});
+  registry.add(OpDef{"matmul", "batched matrix product with broadcast batch dims",
+                     {"a", "b"}, 2, 2,
+                     {{"transpose_a", AttrType::Bool, false},
+                      {"transpose_b", AttrType::Bool, false}},
+                     OpKind::OutElementwiseFusable, infer_matmul});
+  registry.add(OpDef{"dense", "fully connected layer: x @ weight^T + bias",
+                     {"x", "weight", "bias"}, 2, 3, {}, OpKind::OutElementwiseFusable,
+                     infer_dense});
+  registry.add(OpDef{"bias_add", "add a per-channel bias along one axis", {"x", "bias"}, 2, 2,
+                     {{"axis", AttrType::Int, int64_t{1}}}, OpKind::Broadcast, infer_bias_add});
+  registry.add(OpDef{"max_pool2d", "2-D max pooling of NCHW input", {"x"}, 1, 1,
+                     {{"kernel", AttrType::Ints, std::nullopt},
+                      {"stride", AttrType::Ints, Ints{}},
+                      {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
+                      {"dilation", AttrType::Ints, Ints{1, 1}}},
+                     OpKind::Opaque,
+                     [](const InferContext& ctx) { return infer_pool(ctx, true); }});
+  registry.add(OpDef{"avg_pool2d", "2-D average pooling of NCHW input", {"x"}, 1, 1,
+                     {{"kernel", AttrType::Ints, std::nullopt},
+                      {"stride", AttrType::Ints, Ints{}},
+                      {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
+                      {"count_include_pad", AttrType::Bool, true}},
+                     OpKind::Opaque,
+                     [](const InferContext& ctx) { return infer_pool(ctx, false); }});
+  registry.add(OpDef{"global_avg_pool", "mean over H and W of NCHW input", {"x"}, 1, 1, {},
+                     OpKind::Reduce, infer_global_avg_pool});
+  registry.add(OpDef{"batch_norm", "per-channel normalization of [N,C,...] input",
+                     {"x", "scale", "bias", "mean", "var"}, 5, 5,
+                     {{"epsilon", AttrType::Float, 1e-5},
+                      {"momentum", AttrType::Float, 0.1},
+                      {"training", AttrType::Bool, false}},
+                     OpKind::Broadcast, infer_batch_norm});
+  registry.add(OpDef{"layer_norm", "normalize over the trailing axes from 'axis' on",
+                     {"x", "scale", "bias"}, 3, 3,
+                     {{"axis", AttrType::Int, int64_t{-1}}, {"epsilon", AttrType::Float, 1e-5}},
+                     OpKind::Reduce, infer_layer_norm});
+  registry.add(OpDef{"softmax", "exp(x) / sum(exp(x)) along an axis (max-subtracted)", {"x"}, 1,
+                     1, {{"axis", AttrType::Int, int64_t{-1}}}, OpKind::Reduce, infer_softmax});
+  registry.add(OpDef{"log_softmax", "x - log(sum(exp(x))) along an axis (max-subtracted)", {"x"},
+                     1, 1, {{"axis", AttrType::Int, int64_t{-1}}}, OpKind::Reduce,
+                     infer_softmax});
+}
+
 }  // namespace kiln::ir

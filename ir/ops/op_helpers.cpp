@@ -1,5 +1,7 @@
 #include "ir/ops/op_helpers.h"
 
+#include <algorithm>
+
 namespace kiln::ir::ops {
 
 namespace {
@@ -40,6 +42,41 @@ std::string operand_name(const OpDef& def, int input) {
   if (def.input_names.empty()) return "operand " + std::to_string(input);
   const size_t i = std::min<size_t>(input, def.input_names.size() - 1);
   return "operand " + std::to_string(input) + " ('" + def.input_names[i] + "')";
+}
+
+std::string ints_to_string(const std::vector<int64_t>& values) {
+  return attribute_to_string(Attribute{values});
+}
+
+int require_axis(int64_t axis, int rank, const std::string& attr) {
+  std::optional<int> normalized = normalize_axis(axis, rank);
+  if (!normalized)
+    throw OpError{"axis " + std::to_string(axis) + " is out of range for rank " +
+                      std::to_string(rank),
+                  -1, attr};
+  return *normalized;
+}
+
+std::vector<int> require_axes(const std::vector<int64_t>& axes, int rank,
+                              const std::string& attr) {
+  std::vector<int> normalized;
+  std::vector<bool> seen(rank, false);
+  for (int64_t axis : axes) {
+    const int a = require_axis(axis, rank, attr);
+    if (seen[a])
+      throw OpError{"attribute '" + attr + "' names axis " + std::to_string(a) + " twice, got " +
+                        ints_to_string(axes),
+                    -1, attr};
+    seen[a] = true;
+    normalized.push_back(a);
+  }
+  return normalized;
+}
+
+TensorType checked_result(DType dtype, Shape shape) {
+  if (!checked_num_elements(shape))
+    throw OpError{"result shape " + shape_to_string(shape) + " has more than 2^48 elements"};
+  return TensorType{dtype, std::move(shape)};
 }
 
 }  // namespace kiln::ir::ops

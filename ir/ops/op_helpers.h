@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ir/op_registry.h"
 
@@ -17,5 +18,17 @@ void require_rank(const InferContext& ctx, int input, int rank, const char* role
 void require_same_dtype(const InferContext& ctx, int a, int b);
 // "operand 1 ('weight')" style name of an operand, from the op's input_names.
 std::string operand_name(const OpDef& def, int input);
+
+// "[0,1,1,3]": how an int-list attribute value is quoted back in messages.
+std::string ints_to_string(const std::vector<int64_t>& values);
+// Maps `axis` in [-rank, rank) to [0, rank); otherwise throws OpError{"axis 3 is out of range
+// for rank 2", -1, attr}.
+int require_axis(int64_t axis, int rank, const std::string& attr);
+// Normalizes every axis of the list attribute `attr` as above and rejects repeats, which would
+// otherwise reduce or slice one axis twice.
+std::vector<int> require_axes(const std::vector<int64_t>& axes, int rank, const std::string& attr);
+// The result type {dtype, shape}; throws when its element count exceeds kMaxElements, so
+// later stages never see a size that overflows byte or index arithmetic.
+TensorType checked_result(DType dtype, Shape shape);
 
 }  // namespace kiln::ir::ops
