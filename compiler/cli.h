@@ -10,8 +10,13 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitUserError = 1;
 inline constexpr int kExitUsage = 2;
 
-// Each registers its subcommand on `app`; the returned callback runs it after parsing.
-std::function<int()> add_opt_command(CLI::App& app);
-std::function<int()> add_run_command(CLI::App& app);
+// A registered subcommand and what runs it once the command line has been parsed.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Command add_opt_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -8,7 +8,7 @@
 
 namespace kiln::cli {
 
-std::function<int()> add_opt_command(CLI::App& app) {
+Command add_opt_command(CLI::App& app) {
   struct Options {
     std::string input;
     std::string output;
@@ -18,7 +18,7 @@ std::function<int()> add_opt_command(CLI::App& app) {
       "opt", "Parse and verify a model (.json, textual IR, or - for stdin); print it as textual IR");
   opt->add_option("FILE", options->input, "model file: .json, textual IR, or - for stdin")->required();
   opt->add_option("-o,--output", options->output, "write the IR to this file instead of stdout");
-  return [options]() {
+  return {opt, [options]() {
     const ir::Graph graph = compiler::load_model(options->input);
     const std::string text = ir::print_graph(graph);
     if (options->output.empty() || options->output == "-") {
@@ -27,7 +27,7 @@ std::function<int()> add_opt_command(CLI::App& app) {
       compiler::write_file_atomically(options->output, text);
     }
     return kExitOk;
-  };
+  }};
 }
 
 }  // namespace kiln::cli

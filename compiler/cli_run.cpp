@@ -84,7 +84,7 @@ int run(const Options& options) {
 
 }  // namespace
 
-std::function<int()> add_run_command(CLI::App& app) {
+Command add_run_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
   cmd->add_option("FILE", options->model, "model file: .json, textual IR, or - for stdin")->required();
@@ -94,7 +94,7 @@ std::function<int()> add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-i,--input", options->inputs, "graph input as NAME=FILE.npy (repeatable)");
   cmd->add_option("-o,--output-dir", options->output_dir, "write each output as NAME.npy in this directory");
-  return [options]() { return run(*options); };
+  return {cmd, [options]() { return run(*options); }};
 }
 
 }  // namespace kiln::cli

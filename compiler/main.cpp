@@ -15,12 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Run 'kiln SUBCOMMAND --help' for a subcommand's options. Docs: README.md, docs/.");
 
-  std::vector<std::pair<CLI::App*, std::function<int()>>> commands;
-  auto remember = [&](std::function<int()> run) {
-    commands.push_back({app.get_subcommands().back(), std::move(run)});
-  };
-  remember(add_opt_command(app));
-  remember(add_run_command(app));
+  const std::vector<Command> commands = {add_opt_command(app), add_run_command(app)};
 
   try {
     app.parse(argc, argv);
@@ -36,8 +31,8 @@ int main(int argc, char** argv) {
   }
 
   try {
-    for (auto& [command, run] : commands)
-      if (command->parsed()) return run();
+    for (const Command& command : commands)
+      if (command.app->parsed()) return command.run();
   } catch (const kiln::Error& error) {
     std::cerr << error.what() << "\n";
     return kExitUserError;

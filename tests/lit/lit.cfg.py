@@ -13,6 +13,8 @@ config.test_exec_root = os.path.join(config.kiln_binary_dir, "tests", "lit-out")
 config.substitutions.append(("%kiln", os.path.join(config.kiln_binary_dir, "kiln")))
 config.substitutions.append(("%examples", os.path.join(config.kiln_source_dir, "examples")))
 config.substitutions.append(("%python", config.python))
+config.substitutions.append(
+    ("%expect_exit", config.python + " " + os.path.join(config.test_source_root, "Inputs", "expect_exit.py")))
 config.environment["PATH"] = os.pathsep.join(
     [config.kiln_binary_dir, os.path.dirname(config.filecheck), config.environment.get("PATH", "")])
 # Keep sanitizer settings of the sanitizer build.
