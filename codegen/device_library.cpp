@@ -1,0 +1,91 @@
+#include "codegen/device_library.h"
+
+namespace kiln::codegen {
+
+// Written once here rather than per kernel. Everything is __device__ __forceinline__ so that
+// NVRTC inlines it; on the host the prelude turns those qualifiers into `inline`.
+// f16 and bf16 are stored as 16-bit patterns and computed in float: the conversions use the
+// PTX instruction on the GPU and _Float16 / bit arithmetic on the host, so no cuda_fp16.h is
+// needed and both sides round to nearest even.
+std::string_view device_library() {
+  return R"(// ---- element types -------------------------------------------------------------------------
+typedef unsigned short kiln_half;  // IEEE binary16 bits
+typedef unsigned short kiln_bf16;  // bfloat16 bits
+
+__device__ __forceinline__ float kiln_half_to_float(kiln_half h) {
+#ifdef __CUDACC__
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  return static_cast<float>(__builtin_bit_cast(_Float16, h));
+#endif
+}
+
+__device__ __forceinline__ kiln_half kiln_float_to_half(float f) {
+#ifdef __CUDACC__
+  kiln_half h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
+  return __builtin_bit_cast(kiln_half, static_cast<_Float16>(f));
+#endif
+}
+
+__device__ __forceinline__ float kiln_bf16_to_float(kiln_bf16 b) {
+  return __int_as_float(static_cast<int>(static_cast<unsigned int>(b) << 16));
+}
+
+__device__ __forceinline__ kiln_bf16 kiln_float_to_bf16(float f) {
+  unsigned int bits = static_cast<unsigned int>(__float_as_int(f));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<kiln_bf16>((bits >> 16) | 0x40u);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<kiln_bf16>(bits >> 16);
+}
+
+// Float-to-integer conversion that saturates and maps NaN to 0, like the reference interpreter
+// (a plain C cast is undefined out of range).
+__device__ __forceinline__ int kiln_float_to_i32(float f) {
+  if (f != f) return 0;
+  if (f <= -2147483648.0f) return -2147483647 - 1;
+  if (f >= 2147483648.0f) return 2147483647;
+  return static_cast<int>(f);
+}
+
+__device__ __forceinline__ long long kiln_float_to_i64(float f) {
+  if (f != f) return 0;
+  if (f <= -9223372036854775808.0f) return -9223372036854775807LL - 1;
+  if (f >= 9223372036854775808.0f) return 9223372036854775807LL;
+  return static_cast<long long>(f);
+}
+
+// ---- math ----------------------------------------------------------------------------------
+__device__ __forceinline__ float kiln_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float kiln_gelu_erf(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));  // x * Phi(x)
+}
+
+__device__ __forceinline__ float kiln_gelu_tanh(float x) {
+  const float kSqrt2OverPi = 0.79788456080286536f;
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+// NaN-propagating max/min, as PyTorch's maximum/minimum and max pooling.
+__device__ __forceinline__ float kiln_max(float a, float b) { return (a != a || a > b) ? a : b; }
+__device__ __forceinline__ float kiln_min(float a, float b) { return (a != a || a < b) ? a : b; }
+
+// ---- warp reductions (full warp, all 32 lanes active) ------------------------------------------
+__device__ __forceinline__ float kiln_warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float kiln_warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = kiln_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+)";
+}
+
+}  // namespace kiln::codegen

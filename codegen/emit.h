@@ -1,0 +1,22 @@
+// Codegen's entry point: a verified graph → a Program (CUDA C++ source + kernel table).
+#pragma once
+
+#include "codegen/program.h"
+#include "ir/graph.h"
+
+namespace kiln::codegen {
+
+// Emits one kernel per node, all in one translation unit, in node order. Throws kiln::Error
+// (located at the node) when an op has no kernel emitter.
+//
+// The translation unit compiles both with NVRTC (for sm_80/sm_90) and with the host C++
+// compiler: when __CUDACC__ is not defined it includes "kiln_host_prelude.h"
+// (runtime/host/), which defines the CUDA built-ins on the CPU, and it ends with one
+// `extern "C" void kiln_host_entry_<kernel>(void* const* args)` per kernel so the host backend
+// can call any kernel through one signature.
+Program emit_program(const ir::Graph& graph);
+
+// Version of the emitted source's conventions; part of every cache key.
+inline constexpr int kCodegenVersion = 1;
+
+}  // namespace kiln::codegen

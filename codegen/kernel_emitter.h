@@ -1,0 +1,85 @@
+// How one op becomes one CUDA kernel.
+//
+// codegen/emit.cpp walks the graph and, for each node, asks the op's KernelEmitter for the
+// kernel body and launch configuration; it writes the comment, the signature and the host
+// entry point itself, so every kernel in the translation unit looks the same from outside:
+//
+//   // relu 'act1': x f32[1,64] -> out f32[1,64]
+//   extern "C" __global__ void __launch_bounds__(256) relu_3(
+//       const float* __restrict__ x,
+//       float* __restrict__ out) {
+//     <body>
+//   }
+//
+// Parameters are named after the op's input names in the registry (x, weight, bias; a variadic
+// op numbers them: x0, x1, ...), then `out` (or out0, out1, ... for several results).
+// Shapes are compile-time constants written into the body. All shared memory comes from the
+// dynamic arena `kiln_smem` (an unsigned char array aligned to 16 bytes): a kernel carves it at
+// fixed offsets and reports the total in shared_bytes, so the host backend can allocate, poison
+// and bound-check it, and GPUs can use more than 48 KB.
+//
+// Element types in the source: f32 float, f16 kiln_half, bf16 kiln_bf16, i32 int, i64 long long,
+// bool unsigned char. Arithmetic happens in the compute type (float for every float dtype,
+// int/long long for integers); use load()/store() below to convert.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/program.h"
+#include "ir/graph.h"
+
+namespace kiln::codegen {
+
+struct KernelRequest {
+  const ir::Node& node;
+  std::string kernel_name;                // "relu_3"
+  std::vector<std::string> input_params;  // C names of the operand pointers, in order
+  std::vector<std::string> output_params; // C names of the result pointers
+};
+
+struct KernelSpec {
+  std::string body;          // statements, indented by two spaces, one per line, commented
+  Dim3 grid;
+  Dim3 block;
+  uint32_t shared_bytes = 0; // bytes of kiln_smem the kernel uses
+  bool uses_barriers = false;  // __syncthreads / __syncwarp / __shfl_*_sync
+  std::string note;          // one line for the kernel's comment: the algorithm ("implicit GEMM,
+                             // 64x64 tiles, 4x4 per thread")
+};
+
+using KernelEmitter = std::function<KernelSpec(const KernelRequest&)>;
+
+// The emitter for an op, or nullptr when codegen cannot compile it.
+const KernelEmitter* find_kernel_emitter(std::string_view op);
+
+// Registration hooks, one per file under codegen/kernels/.
+using EmitterTable = std::vector<std::pair<std::string, KernelEmitter>>;
+void add_elementwise_emitters(EmitterTable& table);
+void add_shape_emitters(EmitterTable& table);
+void add_reduce_emitters(EmitterTable& table);
+void add_nn_emitters(EmitterTable& table);
+
+// --- helpers for emitters ------------------------------------------------------------------------
+
+// C element type used in kernel signatures: "float", "kiln_half", "kiln_bf16", "int",
+// "long long", "unsigned char".
+std::string_view c_type(ir::DType dtype);
+// Type arithmetic happens in: "float" for float dtypes, "int"/"long long" for integers,
+// "int" for bool.
+std::string_view compute_type(ir::DType dtype);
+// Expression converting a stored element `expr` of `dtype` to its compute type, and back.
+std::string load(ir::DType dtype, const std::string& expr);
+std::string store(ir::DType dtype, const std::string& expr);
+// A C literal of the compute type: 1.0f, -INFINITY, 3, 7LL.
+std::string literal(ir::DType dtype, double value);
+
+// Threads per block for simple one-element-per-thread kernels.
+inline constexpr uint32_t kDefaultBlock = 256;
+// Grid size for a grid-stride loop over `count` items: enough blocks to fill a large GPU
+// (capped so tiny tensors don't launch empty blocks, and huge ones stride).
+uint32_t grid_stride_blocks(int64_t count, uint32_t block = kDefaultBlock);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,60 @@
+// The product of codegen: one CUDA C++ translation unit for a whole graph, and the kernel
+// table that says how to run it. Backends (runtime/) read only this, never the graph.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/shape.h"
+
+namespace kiln::codegen {
+
+enum class BufferRole { Input, Parameter, Intermediate, Output };
+std::string_view buffer_role_name(BufferRole role);  // "input", "parameter", ...
+
+// One tensor the program reads or writes. Every value of the graph has its own buffer for now
+// (memory planning will place intermediates in one arena).
+struct Buffer {
+  std::string name;     // the IR value's name
+  ir::TensorType type;
+  BufferRole role;
+  int index = -1;       // position among the graph's inputs / parameters / outputs; -1 otherwise
+  int64_t bytes = 0;
+};
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+  uint64_t count() const { return uint64_t{x} * y * z; }
+  friend bool operator==(const Dim3&, const Dim3&) = default;
+};
+
+// One kernel launch, in program order.
+struct Kernel {
+  std::string name;                       // "conv2d_3": what it computes, plus an index
+  std::vector<std::string> source_nodes;  // names of the IR nodes it implements
+  std::string op_kind;                    // the registry's op kind of its main node
+  Dim3 grid;
+  Dim3 block;
+  uint32_t dynamic_shared_bytes = 0;      // all shared memory is dynamic (one arena per block)
+  // True when threads of a block cooperate (__syncthreads, warp shuffles): the host backend
+  // then runs them as fibers; otherwise as plain loops.
+  bool uses_barriers = false;
+  // Buffer ids (into Program::buffers), in the kernel's parameter order. Every parameter is
+  // a pointer: inputs first, then the buffers it writes.
+  std::vector<int> args;
+  int num_outputs = 1;                    // the last num_outputs args are written
+};
+
+struct Program {
+  std::string graph_name;
+  std::string source;              // the translation unit (see codegen/emit.h)
+  std::vector<Buffer> buffers;
+  std::vector<Kernel> kernels;     // launch order
+  std::vector<int> outputs;        // buffer id of each graph output, in order
+
+  const Kernel* find_kernel(std::string_view name) const;
+};
+
+}  // namespace kiln::codegen
