@@ -5,11 +5,17 @@
 #include <iostream>
 #include <map>
 
+#include "codegen/emit.h"
 #include "compiler/cli.h"
+#include "compiler/cli_common.h"
 #include "compiler/model_loader.h"
 #include "compiler/npy.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
+#include "runtime/compile/nvrtc.h"
+#include "runtime/cuda/cuda_executable.h"
+#include "runtime/executor/host_executor.h"
+#include "runtime/host/host_module.h"
 #include "runtime/reference/interpreter.h"
 
 namespace kiln::cli {
@@ -18,9 +24,12 @@ namespace {
 
 struct Options {
   std::string model;
-  std::string backend = "reference";
+  std::string backend = "host";
   std::vector<std::string> inputs;  // NAME=PATH
   std::string output_dir;
+  bool timings = false;
+  bool no_cuda_graph = false;
+  CacheFlags cache;
 };
 
 std::map<std::string, ir::Tensor> read_inputs(const std::vector<std::string>& specs) {
@@ -57,11 +66,76 @@ std::string summarize(const ir::Tensor& tensor) {
                      sum / static_cast<double>(tensor.num_elements()), argmax);
 }
 
+// Inputs in graph order, checked against the graph (names, then types).
+std::vector<ir::Tensor> ordered_inputs(const ir::Graph& graph, std::map<std::string, ir::Tensor>& by_name) {
+  std::vector<ir::Tensor> ordered;
+  for (const auto& [name, tensor] : by_name) {
+    bool known = false;
+    for (const ir::Value* input : graph.inputs) known |= input->name == name;
+    if (!known) throw Error("--input " + name, "unknown input '" + name + "'");
+  }
+  for (const ir::Value* input : graph.inputs) {
+    auto it = by_name.find(input->name);
+    if (it == by_name.end())
+      throw Error("", "missing input '" + input->name + "'; pass --input " + input->name + "=FILE.npy");
+    if (it->second.type() != input->type)
+      throw Error("--input " + input->name, "input '" + input->name + "': expected " +
+                                                input->type.to_string() + ", got " +
+                                                it->second.type().to_string());
+    ordered.push_back(it->second);
+  }
+  return ordered;
+}
+
+std::vector<ir::Tensor> parameter_tensors(const ir::Graph& graph) {
+  std::vector<ir::Tensor> tensors;
+  for (const ir::Value* param : graph.parameters) tensors.push_back(*param->data);
+  return tensors;
+}
+
+std::vector<ir::Tensor> run_compiled(const Options& options, const ir::Graph& graph,
+                                     const std::vector<ir::Tensor>& inputs, PhaseTimer& timer) {
+  const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph); });
+  std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
+  if (options.backend == "host") {
+    const runtime::host::HostModule module = timer.time("compile", [&] {
+      return runtime::host::HostModule::compile(program.source, graph.name, cache.get(),
+                                                options.cache.verbose);
+    });
+    runtime::host::HostOptions host_options;
+    host_options.schedule = runtime::host::Schedule::from_environment();
+    return timer.time("run", [&] {
+      return runtime::host::run_program(program, module, inputs, parameter_tensors(graph), host_options);
+    });
+  }
+  std::string why;
+  if (!runtime::cuda::cuda_available(&why))
+    throw Error("--backend=cuda", why + "; use --backend=host to run the same kernels on the CPU");
+  runtime::NvrtcOptions nvrtc;
+  nvrtc.cache = cache.get();
+  nvrtc.verbose = options.cache.verbose;
+  const runtime::CudaBinary binary = timer.time("compile", [&] {
+    return runtime::compile_with_nvrtc(program.source, graph.name + ".cu", nvrtc);
+  });
+  runtime::cuda::CudaOptions cuda_options;
+  cuda_options.use_cuda_graph = !options.no_cuda_graph;
+  auto executable = timer.time("load", [&] {
+    return runtime::cuda::CudaExecutable::create(program, binary, parameter_tensors(graph), cuda_options);
+  });
+  return timer.time("run", [&] { return executable->run(inputs); });
+}
+
 int run(const Options& options) {
-  ir::Graph graph = compiler::load_model(options.model);
+  PhaseTimer timer;
+  ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
   std::map<std::string, ir::Tensor> inputs = read_inputs(options.inputs);
-  compiler::load_parameter_data(graph);
-  const std::vector<ir::Tensor> outputs = runtime::run_reference(graph, inputs);
+  timer.time("weights", [&] { compiler::load_parameter_data(graph); });
+  std::vector<ir::Tensor> outputs;
+  if (options.backend == "reference") {
+    outputs = timer.time("run", [&] { return runtime::run_reference(graph, inputs); });
+  } else {
+    outputs = run_compiled(options, graph, ordered_inputs(graph, inputs), timer);
+  }
 
   if (!options.output_dir.empty()) {
     std::error_code ec;
@@ -79,6 +153,7 @@ int run(const Options& options) {
     }
     std::cout << line << "\n";
   }
+  if (options.timings) timer.print();
   return kExitOk;
 }
 
@@ -89,11 +164,17 @@ Command add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
   cmd->add_option("FILE", options->model, "model file: .json, textual IR, or - for stdin")->required();
   cmd->add_option("--backend", options->backend,
-                  "where to run: reference (the interpreter; host and cuda backends come with codegen)")
-      ->check(CLI::IsMember({"reference"}))
+                  "host: the generated CUDA kernels on the CPU; cuda: on the GPU; "
+                  "reference: the reference interpreter")
+      ->check(CLI::IsMember({"host", "cuda", "reference"}))
       ->capture_default_str();
   cmd->add_option("-i,--input", options->inputs, "graph input as NAME=FILE.npy (repeatable)");
   cmd->add_option("-o,--output-dir", options->output_dir, "write each output as NAME.npy in this directory");
+  cmd->add_flag("--timings", options->timings,
+                "print the time of each phase (parse, weights, codegen, compile, load, run) on stderr");
+  cmd->add_flag("--no-cuda-graph", options->no_cuda_graph,
+                "cuda backend: launch kernels one by one instead of replaying a captured CUDA graph");
+  options->cache.add_to(*cmd);
   return {cmd, [options]() { return run(*options); }};
 }
 

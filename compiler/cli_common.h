@@ -1,0 +1,48 @@
+// Pieces shared by the subcommands that compile: timing phases and the kernel cache flags.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/compile/kernel_cache.h"
+
+namespace kiln::cli {
+
+// Wall-clock time per phase, printed by --timings.
+class PhaseTimer {
+ public:
+  // Runs `work` and records its duration under `phase`.
+  template <typename F>
+  auto time(const std::string& phase, F&& work) {
+    const auto start = std::chrono::steady_clock::now();
+    if constexpr (std::is_void_v<decltype(work())>) {
+      work();
+      record(phase, start);
+    } else {
+      auto result = work();
+      record(phase, start);
+      return result;
+    }
+  }
+  // "parse 3.1 ms, codegen 0.4 ms, ..." one phase per line, to stderr.
+  void print() const;
+
+ private:
+  void record(const std::string& phase, std::chrono::steady_clock::time_point start);
+  std::vector<std::pair<std::string, double>> phases_;  // name, milliseconds
+};
+
+struct CacheFlags {
+  bool no_cache = false;
+  bool verbose = false;
+
+  void add_to(CLI::App& command);
+  // The cache to use, or nullptr with --no-cache.
+  std::unique_ptr<runtime::KernelCache> open() const;
+};
+
+}  // namespace kiln::cli

@@ -1,0 +1,76 @@
+// `kiln emit FILE --emit=cuda|ptx|kernels`: what codegen makes of a model.
+#include <iostream>
+
+#include "codegen/emit.h"
+#include "compiler/cli.h"
+#include "compiler/cli_common.h"
+#include "compiler/kernel_report.h"
+#include "compiler/model_loader.h"
+#include "compiler/output_file.h"
+#include "ir/diagnostic.h"
+#include "runtime/compile/nvrtc.h"
+
+namespace kiln::cli {
+
+namespace {
+
+struct Options {
+  std::string model;
+  std::string emit = "cuda";
+  std::vector<std::string> archs = {"sm_80", "sm_90"};
+  std::string output;
+  bool timings = false;
+  CacheFlags cache;
+};
+
+int run(const Options& options) {
+  PhaseTimer timer;
+  const ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
+  const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph); });
+
+  std::string text;
+  if (options.emit == "cuda") {
+    text = program.source;
+  } else {
+    std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
+    runtime::NvrtcOptions nvrtc;
+    nvrtc.archs = options.archs;
+    nvrtc.cache = cache.get();
+    nvrtc.verbose = options.cache.verbose;
+    const runtime::CudaBinary binary = timer.time("compile", [&] {
+      return runtime::compile_with_nvrtc(program.source, graph.name + ".cu", nvrtc);
+    });
+    text = options.emit == "ptx" ? binary.ptx
+                                 : compiler::format_kernel_table(program, binary, options.archs);
+  }
+  if (options.output.empty() || options.output == "-") {
+    std::cout << text;
+  } else {
+    compiler::write_file_atomically(options.output, text);
+  }
+  if (options.timings) timer.print();
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_emit_command(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("emit", "Generate CUDA C++ for a model, its PTX, or its kernel table");
+  cmd->add_option("FILE", options->model, "model file: .json, textual IR, or - for stdin")->required();
+  cmd->add_option("--emit", options->emit,
+                  "cuda: the translation unit; ptx: NVRTC's PTX for the lowest --arch; "
+                  "kernels: the kernel table with registers, spills, shared memory and occupancy")
+      ->check(CLI::IsMember({"cuda", "ptx", "kernels"}))
+      ->capture_default_str();
+  cmd->add_option("--arch", options->archs, "GPU architectures (sm_80, sm_90), comma separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90"}))
+      ->capture_default_str();
+  cmd->add_option("-o,--output", options->output, "write to this file instead of stdout");
+  cmd->add_flag("--timings", options->timings, "print the time of each phase on stderr");
+  options->cache.add_to(*cmd);
+  return {cmd, [options]() { return run(*options); }};
+}
+
+}  // namespace kiln::cli

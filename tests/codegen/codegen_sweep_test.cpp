@@ -1,0 +1,172 @@
+// The generated CUDA kernels against PyTorch, for every op, over the sweep of shapes and
+// attributes that gen_cases.py writes (odd and prime sizes, broadcasting, strides, padding,
+// dilation, groups, keepdims, negative axes...).
+//
+// Usage: kiln_codegen_sweep_test DIR [gtest flags]. All cases go into ONE graph, so codegen
+// emits one translation unit holding one kernel per case; it is compiled once by NVRTC (sm_80
+// and sm_90: every kernel must compile with zero spill bytes) and once by the host compiler,
+// then run on the host backend under three schedules — threads in order with one worker,
+// reversed with two workers, seeded random with two workers — with poisoned shared memory, so
+// a missing __syncthreads or a read of an unwritten shared slot changes the result.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <memory>
+#include <set>
+
+#include "codegen/emit.h"
+#include "ir/diagnostic.h"
+#include "ir/verifier.h"
+#include "runtime/compile/nvrtc.h"
+#include "runtime/executor/host_executor.h"
+#include "runtime/host/host_module.h"
+#include "tests/torch/torch_cases.h"
+
+namespace kiln {
+namespace {
+
+using runtime::host::HostOptions;
+using runtime::host::Schedule;
+using testing_support::TorchCase;
+
+// Ops whose kernels accumulate many terms in float (the oracle accumulates in double): the
+// error grows with the number of terms, about sqrt(K) ulps typically and K ulps at worst; the
+// sweep's reductions have K <= ~2000, so 1e-4 relative to the output's scale bounds it.
+const std::set<std::string> kAccumulatingOps = {
+    "conv2d", "matmul", "dense", "reduce_sum", "reduce_mean", "softmax", "log_softmax",
+    "layer_norm", "batch_norm", "avg_pool2d", "global_avg_pool", "softmax_cross_entropy",
+    "mse_loss"};
+
+double tolerance_for(const TorchCase& test_case) {
+  const double rounding = testing_support::rounding_tolerance(test_case.expected.dtype());
+  if (kAccumulatingOps.count(test_case.op)) return std::max(rounding, 1e-4);
+  // Transcendental functions: device and host libm are within a few ulps of the exact value.
+  return std::max(rounding, ir::is_floating(test_case.expected.dtype()) ? 1e-5 : 0.0);
+}
+
+struct Sweep {
+  std::vector<TorchCase> cases;
+  ir::Graph graph;
+  codegen::Program program;
+  std::unique_ptr<runtime::host::HostModule> module;
+  std::vector<ir::Tensor> inputs;      // graph order
+};
+
+Sweep* g_sweep = nullptr;
+
+struct ScheduleRun {
+  std::string name;
+  HostOptions options;
+  bool done = false;
+  std::string error;
+  std::vector<ir::Tensor> outputs;
+};
+
+std::vector<ScheduleRun>& schedule_runs() {
+  static std::vector<ScheduleRun> runs = [] {
+    std::vector<ScheduleRun> r(3);
+    r[0].name = "InOrder1Worker";
+    r[0].options.workers = 1;
+    r[1].name = "Reverse2Workers";
+    r[1].options.schedule.kind = Schedule::Kind::Reverse;
+    r[1].options.workers = 2;
+    r[2].name = "Random7";
+    r[2].options.schedule = Schedule{Schedule::Kind::Random, 7};
+    r[2].options.workers = 2;
+    return r;
+  }();
+  return runs;
+}
+
+// Runs the whole program under one schedule, once, on first use.
+const ScheduleRun& outputs_for(size_t schedule) {
+  ScheduleRun& run = schedule_runs()[schedule];
+  if (!run.done) {
+    run.done = true;
+    try {
+      run.outputs = runtime::host::run_program(g_sweep->program, *g_sweep->module, g_sweep->inputs,
+                                               {}, run.options);
+    } catch (const std::exception& error) {
+      run.error = error.what();
+    }
+  }
+  return run;
+}
+
+void check_case(size_t schedule, size_t index) {
+  const ScheduleRun& run = outputs_for(schedule);
+  ASSERT_TRUE(run.error.empty()) << run.error;
+  const TorchCase& test_case = g_sweep->cases[index];
+  const std::string mismatch = testing_support::compare_tensors(
+      run.outputs.at(index), test_case.expected, tolerance_for(test_case));
+  EXPECT_TRUE(mismatch.empty()) << test_case.name << " (" << run.name << "): " << mismatch;
+}
+
+void check_nvrtc() {
+  runtime::NvrtcOptions options;  // sm_80 and sm_90, no cache: this is the compile under test
+  const runtime::CudaBinary binary =
+      runtime::compile_with_nvrtc(g_sweep->program.source, "sweep.cu", options);
+  for (const codegen::Kernel& kernel : g_sweep->program.kernels) {
+    for (const std::string& arch : options.archs) {
+      bool found = false;
+      for (const runtime::KernelResources& r : binary.resources) {
+        if (r.kernel != kernel.name || r.arch != arch) continue;
+        found = true;
+        EXPECT_EQ(r.spill_store_bytes + r.spill_load_bytes, 0)
+            << kernel.name << " (" << kernel.source_nodes.at(0) << ") spills on " << arch;
+      }
+      EXPECT_TRUE(found) << "no ptxas report for " << kernel.name << " on " << arch;
+    }
+  }
+}
+
+template <typename F>
+void register_test(const std::string& suite, const std::string& name, F body) {
+  struct T : testing::Test {
+    F body;
+    explicit T(F body) : body(std::move(body)) {}
+    void TestBody() override { body(); }
+  };
+  testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                        [body]() -> testing::Test* { return new T(body); });
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) {
+  using namespace kiln;
+  testing::InitGoogleTest(&argc, argv);
+  if (argc != 2) {
+    std::cerr << "usage: kiln_codegen_sweep_test DIR (DIR holds cases.json from gen_cases.py)\n";
+    return 2;
+  }
+  static Sweep sweep;
+  g_sweep = &sweep;
+  try {
+    sweep.cases = testing_support::load_torch_cases(argv[1]);
+    sweep.graph.name = "sweep";
+    for (size_t i = 0; i < sweep.cases.size(); ++i) {
+      ir::Node* node = testing_support::add_case_node(sweep.graph, sweep.cases[i],
+                                                      "c" + std::to_string(i) + "_");
+      sweep.graph.outputs.push_back(node->results.at(0));
+      for (const ir::Tensor& input : sweep.cases[i].inputs) sweep.inputs.push_back(input);
+    }
+    ir::verify(sweep.graph);
+    sweep.program = codegen::emit_program(sweep.graph);
+    sweep.module = std::make_unique<runtime::host::HostModule>(
+        runtime::host::HostModule::compile(sweep.program.source, "sweep", nullptr));
+  } catch (const std::exception& error) {
+    std::cerr << "kiln_codegen_sweep_test: " << error.what() << "\n";
+    return 1;
+  }
+  std::cout << "sweep: " << sweep.cases.size() << " cases, " << sweep.program.kernels.size()
+            << " kernels\n";
+
+  register_test("Nvrtc", "EveryKernelCompilesWithoutSpills", check_nvrtc);
+  for (size_t s = 0; s < schedule_runs().size(); ++s)
+    for (size_t i = 0; i < sweep.cases.size(); ++i)
+      register_test(schedule_runs()[s].name + "_" + sweep.cases[i].op, sweep.cases[i].name,
+                    [s, i] { check_case(s, i); });
+  return RUN_ALL_TESTS();
+}

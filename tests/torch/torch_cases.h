@@ -1,0 +1,40 @@
+// The PyTorch cases written by gen_cases.py, shared by the test programs that check the
+// reference interpreter (torch_diff_test) and the generated kernels (codegen_sweep_test).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/tensor.h"
+
+namespace kiln::testing_support {
+
+struct TorchCase {
+  std::string name;                // "conv2d_groups_3"
+  std::string op;
+  ir::AttrMap attrs;
+  std::vector<ir::Tensor> inputs;
+  ir::Tensor expected;             // PyTorch's float64 answer rounded to the result dtype
+};
+
+// Reads DIR/cases.json and every .npy it names. Throws std::runtime_error on a broken manifest.
+std::vector<TorchCase> load_torch_cases(const std::filesystem::path& dir);
+
+// Adds the case to `graph` as one node whose operands are new graph inputs named
+// "<prefix>in0", "<prefix>in1", ... and whose result is named "<prefix>out". Returns the node;
+// throws std::runtime_error when shape inference rejects the case.
+ir::Node* add_case_node(ir::Graph& graph, const TorchCase& test_case, const std::string& prefix);
+
+// Per-dtype relative tolerance for results that round the same exact answer once: f32 1e-5,
+// f16 1e-3, bf16 1e-2, integers and bool exact.
+double rounding_tolerance(ir::DType dtype);
+
+// Compares element by element: |got - want| <= tolerance * max(1, max finite |want|); NaN
+// matches NaN, infinities must match. Returns an empty string when they match, else a
+// description of the worst element. `relative_error` receives the worst error / scale.
+std::string compare_tensors(const ir::Tensor& got, const ir::Tensor& want, double tolerance,
+                            double* relative_error = nullptr);
+
+}  // namespace kiln::testing_support

@@ -1,0 +1,303 @@
+// The on-disk kernel cache: keys, hits and misses, corruption, concurrent writers, info/clear,
+// and where the directory comes from.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "ir/diagnostic.h"
+#include "runtime/compile/kernel_cache.h"
+#include "tests/unit/io_test_util.h"
+
+namespace kiln::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::fresh_test_dir;
+using testing_util::read_raw;
+using testing_util::write_raw;
+
+CacheKey sample_key() {
+  return CacheKey{"cubin", hash_text("__global__ void k() {}"), "nvrtc 13.0", "sm_90",
+                  "-std=c++17 -lineinfo", ""};
+}
+
+size_t count_files(const fs::path& dir) {
+  size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir)) ++count;
+  return count;
+}
+
+// Sets an environment variable for one scope and restores the old value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CacheKeyTest, HashAndDigestAreStable) {
+  EXPECT_EQ(hash_text(""), "cbf29ce484222325");  // the FNV-1a offset basis
+  EXPECT_EQ(hash_text("a"), "af63dc4c8601ec8c");
+  const CacheKey key = sample_key();
+  EXPECT_EQ(key.digest(), sample_key().digest());
+  EXPECT_EQ(key.digest().size(), 16u);
+  // Field boundaries matter: ("ab", "c") is not ("a", "bc").
+  CacheKey left = key, right = key;
+  left.target = "ab";
+  left.flags = "c";
+  right.target = "a";
+  right.flags = "bc";
+  EXPECT_NE(left.digest(), right.digest());
+  EXPECT_NE(key.describe().find("kind=cubin target=sm_90"), std::string::npos);
+}
+
+TEST(CacheTest, StoreThenHit) {
+  const fs::path dir = fresh_test_dir();
+  KernelCache cache(dir.string());
+  const std::string bytes("\x7f" "ELF\0payload", 11);
+  const std::string path = cache.store(sample_key(), bytes);
+  std::string why;
+  const std::optional<std::string> found = cache.lookup(sample_key(), &why);
+  ASSERT_TRUE(found) << why;
+  EXPECT_EQ(*found, path);
+  EXPECT_EQ(read_raw(*found), bytes) << "the payload file must stay a plain copy of the bytes";
+  EXPECT_EQ(cache.read(sample_key()), bytes);
+  EXPECT_EQ(count_files(dir), 2u) << "payload + metadata, no temporaries left behind";
+}
+
+TEST(CacheTest, MissOnAnyChangedKeyField) {
+  const fs::path dir = fresh_test_dir();
+  KernelCache cache(dir.string());
+  cache.store(sample_key(), "bytes");
+  std::vector<CacheKey> changed(6, sample_key());
+  changed[0].kind = "ptx";
+  changed[1].source_hash = hash_text("__global__ void k2() {}");
+  changed[2].compiler = "nvrtc 13.1";
+  changed[3].target = "sm_80";
+  changed[4].flags += " --use_fast_math";
+  changed[5].prelude_version = "2";
+  for (const CacheKey& key : changed) {
+    std::string why;
+    EXPECT_FALSE(cache.read(key, &why)) << key.describe();
+    EXPECT_EQ(why, "no entry");
+  }
+  EXPECT_TRUE(cache.read(sample_key()));
+}
+
+TEST(CacheTest, StoreOverwrites) {
+  KernelCache cache(fresh_test_dir().string());
+  cache.store(sample_key(), "first");
+  cache.store(sample_key(), "second, longer");
+  EXPECT_EQ(cache.read(sample_key()), "second, longer");
+  EXPECT_EQ(cache.info().entries, 1);
+}
+
+// Damages the payload with `damage`, then expects one report, a miss, and a clean rebuild.
+void expect_corruption_detected(void (*damage)(const fs::path&), const std::string& what) {
+  const fs::path dir = fresh_test_dir();
+  KernelCache cache(dir.string());
+  const std::string bytes(4096, 'x');
+  const fs::path payload = cache.store(sample_key(), bytes);
+  damage(payload);
+
+  ::testing::internal::CaptureStderr();
+  std::string why;
+  EXPECT_FALSE(cache.lookup(sample_key(), &why));
+  std::string second_why;
+  EXPECT_FALSE(cache.lookup(sample_key(), &second_why));
+  const std::string said = ::testing::internal::GetCapturedStderr();
+
+  EXPECT_NE(why.find(what), std::string::npos) << why;
+  EXPECT_NE(why.find("corrupt entry, rebuilding"), std::string::npos) << why;
+  EXPECT_EQ(second_why, "no entry") << "the corrupt entry is removed";
+  const std::string report = "kiln: cache entry " + sample_key().digest() + " is corrupt (" + what;
+  EXPECT_EQ(said.find(report), 0u) << said;
+  EXPECT_EQ(said.find(report, 1), std::string::npos) << "reported once: " << said;
+
+  cache.store(sample_key(), bytes);  // the rebuild
+  EXPECT_EQ(cache.read(sample_key()), bytes);
+}
+
+TEST(CacheTest, FlippedByteIsDetected) {
+  expect_corruption_detected(
+      [](const fs::path& payload) {
+        std::string bytes = read_raw(payload);
+        bytes[100] ^= 0x20;
+        write_raw(payload, bytes);
+      },
+      "checksum mismatch");
+}
+
+TEST(CacheTest, TruncatedEntryIsDetected) {
+  expect_corruption_detected(
+      [](const fs::path& payload) { fs::resize_file(payload, 1000); }, "truncated");
+}
+
+TEST(CacheTest, HalfWrittenEntriesAreMisses) {
+  const fs::path dir = fresh_test_dir();
+  KernelCache cache(dir.string());
+  const std::string digest = sample_key().digest();
+  // A payload whose metadata never arrived (a writer died between the renames).
+  write_raw(dir / (digest + ".bin"), "orphan");
+  std::string why;
+  EXPECT_FALSE(cache.read(sample_key(), &why));
+  EXPECT_EQ(why, "no entry");
+  // Metadata without a payload.
+  cache.store(sample_key(), "bytes");
+  fs::remove(dir / (digest + ".bin"));
+  EXPECT_FALSE(cache.read(sample_key(), &why));
+  EXPECT_NE(why.find("incomplete"), std::string::npos) << why;
+  // Garbage metadata is corruption.
+  cache.store(sample_key(), "bytes");
+  write_raw(dir / (digest + ".meta"), "not kiln metadata");
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(cache.read(sample_key(), &why));
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("unreadable metadata"),
+            std::string::npos);
+}
+
+TEST(CacheTest, InfoAndClearTouchOnlyCacheFiles) {
+  const fs::path dir = fresh_test_dir();
+  KernelCache cache(dir.string());
+  for (int i = 0; i < 3; ++i) {
+    CacheKey key = sample_key();
+    key.target = "sm_" + std::to_string(80 + i);
+    cache.store(key, std::string(100 * (i + 1), 'z'));
+  }
+  const std::string digest = sample_key().digest();
+  write_raw(dir / (digest + ".bin.tmp.12345.abc.0"), "stray temporary");
+  write_raw(dir / "README.txt", "not ours");
+  write_raw(dir / (digest + ".txt"), "not ours either");
+  fs::create_directories(dir / "0123456789abcdef.bin");  // a directory named like an entry
+
+  const CacheInfo info = cache.info();
+  EXPECT_EQ(info.directory, dir.string());
+  EXPECT_EQ(info.entries, 3);
+  EXPECT_GE(info.bytes, 600);
+
+  EXPECT_EQ(cache.clear(), 3);
+  EXPECT_EQ(cache.info().entries, 0);
+  EXPECT_TRUE(fs::exists(dir / "README.txt"));
+  EXPECT_TRUE(fs::exists(dir / (digest + ".txt")));
+  EXPECT_TRUE(fs::is_directory(dir / "0123456789abcdef.bin"));
+  EXPECT_FALSE(fs::exists(dir / (digest + ".bin.tmp.12345.abc.0")));
+  EXPECT_EQ(count_files(dir), 3u);
+}
+
+TEST(CacheTest, CreatesMissingDirectory) {
+  const fs::path dir = fresh_test_dir() / "a" / "b" / "kiln";
+  KernelCache cache(dir.string());
+  EXPECT_TRUE(fs::is_directory(dir));
+  cache.store(sample_key(), "x");
+  EXPECT_EQ(cache.info().entries, 1);
+}
+
+TEST(CacheTest, UnusableDirectoryIsErrorNamingIt) {
+  const fs::path file = fresh_test_dir() / "plain_file";
+  write_raw(file, "");
+  const std::string dir = (file / "kiln").string();  // cannot exist: its parent is a file
+  try {
+    KernelCache cache(dir);
+    FAIL() << "expected kiln::Error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.diagnostic().location, dir);
+    EXPECT_NE(std::string(error.what()).find("KILN_CACHE_DIR"), std::string::npos);
+  }
+}
+
+TEST(CacheTest, DefaultDirectoryFromEnvironment) {
+  ScopedEnv home("HOME", "/home/someone");
+  {
+    ScopedEnv kiln("KILN_CACHE_DIR", "/tmp/kiln-cache-here");
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    EXPECT_EQ(KernelCache::default_directory(), "/tmp/kiln-cache-here");
+  }
+  {
+    ScopedEnv kiln("KILN_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    EXPECT_EQ(KernelCache::default_directory(), "/xdg/kiln");
+  }
+  {
+    ScopedEnv kiln("KILN_CACHE_DIR", "");
+    ScopedEnv xdg("XDG_CACHE_HOME", "relative/is/ignored");
+    EXPECT_EQ(KernelCache::default_directory(), "/home/someone/.cache/kiln");
+  }
+}
+
+// Two processes store the same key in a loop while this one reads it: every hit must be the
+// whole payload, never a prefix or a mix.
+TEST(CacheTest, ConcurrentWritersNeverExposePartialEntries) {
+  const fs::path dir = fresh_test_dir();
+  // Large enough that a non-atomic write would be caught half-way.
+  std::string bytes(1 << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char((i * 131) >> 3);
+  constexpr int kStoresPerWriter = 60;
+
+  ::testing::internal::CaptureStderr();
+  std::vector<pid_t> writers;
+  for (int w = 0; w < 2; ++w) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int status = 0;
+      try {
+        KernelCache cache(dir.string());
+        for (int i = 0; i < kStoresPerWriter; ++i) cache.store(sample_key(), bytes);
+      } catch (...) {
+        status = 1;
+      }
+      ::_exit(status);  // no gtest teardown in the child
+    }
+    writers.push_back(pid);
+  }
+
+  KernelCache cache(dir.string());
+  int hits = 0, misses = 0, torn = 0, running = int(writers.size());
+  std::vector<int> statuses;
+  while (running > 0 || hits == 0) {
+    std::optional<std::string> got = cache.read(sample_key());
+    if (!got) {
+      ++misses;
+    } else if (*got == bytes) {
+      ++hits;
+    } else {
+      ++torn;
+    }
+    for (pid_t& pid : writers) {
+      int status = 0;
+      if (pid > 0 && ::waitpid(pid, &status, WNOHANG) == pid) {
+        statuses.push_back(status);
+        pid = -1;
+        --running;
+      }
+    }
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(torn, 0);
+  EXPECT_GT(hits, 0);
+  for (int status : statuses) EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(said.find("corrupt"), std::string::npos) << said;
+  EXPECT_EQ(count_files(dir), 2u) << "no temporaries left behind";
+  std::cout << "[ info     ] concurrent reader: " << hits << " hits, " << misses << " misses\n";
+}
+
+}  // namespace
+}  // namespace kiln::runtime
