@@ -6,6 +6,8 @@
 // version. Entries are written to a temporary file and renamed into place, so concurrent
 // processes sharing the directory never see a half-written entry; each carries a checksum, so
 // a corrupt or truncated one is detected, reported once (on stderr) and rebuilt.
+// On disk an entry is <digest>.bin (the payload as is, so a host .so can be dlopen'ed from the
+// cache) and <digest>.meta (size, checksum, key); see kernel_cache.cpp.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,8 @@ struct CacheInfo {
 
 class KernelCache {
  public:
+  // Creates `directory` when missing; a kiln::Error names it when it cannot be created or is
+  // not writable.
   explicit KernelCache(std::string directory);
   // The directory from the environment (see the file comment).
   static std::string default_directory();

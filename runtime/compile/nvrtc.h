@@ -19,7 +19,8 @@ struct KernelResources {
   int spill_load_bytes = 0;
   int static_shared_bytes = 0;
   int stack_frame_bytes = 0;
-  int constant_bytes = 0;
+  int constant_bytes = 0;         // all cmem banks ptxas lists (sm_80 lists bank 0; sm_90 none)
+  int barriers = 0;               // named barriers ("used 1 barriers")
 };
 
 struct CudaBinary {

@@ -156,13 +156,12 @@ TEST(CacheTest, HalfWrittenEntriesAreMisses) {
   KernelCache cache(dir.string());
   const std::string digest = sample_key().digest();
   // A payload whose metadata never arrived (a writer died between the renames).
-  write_raw(dir / (digest + ".bin"), "orphan");
+  write_raw(dir / (digest + "." + hash_text("orphan") + ".bin"), "orphan");
   std::string why;
   EXPECT_FALSE(cache.read(sample_key(), &why));
   EXPECT_EQ(why, "no entry");
   // Metadata without a payload.
-  cache.store(sample_key(), "bytes");
-  fs::remove(dir / (digest + ".bin"));
+  fs::remove(cache.store(sample_key(), "bytes"));
   EXPECT_FALSE(cache.read(sample_key(), &why));
   EXPECT_NE(why.find("incomplete"), std::string::npos) << why;
   // Garbage metadata is corruption.
@@ -183,10 +182,13 @@ TEST(CacheTest, InfoAndClearTouchOnlyCacheFiles) {
     cache.store(key, std::string(100 * (i + 1), 'z'));
   }
   const std::string digest = sample_key().digest();
-  write_raw(dir / (digest + ".bin.tmp.12345.abc.0"), "stray temporary");
+  const std::string stray_payload = digest + "." + hash_text("x") + ".bin.tmp.12345.abc.0";
+  write_raw(dir / stray_payload, "stray temporary");
+  write_raw(dir / (digest + ".meta.tmp.12345.abc.1"), "stray temporary");
   write_raw(dir / "README.txt", "not ours");
   write_raw(dir / (digest + ".txt"), "not ours either");
-  fs::create_directories(dir / "0123456789abcdef.bin");  // a directory named like an entry
+  write_raw(dir / (digest + ".bin"), "not ours either");
+  fs::create_directories(dir / "0123456789abcdef.meta");  // a directory named like an entry
 
   const CacheInfo info = cache.info();
   EXPECT_EQ(info.directory, dir.string());
@@ -197,9 +199,11 @@ TEST(CacheTest, InfoAndClearTouchOnlyCacheFiles) {
   EXPECT_EQ(cache.info().entries, 0);
   EXPECT_TRUE(fs::exists(dir / "README.txt"));
   EXPECT_TRUE(fs::exists(dir / (digest + ".txt")));
-  EXPECT_TRUE(fs::is_directory(dir / "0123456789abcdef.bin"));
-  EXPECT_FALSE(fs::exists(dir / (digest + ".bin.tmp.12345.abc.0")));
-  EXPECT_EQ(count_files(dir), 3u);
+  EXPECT_TRUE(fs::exists(dir / (digest + ".bin")));
+  EXPECT_TRUE(fs::is_directory(dir / "0123456789abcdef.meta"));
+  EXPECT_FALSE(fs::exists(dir / stray_payload));
+  EXPECT_FALSE(fs::exists(dir / (digest + ".meta.tmp.12345.abc.1")));
+  EXPECT_EQ(count_files(dir), 4u);
 }
 
 TEST(CacheTest, CreatesMissingDirectory) {
@@ -242,13 +246,19 @@ TEST(CacheTest, DefaultDirectoryFromEnvironment) {
   }
 }
 
-// Two processes store the same key in a loop while this one reads it: every hit must be the
-// whole payload, never a prefix or a mix.
-TEST(CacheTest, ConcurrentWritersNeverExposePartialEntries) {
+// Two processes store the same key in a loop while this one reads it: every hit must be a
+// whole payload, never a prefix or a mix. With `distinct`, each writer stores its own bytes
+// (a compiler that is not deterministic): every hit is then one writer's bytes or the other's,
+// and no interleaving of the two writers' renames may look like a corrupt entry.
+void run_concurrent_writers(bool distinct) {
   const fs::path dir = fresh_test_dir();
   // Large enough that a non-atomic write would be caught half-way.
-  std::string bytes(1 << 20, '\0');
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char((i * 131) >> 3);
+  std::vector<std::string> payloads;
+  for (int w = 0; w < 2; ++w) {
+    std::string bytes(1 << 20, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char((i * 131 + (distinct ? w : 0)) >> 3);
+    payloads.push_back(bytes);
+  }
   constexpr int kStoresPerWriter = 60;
 
   ::testing::internal::CaptureStderr();
@@ -260,7 +270,7 @@ TEST(CacheTest, ConcurrentWritersNeverExposePartialEntries) {
       int status = 0;
       try {
         KernelCache cache(dir.string());
-        for (int i = 0; i < kStoresPerWriter; ++i) cache.store(sample_key(), bytes);
+        for (int i = 0; i < kStoresPerWriter; ++i) cache.store(sample_key(), payloads[w]);
       } catch (...) {
         status = 1;
       }
@@ -271,16 +281,19 @@ TEST(CacheTest, ConcurrentWritersNeverExposePartialEntries) {
 
   KernelCache cache(dir.string());
   int hits = 0, misses = 0, torn = 0, running = int(writers.size());
-  std::vector<int> statuses;
-  while (running > 0 || hits == 0) {
+  auto read_once = [&] {
     std::optional<std::string> got = cache.read(sample_key());
     if (!got) {
       ++misses;
-    } else if (*got == bytes) {
+    } else if (*got == payloads[0] || *got == payloads[1]) {
       ++hits;
     } else {
       ++torn;
     }
+  };
+  std::vector<int> statuses;
+  while (running > 0) {
+    read_once();
     for (pid_t& pid : writers) {
       int status = 0;
       if (pid > 0 && ::waitpid(pid, &status, WNOHANG) == pid) {
@@ -290,14 +303,22 @@ TEST(CacheTest, ConcurrentWritersNeverExposePartialEntries) {
       }
     }
   }
+  read_once();  // the writers are done: the entry must be there now
   const std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(torn, 0);
   EXPECT_GT(hits, 0);
   for (int status : statuses) EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(said.find("corrupt"), std::string::npos) << said;
-  EXPECT_EQ(count_files(dir), 2u) << "no temporaries left behind";
-  std::cout << "[ info     ] concurrent reader: " << hits << " hits, " << misses << " misses\n";
+  // Payload + metadata; with distinct bytes both writers' payloads (the older one is kept
+  // until it is stale, for readers that read the metadata before it was replaced).
+  EXPECT_EQ(count_files(dir), distinct ? 3u : 2u) << "no temporaries left behind";
+  std::cout << "[ info     ] concurrent reader: " << hits << " hits, " << misses << " misses"
+            << (said.empty() ? "" : ", said: " + said) << "\n";
 }
+
+TEST(CacheTest, ConcurrentWritersNeverExposePartialEntries) { run_concurrent_writers(false); }
+
+TEST(CacheTest, ConcurrentWritersOfDifferentBytesNeverTear) { run_concurrent_writers(true); }
 
 }  // namespace
 }  // namespace kiln::runtime

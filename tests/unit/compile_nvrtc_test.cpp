@@ -270,6 +270,34 @@ TEST(PtxasReportTest, CannedLog) {
   EXPECT_EQ(kernels[1].constant_bytes, 388);
 }
 
+// As NVRTC 13.0 prints it for two kernels calling a __noinline__ helper.
+TEST(PtxasReportTest, CalleePropertiesAfterEntry) {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'k1' for 'sm_80'\n"
+      "ptxas info    : Function properties for k1\n"
+      "ptxas         .     128 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 0 barriers, 128 bytes cumulative stack size, "
+      "364 bytes cmem[0]\n"
+      "ptxas info    : Compile time = 21.750 ms\n"
+      "ptxas info    : Function properties for _Z6helperPfi\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Compiling entry function 'k0' for 'sm_80'\n"
+      "ptxas info    : Function properties for k0\n"
+      "ptxas         .     128 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 0 barriers, 128 bytes cumulative stack size, "
+      "364 bytes cmem[0]\n";
+  const std::vector<KernelResources> kernels = parse_ptxas_report(log);
+  ASSERT_EQ(kernels.size(), 2u);
+  for (const KernelResources& kernel : kernels) {
+    EXPECT_EQ(kernel.registers, 40) << kernel.kernel;
+    EXPECT_EQ(kernel.stack_frame_bytes, 128) << kernel.kernel;
+    EXPECT_EQ(kernel.constant_bytes, 364) << kernel.kernel;
+  }
+  EXPECT_EQ(kernels[0].kernel, "k1");
+  EXPECT_EQ(kernels[1].kernel, "k0");
+}
+
 TEST(PtxasReportTest, EmptyAndUnrelatedLogs) {
   EXPECT_TRUE(parse_ptxas_report("").empty());
   EXPECT_TRUE(parse_ptxas_report("t.cu(3): warning #177-D: variable \"y\" unused\n").empty());
