@@ -1,6 +1,328 @@
-// STUB: to be written.
-#include "codegen/kernel_emitter.h"
+// CUDA kernels for the GEMM-shaped neural-network ops: matmul, dense and conv2d. All three are
+// instances of the tiled GEMM template (gemm.h); this file says, per op, what A, B and out are.
+//
+//   matmul  out[b][m][n] = A[b][m][k] B[b][k][n]; batch dims broadcast, so each operand's offset
+//           is found from the output's batch index (grid z). Transposes only change which index
+//           is contiguous. An unbatched b folds a's batch into M (one big GEMM).
+//   dense   rows of x times weight^T: B is weight stored [N][K]; bias in the epilogue.
+//   conv2d  implicit GEMM per group (grid z): out[o][pixel] = W[o][c,kh,kw] . patch[c,kh,kw][pixel]
+//           with pixel = (image, oh, ow), so consecutive threads write consecutive pixels of
+//           an NCHW plane. The patch matrix is never built: each thread gathers its elements
+//           from x with stride, padding and dilation (zero in the padding).
+// The pooling and normalization kernels are in pool_norm.cpp.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "codegen/kernels/gemm.h"
+#include "codegen/kernels/nn_util.h"
+
+namespace kiln::codegen::nn {
+
+bool mentions(std::string_view code, std::string_view name) {
+  const auto is_word = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  };
+  while (!code.empty()) {
+    const size_t line_end = code.find('\n');
+    std::string_view line = code.substr(0, line_end);
+    line = line.substr(0, line.find("//"));
+    for (size_t at = line.find(name); at != std::string_view::npos; at = line.find(name, at + 1)) {
+      const size_t end = at + name.size();
+      if ((at == 0 || !is_word(line[at - 1])) && (end == line.size() || !is_word(line[end])))
+        return true;
+    }
+    if (line_end == std::string_view::npos) break;
+    code.remove_prefix(line_end + 1);
+  }
+  return false;
+}
+
+std::string SourceWriter::text() const {
+  // Dropping one declaration can leave another unused (a constant only it read): repeat.
+  std::vector<bool> keep(lines_.size(), true);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < lines_.size(); ++i) {
+      if (!keep[i] || lines_[i].declares.empty()) continue;
+      bool used = false;
+      for (size_t j = 0; j < lines_.size() && !used; ++j)
+        used = j != i && keep[j] && mentions(lines_[j].text, lines_[i].declares);
+      if (!used) {
+        keep[i] = false;
+        changed = true;
+      }
+    }
+  }
+  std::string text;
+  for (size_t i = 0; i < lines_.size(); ++i) {
+    if (!keep[i]) continue;
+    text += lines_[i].text;
+    text += "\n";
+  }
+  return text;
+}
+
+int64_t largest_tensor(const ir::Node& node) {
+  int64_t largest = 1;
+  for (const ir::Value* v : node.inputs)
+    largest = std::max(largest, ir::num_elements(v->type.shape));
+  for (const ir::Value* v : node.results)
+    largest = std::max(largest, ir::num_elements(v->type.shape));
+  return largest;
+}
+
+namespace {
+
+constexpr const char* kGemmNote = "64x64x16 tiles, 256 threads, 4x4 per thread";
+
+int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end; ++d) p *= shape[d];
+  return p;
+}
+
+// `x` converted from the operand's element type to float.
+std::string load_float(const ir::Value* value, const std::string& expr) {
+  return load(value->type.dtype, expr);
+}
+
+// Per-problem offsets of a and b for out batch index `batch`, with NumPy broadcasting.
+std::string matmul_batch_offsets(const ir::Shape& a_batch, const ir::Shape& b_batch,
+                                 const ir::Shape& out_batch, int64_t a_matrix, int64_t b_matrix) {
+  SourceWriter w(0);
+  const int64_t batches = product(out_batch, 0, out_batch.size());
+  const int64_t a_count = product(a_batch, 0, a_batch.size());
+  const int64_t b_count = product(b_batch, 0, b_batch.size());
+  const bool simple = (a_count == 1 || a_count == batches) && (b_count == 1 || b_count == batches);
+  if (simple) {
+    w.comment("Batch offsets: each operand has either every batch or one matrix.");
+    const auto base = [](int64_t count, int64_t matrix) {
+      return count == 1 ? std::string("0")
+                        : fmt::format("batch * static_cast<index_t>({})", matrix);
+    };
+    w.line("const index_t a_base = {};", base(a_count, a_matrix));
+    w.line("const index_t b_base = {};", base(b_count, b_matrix));
+    return w.text();
+  }
+  w.comment(fmt::format("Batch offsets: out batch dims {} broadcast from a {} and b {}.",
+                        ir::shape_to_string(out_batch), ir::shape_to_string(a_batch),
+                        ir::shape_to_string(b_batch)));
+  w.line("index_t a_base = 0;");
+  w.line("index_t b_base = 0;");
+  w.line("int rest = batch;");
+  int64_t a_stride = a_matrix;
+  int64_t b_stride = b_matrix;
+  const size_t rank = out_batch.size();
+  for (size_t i = 0; i < rank; ++i) {
+    const size_t d = rank - 1 - i;  // innermost first
+    const int64_t a_dim = d + a_batch.size() >= rank ? a_batch[d + a_batch.size() - rank] : 1;
+    const int64_t b_dim = d + b_batch.size() >= rank ? b_batch[d + b_batch.size() - rank] : 1;
+    if (d == 0) {
+      w.line("const int batch_0 = rest;");
+    } else {
+      w.line("const int batch_{} = rest % {};", d, out_batch[d]);
+      w.line("rest /= {};", out_batch[d]);
+    }
+    if (a_dim != 1) w.line("a_base += static_cast<index_t>(batch_{}) * {};", d, a_stride);
+    if (b_dim != 1) w.line("b_base += static_cast<index_t>(batch_{}) * {};", d, b_stride);
+    a_stride *= a_dim;
+    b_stride *= b_dim;
+  }
+  return w.text();
+}
+
+}  // namespace
+
+GemmSpec matmul_gemm(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Value* a = node.inputs[0];
+  const ir::Value* b = node.inputs[1];
+  const ir::Shape& as = a->type.shape;
+  const ir::Shape& bs = b->type.shape;
+  const ir::Shape& os = node.results[0]->type.shape;
+  const bool ta = attr<bool>(node, "transpose_a");
+  const bool tb = attr<bool>(node, "transpose_b");
+  const int64_t m = os[os.size() - 2];
+  const int64_t n = os[os.size() - 1];
+  const int64_t k = ta ? as[as.size() - 2] : as[as.size() - 1];
+  const ir::Shape a_batch(as.begin(), as.end() - 2);
+  const ir::Shape b_batch(bs.begin(), bs.end() - 2);
+  const ir::Shape out_batch(os.begin(), os.end() - 2);
+  const int64_t batches = product(out_batch, 0, out_batch.size());
+  const std::string& pa = request.input_params[0];
+  const std::string& pb = request.input_params[1];
+
+  GemmSpec spec;
+  spec.index_type = index_type(largest_tensor(node));
+  spec.out_param = request.output_params[0];
+  spec.out_dtype = node.results[0]->type.dtype;
+  // One matrix b for the whole batch and row-major a: the batch is just more rows of a and out.
+  const bool fold = batches > 1 && product(b_batch, 0, b_batch.size()) == 1 && !ta &&
+                    product(a_batch, 0, a_batch.size()) == batches;
+  spec.m = fold ? batches * m : m;
+  spec.m_is = fold ? "rows of a, all batches" : "rows of a";
+  spec.n_is = "columns of b";
+  spec.k_is = "columns of a, rows of b";
+  spec.n = n;
+  spec.k = k;
+  spec.batch = fold ? 1 : batches;
+  if (fold) {
+    spec.batch_setup = "// b is shared by the whole batch: the batch is folded into the rows.\n"
+                       "const index_t a_base = 0;\nconst index_t b_base = 0;\n";
+  } else {
+    spec.batch_setup = matmul_batch_offsets(a_batch, b_batch, out_batch, m * k, k * n);
+  }
+  spec.a.k_contiguous = !ta;
+  spec.a.fetch = fmt::format("value = {};", load_float(a, ta ? pa + "[a_base + k * kM + row]"
+                                                              : pa + "[a_base + row * kK + k]"));
+  spec.b.k_contiguous = tb;
+  spec.b.fetch = fmt::format("value = {};", load_float(b, tb ? pb + "[b_base + col * kK + k]"
+                                                              : pb + "[b_base + k * kN + col]"));
+  spec.channel = "static_cast<int>(col)";  // the last axis: what a bias_add(axis=-1) indexes
+  spec.out_index = spec.batch > 1 ? "batch * kM * kN + row * kN + col"
+                                  : "row * kN + col";
+  spec.note = fmt::format("tiled GEMM{}{}{}, {}", ta ? ", a transposed" : "",
+                          tb ? ", b transposed" : "", fold ? ", batch folded into rows" : "",
+                          kGemmNote);
+  return spec;
+}
+
+GemmSpec dense_gemm(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Value* x = node.inputs[0];
+  const ir::Value* weight = node.inputs[1];
+  const int64_t n = weight->type.shape[0];
+  const int64_t k = weight->type.shape[1];
+  const std::string& px = request.input_params[0];
+  const std::string& pw = request.input_params[1];
+
+  GemmSpec spec;
+  spec.index_type = index_type(largest_tensor(node));
+  spec.out_param = request.output_params[0];
+  spec.out_dtype = node.results[0]->type.dtype;
+  spec.m = ir::num_elements(x->type.shape) / k;
+  spec.m_is = "rows of x";
+  spec.n_is = "output features";
+  spec.k_is = "input features";
+  spec.n = n;
+  spec.k = k;
+  spec.a.k_contiguous = true;
+  spec.a.fetch = fmt::format("value = {};", load_float(x, px + "[row * kK + k]"));
+  spec.b.k_contiguous = true;  // weight is [N][K]: B transposed
+  spec.b.fetch = fmt::format("value = {};", load_float(weight, pw + "[col * kK + k]"));
+  spec.channel = "static_cast<int>(col)";
+  spec.out_index = "row * kN + col";
+  if (node.inputs.size() > 2) {
+    spec.epilogue = fmt::format("value += {};",
+                                load_float(node.inputs[2], request.input_params[2] + "[channel]"));
+  }
+  spec.note = fmt::format("x * weight^T as tiled GEMM{}, {}",
+                          node.inputs.size() > 2 ? " + bias in the epilogue" : "", kGemmNote);
+  return spec;
+}
+
+GemmSpec conv2d_gemm(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Value* x = node.inputs[0];
+  const ir::Value* weight = node.inputs[1];
+  const ir::Shape& xs = x->type.shape;
+  const ir::Shape& ws = weight->type.shape;
+  const ir::Shape& os = node.results[0]->type.shape;
+  const auto& stride = attr<std::vector<int64_t>>(node, "stride");
+  const auto& pad = attr<std::vector<int64_t>>(node, "pad");  // top, left, bottom, right
+  const auto& dilation = attr<std::vector<int64_t>>(node, "dilation");
+  const int64_t groups = attr<int64_t>(node, "groups");
+  const std::string& px = request.input_params[0];
+  const std::string& pw = request.input_params[1];
+  const int64_t out_channels = ws[0], group_in = ws[1], kh = ws[2], kw = ws[3];
+  const int64_t group_out = out_channels / groups;
+  const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; });
+
+  GemmSpec spec;
+  spec.index_type = index_type(largest_tensor(node));
+  spec.out_param = request.output_params[0];
+  spec.out_dtype = node.results[0]->type.dtype;
+  spec.m = group_out;
+  spec.m_is = "output channels per group";
+  spec.n_is = "output pixels, N * OH * OW";
+  spec.k_is = "patch size, C / groups * KH * KW";
+  spec.n = os[0] * os[2] * os[3];
+  spec.k = group_in * kh * kw;
+  spec.batch = groups;
+  spec.z_name = "group";
+  spec.constants = {
+      {"kC", xs[1], "input channels (all groups)"},
+      {"kH", xs[2], "input height"},
+      {"kW", xs[3], "input width"},
+      {"kGroupChannels", group_in, "input channels per group"},
+      {"kO", out_channels, "output channels (all groups)"},
+      {"kOutW", os[3], "output width"},
+      {"kOutPlane", os[2] * os[3], "output pixels per channel"},
+      {"kKernelW", kw, "kernel width"},
+      {"kWindow", kh * kw, "taps per input channel"},
+      {"kStrideH", stride[0], "vertical stride"},
+      {"kStrideW", stride[1], "horizontal stride"},
+      {"kPadTop", pad[0], "padding before the first row"},
+      {"kPadLeft", pad[1], "padding before the first column"},
+      {"kDilationH", dilation[0], "vertical dilation"},
+      {"kDilationW", dilation[1], "horizontal dilation"},
+  };
+  // A: weight [O][C/groups][KH][KW] is row-major [O][K] per group.
+  spec.a.k_contiguous = true;
+  spec.a.fetch = fmt::format("value = {};",
+                             load_float(weight, pw + "[(group * kM + row) * kK + k]"));
+  // B: the patch matrix, gathered. A thread's column (output pixel) is fixed for the whole K
+  // loop, so its image and window corner are computed once.
+  spec.b.k_contiguous = false;
+  spec.b.setup =
+      "// This thread's output pixel: its image and the top-left corner of its window.\n"
+      "const index_t b_pixel = block_col + b_col;\n"
+      "const index_t b_image = b_pixel / kOutPlane;\n"
+      "const int b_in_top = static_cast<int>(b_pixel % kOutPlane / kOutW) * kStrideH - kPadTop;\n"
+      "const int b_in_left = static_cast<int>(b_pixel % kOutW) * kStrideW - kPadLeft;\n"
+      "const index_t b_base = (b_image * kC + group * kGroupChannels) * kH * kW;\n";
+  std::string fetch =
+      "const index_t in_channel = k / kWindow;\n"
+      "const int tap = static_cast<int>(k % kWindow);\n"
+      "const int in_h = b_in_top + tap / kKernelW * kDilationH;\n"
+      "const int in_w = b_in_left + tap % kKernelW * kDilationW;\n";
+  const std::string element = load_float(x, px + "[b_base + (in_channel * kH + in_h) * kW + in_w]");
+  if (padded) {
+    fetch += "// Taps in the padding read zero.\n";
+    fetch += "if (in_h >= 0 && in_h < kH && in_w >= 0 && in_w < kW) {\n";
+    fetch += "  value = " + element + ";\n}\n";
+  } else {
+    fetch += "value = " + element + ";\n";  // unpadded: every tap of a valid pixel is inside
+  }
+  spec.b.fetch = fetch;
+  spec.channel = "static_cast<int>(group * kM + row)";
+  spec.out_index = "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
+  if (node.inputs.size() > 2)
+    spec.epilogue = fmt::format("value += {};",
+                                load_float(node.inputs[2], request.input_params[2] + "[channel]"));
+  spec.note = fmt::format(
+      "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . gathered patches "
+      "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}, {}",
+      spec.m, spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "", kGemmNote);
+  return spec;
+}
+
+}  // namespace kiln::codegen::nn
 
 namespace kiln::codegen {
-void add_nn_emitters(EmitterTable& table) {}
+
+void add_nn_emitters(EmitterTable& table) {
+  const auto gemm = [](nn::GemmSpec (*build)(const KernelRequest&)) {
+    return [build](const KernelRequest& request) {
+      return nn::emit_gemm(build(request), request.node);
+    };
+  };
+  table.emplace_back("matmul", gemm(nn::matmul_gemm));
+  table.emplace_back("dense", gemm(nn::dense_gemm));
+  table.emplace_back("conv2d", gemm(nn::conv2d_gemm));
+  nn::add_pool_norm_emitters(table);
+}
+
 }  // namespace kiln::codegen

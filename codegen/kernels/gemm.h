@@ -1,0 +1,90 @@
+// The tiled GEMM template behind matmul, dense and conv2d (implicit GEMM).
+//
+// out[row][col] = sum over k of A[row][k] * B[k][col], for a batch of problems (grid z). The
+// callers describe how to fetch one element of A and B and where a result goes; the template
+// writes the tiling, the shared-memory staging and the barriers, specialized to the shapes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_emitter.h"
+#include "ir/dtype.h"
+#include "ir/graph.h"
+
+namespace kiln::codegen::nn {
+
+// Tiling of every GEMM kernel: a block computes a 64x64 tile of out with 16x16 threads, each
+// owning 4x4 results, and steps through K 16 at a time. 64x64x16 keeps two float tiles at 8.4 KB
+// of shared memory and 16 accumulators per thread, well inside the 255-register budget, so the
+// same code compiles without spills on sm_80 and sm_90.
+inline constexpr int kGemmTileM = 64;
+inline constexpr int kGemmTileN = 64;
+inline constexpr int kGemmTileK = 16;
+inline constexpr int kGemmThreadsM = 16;
+inline constexpr int kGemmThreadsN = 16;
+inline constexpr int kGemmThreads = kGemmThreadsM * kGemmThreadsN;
+// Shared tiles are k-major rows of 64 floats padded by 2: threads that stage a tile walking
+// along k then write 32 different banks.
+inline constexpr int kGemmTilePad = 2;
+inline constexpr uint32_t kGemmSharedBytes =
+    (kGemmTileK * (kGemmTileM + kGemmTilePad) + kGemmTileK * (kGemmTileN + kGemmTilePad)) *
+    sizeof(float);
+
+// One operand as the tile loader sees it. The outer index is `row` for A and `col` for B; both it
+// and `k` are in range when `fetch` runs.
+struct GemmOperand {
+  // True when consecutive k are adjacent in memory (A stored [M][K], B stored [N][K]): threads
+  // then stage a tile walking along k, otherwise along the outer index, so global reads coalesce.
+  bool k_contiguous = true;
+  // Statements run once per thread before the K loop. The thread's fixed staging position is
+  // known by then: `a_row`/`b_col` (outer offset within the tile) when !k_contiguous, plus
+  // `block_row`/`block_col` and the z index.
+  std::string setup;
+  // Statements that set `value` (a float, preset to 0) to the element at (outer, k).
+  std::string fetch;
+};
+
+struct GemmConstant {
+  std::string name;     // "kOutPlane"
+  int64_t value;
+  std::string comment;  // why it exists, one line
+};
+
+struct GemmSpec {
+  int64_t m = 1, n = 1, k = 1;  // sizes of one problem
+  // What M, N and K are for the op, for the generated code's comments.
+  std::string m_is = "rows", n_is = "columns", k_is = "terms per dot product";
+  int64_t batch = 1;            // problems, one per grid z
+  std::string z_name = "batch"; // what grid z means to the caller ("batch", "group")
+  std::string index_type = "int";
+  std::vector<GemmConstant> constants;  // caller's shape constants, emitted before the tiling
+  std::string batch_setup;      // statements after the z index is known (per-problem offsets)
+  GemmOperand a, b;
+  // The epilogue. `channel` (an expression in row, col and the z index) names the output channel
+  // or feature of element (row, col): what a per-channel bias indexes. `out_index` (an
+  // expression that may use channel) is its offset in `out`. `epilogue` holds statements
+  // applied to the float `value` before it is stored; they may read `channel`, `out_index`
+  // (a residual has out's layout) and the kernel parameters. This is the hook a fusion pass
+  // extends with bias, activation and residual code.
+  std::string channel;
+  std::string out_index;
+  std::string epilogue;
+  std::string out_param = "out";
+  ir::DType out_dtype = ir::DType::F32;
+  std::string note;  // the algorithm, for the kernel's comment
+};
+
+// The kernel for `spec`, computing `node`. Throws kiln::Error located at the node when the grid
+// does not fit CUDA's limits.
+KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node);
+
+// The GEMM each op is, ready for emit_gemm (nn.cpp). A fusion emitter takes the spec of the
+// node it fuses into, appends to `epilogue` (and `note`), and emits it. The conv2d and dense
+// specs already add their optional bias there.
+GemmSpec matmul_gemm(const KernelRequest& request);
+GemmSpec dense_gemm(const KernelRequest& request);
+GemmSpec conv2d_gemm(const KernelRequest& request);
+
+}  // namespace kiln::codegen::nn

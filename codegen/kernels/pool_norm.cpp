@@ -1,0 +1,331 @@
+// CUDA kernels for pooling, bias_add and batch_norm. Semantics: docs/ops.md and
+// runtime/reference/kernels_nn.cpp.
+//
+//   max_pool2d, avg_pool2d  one thread per output in a grid-stride loop; the window is walked
+//                           with compile-time bounds, taps in the padding skipped (max: -inf,
+//                           avg: 0, divided by the full window when count_include_pad).
+//   global_avg_pool         one warp per (n, c) plane: lanes sum a strided share, a shuffle
+//                           tree adds the 32 partial sums.
+//   bias_add                elementwise, channel = flat index / inner % C.
+//   batch_norm              inference: per element, the channel's statistics folded into one
+//                           scale and shift (the kernel is memory-bound, so recomputing them is
+//                           free). Training: one block per channel, two block reductions (mean,
+//                           then squared deviations: no E[x^2] - E[x]^2 cancellation), then
+//                           normalize with the batch statistics.
+#include <fmt/format.h>
+
+#include "codegen/kernels/nn_util.h"
+
+namespace kiln::codegen::nn {
+namespace {
+
+constexpr int kWarpSize = 32;
+
+int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end; ++d) p *= shape[d];
+  return p;
+}
+
+// Opens a grid-stride loop over kCount items, kThreads per block: index i.
+void open_grid_stride_loop(SourceWriter& w) {
+  w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;");
+  w.line("const index_t grid_threads = static_cast<index_t>(gridDim.x) * kThreads;");
+  w.open("for (index_t i = first; i < kCount; i += grid_threads)");
+}
+
+KernelSpec elementwise_launch(SourceWriter& w, int64_t count, std::string note) {
+  KernelSpec spec;
+  spec.body = w.text();
+  spec.grid = Dim3{grid_stride_blocks(count), 1, 1};
+  spec.block = Dim3{kDefaultBlock, 1, 1};
+  spec.note = std::move(note);
+  return spec;
+}
+
+// --- pooling --------------------------------------------------------------------------------
+
+KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
+  const ir::Node& node = request.node;
+  const ir::Value* x = node.inputs[0];
+  const ir::DType dtype = x->type.dtype;
+  const ir::Shape& xs = x->type.shape;
+  const ir::Shape& os = node.results[0]->type.shape;
+  const auto& kernel = attr<std::vector<int64_t>>(node, "kernel");
+  std::vector<int64_t> stride = attr<std::vector<int64_t>>(node, "stride");
+  if (stride.empty()) stride = kernel;  // PyTorch's default: stride = kernel
+  const auto& pad = attr<std::vector<int64_t>>(node, "pad");
+  std::vector<int64_t> dilation{1, 1};
+  if (node.attrs.count("dilation")) dilation = attr<std::vector<int64_t>>(node, "dilation");
+  const bool include_pad = !is_max && attr<bool>(node, "count_include_pad");
+  const int64_t count = ir::num_elements(os);
+  const std::string& px = request.input_params[0];
+
+  SourceWriter w;
+  w.line("using index_t = {};", index_type(largest_tensor(node)));
+  w.line("constexpr int kThreads = {};", kDefaultBlock);
+  w.line("constexpr index_t kCount = {};  // outputs", count);
+  w.line("constexpr int kH = {};", xs[2]);
+  w.line("constexpr int kW = {};", xs[3]);
+  w.line("constexpr int kOutH = {};", os[2]);
+  w.line("constexpr int kOutW = {};", os[3]);
+  w.line("constexpr int kKernelH = {};", kernel[0]);
+  w.line("constexpr int kKernelW = {};", kernel[1]);
+  w.line("constexpr int kStrideH = {};", stride[0]);
+  w.line("constexpr int kStrideW = {};", stride[1]);
+  w.line("constexpr int kPadTop = {};", pad[0]);
+  w.line("constexpr int kPadLeft = {};", pad[1]);
+  if (is_max) {
+    w.line("constexpr int kDilationH = {};", dilation[0]);
+    w.line("constexpr int kDilationW = {};", dilation[1]);
+  }
+  open_grid_stride_loop(w);
+  w.line("const int out_w = static_cast<int>(i % kOutW);");
+  w.line("const int out_h = static_cast<int>(i / kOutW % kOutH);");
+  w.line("const index_t plane = i / (kOutW * kOutH);");
+  w.line("const int top = out_h * kStrideH - kPadTop;");
+  w.line("const int left = out_w * kStrideW - kPadLeft;");
+  w.line("const {}* in = {} + plane * kH * kW;", c_type(dtype), px);
+  const std::string dh = is_max ? " * kDilationH" : "";
+  const std::string dw = is_max ? " * kDilationW" : "";
+  if (is_max) {
+    w.comment("Padding is -inf: padded taps are skipped. kiln_max lets a NaN win, as torch does.");
+    w.line("float best = -INFINITY;");
+  } else {
+    w.comment("Padding is 0: padded taps add nothing.");
+    w.line("float sum = 0.0f;");
+    if (!include_pad) w.line("int inside = 0;");
+  }
+  w.open("for (int kh = 0; kh < kKernelH; ++kh)");
+  w.line("const int in_h = top + kh{};", dh);
+  w.open("if (in_h < 0 || in_h >= kH)");
+  w.line("continue;");
+  w.close();
+  w.open("for (int kw = 0; kw < kKernelW; ++kw)");
+  w.line("const int in_w = left + kw{};", dw);
+  w.open("if (in_w < 0 || in_w >= kW)");
+  w.line("continue;");
+  w.close();
+  if (is_max) {
+    w.line("best = kiln_max(best, {});", load(dtype, "in[in_h * kW + in_w]"));
+  } else {
+    w.line("sum += {};", load(dtype, "in[in_h * kW + in_w]"));
+    if (!include_pad) w.line("++inside;");
+  }
+  w.close();
+  w.close();
+  if (is_max) {
+    w.line("{}[i] = {};", request.output_params[0], store(dtype, "best"));
+  } else if (include_pad) {
+    w.comment("count_include_pad: divide by the whole window.");
+    w.line("{}[i] = {};", request.output_params[0],
+           store(dtype, "sum / static_cast<float>(kKernelH * kKernelW)"));
+  } else {
+    w.comment("Divide by the taps inside the input (never 0: pad <= kernel / 2).");
+    w.line("{}[i] = {};", request.output_params[0],
+           store(dtype, "sum / static_cast<float>(inside)"));
+  }
+  w.close();
+  return elementwise_launch(
+      w, count,
+      fmt::format("{} pooling {}x{}, one thread per output{}", is_max ? "max" : "average",
+                  kernel[0], kernel[1],
+                  is_max ? "" : include_pad ? ", padding counted" : ", padding not counted"));
+}
+
+KernelSpec emit_global_avg_pool(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Value* x = node.inputs[0];
+  const ir::DType dtype = x->type.dtype;
+  const ir::Shape& xs = x->type.shape;
+  const int64_t planes = xs[0] * xs[1];
+  constexpr int kWarpsPerBlock = static_cast<int>(kDefaultBlock) / kWarpSize;
+
+  SourceWriter w;
+  w.line("using index_t = {};", index_type(largest_tensor(node)));
+  w.line("constexpr int kWarpSize = {};", kWarpSize);
+  w.line("constexpr int kWarpsPerBlock = {};", kWarpsPerBlock);
+  w.line("constexpr index_t kPlanes = {};  // N * C", planes);
+  w.line("constexpr int kPlaneSize = {};  // H * W", xs[2] * xs[3]);
+  w.line("const int lane = threadIdx.x % kWarpSize;");
+  w.comment("The plane depends on the warp only, so all 32 lanes reach the shuffles together.");
+  w.line("const int warp = threadIdx.x / kWarpSize;");
+  w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kWarpsPerBlock + warp;");
+  w.line("const index_t grid_warps = static_cast<index_t>(gridDim.x) * kWarpsPerBlock;");
+  w.open("for (index_t plane = first; plane < kPlanes; plane += grid_warps)");
+  w.line("const {}* in = {} + plane * kPlaneSize;", c_type(dtype), request.input_params[0]);
+  w.line("float sum = 0.0f;");
+  w.open("for (int i = lane; i < kPlaneSize; i += kWarpSize)");
+  w.line("sum += {};", load(dtype, "in[i]"));
+  w.close();
+  w.line("sum = kiln_warp_sum(sum);");
+  w.open("if (lane == 0)");
+  w.line("{}[plane] = {};", request.output_params[0],
+         store(dtype, "sum / static_cast<float>(kPlaneSize)"));
+  w.close();
+  w.close();
+
+  KernelSpec spec;
+  spec.body = w.text();
+  spec.grid = Dim3{grid_stride_blocks(planes, kWarpsPerBlock), 1, 1};
+  spec.block = Dim3{kDefaultBlock, 1, 1};
+  spec.uses_barriers = true;  // warp shuffles
+  spec.note = "one warp per (n, c) plane, strided lane sums and a shuffle-tree sum";
+  return spec;
+}
+
+// --- bias_add -------------------------------------------------------------------------------
+
+KernelSpec emit_bias_add(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Value* x = node.inputs[0];
+  const ir::DType dtype = x->type.dtype;
+  const ir::Shape& xs = x->type.shape;
+  int64_t axis = attr<int64_t>(node, "axis");
+  if (axis < 0) axis += static_cast<int64_t>(xs.size());
+  const int64_t count = ir::num_elements(xs);
+
+  SourceWriter w;
+  w.line("using index_t = {};", index_type(count));
+  w.line("constexpr int kThreads = {};", kDefaultBlock);
+  w.line("constexpr index_t kCount = {};", count);
+  w.line("constexpr int kChannels = {};  // size of axis {}", xs[axis], axis);
+  w.line("constexpr index_t kInner = {};  // elements after axis {}",
+         product(xs, axis + 1, xs.size()), axis);
+  open_grid_stride_loop(w);
+  w.line("const int channel = static_cast<int>(i / kInner % kChannels);");
+  w.line("{}[i] = {};", request.output_params[0],
+         store(dtype, load(dtype, request.input_params[0] + "[i]") + " + " +
+                          load(node.inputs[1]->type.dtype, request.input_params[1] + "[channel]")));
+  w.close();
+  return elementwise_launch(w, count,
+                            "elementwise, bias broadcast along axis " + std::to_string(axis));
+}
+
+// --- batch_norm -----------------------------------------------------------------------------
+
+// Operands: x, scale, bias, mean, var.
+std::string operand(const KernelRequest& request, int index, const std::string& subscript) {
+  return load(request.node.inputs[index]->type.dtype,
+              request.input_params[index] + "[" + subscript + "]");
+}
+
+KernelSpec emit_batch_norm_inference(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& xs = node.inputs[0]->type.shape;
+  const int64_t count = ir::num_elements(xs);
+  SourceWriter w;
+  w.line("using index_t = {};", index_type(count));
+  w.line("constexpr int kThreads = {};", kDefaultBlock);
+  w.line("constexpr index_t kCount = {};", count);
+  w.line("constexpr int kChannels = {};", xs[1]);
+  w.line("constexpr index_t kInner = {};  // elements per (n, c)", product(xs, 2, xs.size()));
+  w.line("constexpr float kEpsilon = {};", literal(ir::DType::F32, attr<double>(node, "epsilon")));
+  open_grid_stride_loop(w);
+  w.line("const int c = static_cast<int>(i / kInner % kChannels);");
+  w.comment("(x - mean) / sqrt(var + eps) * scale + bias as one multiply-add.");
+  w.line("const float channel_scale = {} / sqrtf({} + kEpsilon);", operand(request, 1, "c"),
+         operand(request, 4, "c"));
+  w.line("const float channel_shift = {} - {} * channel_scale;", operand(request, 2, "c"),
+         operand(request, 3, "c"));
+  w.line("{}[i] = {};", request.output_params[0],
+         store(node.inputs[0]->type.dtype,
+               operand(request, 0, "i") + " * channel_scale + channel_shift"));
+  w.close();
+  return elementwise_launch(
+      w, count, "inference: running statistics folded into a per-channel scale and shift");
+}
+
+KernelSpec emit_batch_norm_training(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& xs = node.inputs[0]->type.shape;
+  const int64_t channels = xs[1];
+  const int64_t inner = product(xs, 2, xs.size());
+  const int64_t per_channel = xs[0] * inner;
+  constexpr int kWarps = static_cast<int>(kDefaultBlock) / kWarpSize;
+
+  SourceWriter w;
+  w.line("using index_t = {};", index_type(ir::num_elements(xs)));
+  w.line("constexpr int kThreads = {};", kDefaultBlock);
+  w.line("constexpr int kWarpSize = {};", kWarpSize);
+  w.line("constexpr int kWarps = kThreads / kWarpSize;");
+  w.line("constexpr int kChannels = {};", channels);
+  w.line("constexpr index_t kInner = {};  // elements per (n, c)", inner);
+  w.line("constexpr index_t kPerChannel = {};  // N * kInner", per_channel);
+  w.line("constexpr float kEpsilon = {};", literal(ir::DType::F32, attr<double>(node, "epsilon")));
+  w.line("float* warp_sums = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
+  w.line("const int c = blockIdx.x;");
+  w.line("const int lane = threadIdx.x % kWarpSize;");
+  w.line("const int warp = threadIdx.x / kWarpSize;");
+  w.comment("Sum over the block, returned to every thread: shuffles within warps, then each");
+  w.comment("thread adds the kWarps partial sums (the same order everywhere, so all agree).");
+  w.open("auto block_sum = [&](float partial) -> float");
+  w.line("partial = kiln_warp_sum(partial);");
+  w.open("if (lane == 0)");
+  w.line("warp_sums[warp] = partial;");
+  w.close();
+  w.line("__syncthreads();");
+  w.line("float total = 0.0f;");
+  w.open("for (int i = 0; i < kWarps; ++i)");
+  w.line("total += warp_sums[i];");
+  w.close();
+  w.comment("warp_sums is reused by the next call.");
+  w.line("__syncthreads();");
+  w.line("return total;");
+  w.close("};");
+  const std::string loop =
+      "for (index_t e = threadIdx.x; e < kPerChannel; e += kThreads)";
+  const std::string offset =
+      "const index_t offset = (e / kInner * kChannels + c) * kInner + e % kInner;";
+  w.comment("Pass 1: the channel's mean.");
+  w.line("float sum = 0.0f;");
+  w.open("{}", loop);
+  w.line("{}", offset);
+  w.line("sum += {};", operand(request, 0, "offset"));
+  w.close();
+  w.line("const float batch_mean = block_sum(sum) / static_cast<float>(kPerChannel);");
+  w.comment("Pass 2: the biased variance, from deviations (no cancellation).");
+  w.line("float squares = 0.0f;");
+  w.open("{}", loop);
+  w.line("{}", offset);
+  w.line("const float deviation = {} - batch_mean;", operand(request, 0, "offset"));
+  w.line("squares += deviation * deviation;");
+  w.close();
+  w.line("const float batch_var = block_sum(squares) / static_cast<float>(kPerChannel);");
+  w.comment("Pass 3: normalize with the batch statistics.");
+  w.line("const float channel_scale = {} / sqrtf(batch_var + kEpsilon);", operand(request, 1, "c"));
+  w.line("const float channel_shift = {} - batch_mean * channel_scale;", operand(request, 2, "c"));
+  w.open("{}", loop);
+  w.line("{}", offset);
+  w.line("{}[offset] = {};", request.output_params[0],
+         store(node.inputs[0]->type.dtype,
+               operand(request, 0, "offset") + " * channel_scale + channel_shift"));
+  w.close();
+
+  KernelSpec spec;
+  spec.body = w.text();
+  spec.grid = Dim3{static_cast<uint32_t>(channels), 1, 1};
+  spec.block = Dim3{kDefaultBlock, 1, 1};
+  spec.shared_bytes = kWarps * sizeof(float);
+  spec.uses_barriers = true;
+  spec.note = "training: one block per channel, two-pass batch mean and variance by block "
+              "reductions, then normalize";
+  return spec;
+}
+
+KernelSpec emit_batch_norm(const KernelRequest& request) {
+  return attr<bool>(request.node, "training") ? emit_batch_norm_training(request)
+                                              : emit_batch_norm_inference(request);
+}
+
+}  // namespace
+
+void add_pool_norm_emitters(EmitterTable& table) {
+  table.emplace_back("max_pool2d", [](const KernelRequest& r) { return emit_pool(r, true); });
+  table.emplace_back("avg_pool2d", [](const KernelRequest& r) { return emit_pool(r, false); });
+  table.emplace_back("global_avg_pool", emit_global_avg_pool);
+  table.emplace_back("bias_add", emit_bias_add);
+  table.emplace_back("batch_norm", emit_batch_norm);
+}
+
+}  // namespace kiln::codegen::nn
