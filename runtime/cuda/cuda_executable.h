@@ -15,14 +15,25 @@
 
 namespace kiln::runtime::cuda {
 
+class DriverApi;  // runtime/cuda/driver_api.h
+
 struct CudaOptions {
   int device = 0;
   bool use_cuda_graph = true;  // capture the launch sequence once, replay it on every run
 };
 
-// Whether a driver and at least one device can be opened; `why` says why not
-// ("libcuda.so.1 not found: no NVIDIA driver on this machine", "no CUDA device").
+// Whether a driver and at least one device can be opened; `why` says why not: the reason
+// alone, as in create()'s error "CUDA backend: <reason>; use --backend=host to run on the CPU"
+// ("libcuda.so.1 not found (no NVIDIA driver on this machine)", "no CUDA device (...)").
 bool cuda_available(std::string* why = nullptr);
+
+struct CudaDeviceInfo {
+  std::string name;  // "NVIDIA H100 80GB HBM3"
+  int sm = 0;        // compute capability as 10 * major + minor: 90
+  std::string arch() const { return "sm_" + std::to_string(sm); }
+};
+// The device `device` (an ordinal); throws kiln::Error without a driver or such a device.
+CudaDeviceInfo cuda_device_info(int device = 0);
 
 class CudaExecutable {
  public:
@@ -35,10 +46,19 @@ class CudaExecutable {
                                                 const CudaBinary& binary,
                                                 const std::vector<ir::Tensor>& parameters,
                                                 const CudaOptions& options);
+  // The same on a given driver instead of the process-wide libcuda.so.1 (the unit tests use a
+  // mock driver, runtime/cuda/testing/). `driver` must be initialized and outlive the result.
+  static std::unique_ptr<CudaExecutable> create_with_driver(
+      const DriverApi& driver, const codegen::Program& program, const CudaBinary& binary,
+      const std::vector<ir::Tensor>& parameters, const CudaOptions& options);
 
-  // Copies `inputs` (graph order) in, launches every kernel, copies the outputs back.
+  // Copies `inputs` (graph order) in, launches every kernel, copies the outputs back. Throws
+  // kiln::Error when an input's count or type is wrong, or on a driver failure. Not
+  // thread-safe: one run at a time per executable.
   virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) = 0;
   virtual std::string device_name() const = 0;
+  // What was loaded: "cubin sm_90", or "PTX compute_80 (JIT for sm_86)".
+  virtual std::string loaded_code() const = 0;
 };
 
 }  // namespace kiln::runtime::cuda

@@ -1,0 +1,361 @@
+// The CUDA backend: a Program run through the driver API.
+//
+// At create(): the device's primary context (shared with any CUDA runtime code in the
+// process), one module (the exact cubin, else the PTX, JIT-compiled by the driver), one
+// non-blocking stream, and one device allocation (the arena) holding every buffer at a fixed
+// offset (plan.h), with the parameters uploaded once. A run copies the inputs into their
+// buffers, launches the kernels in order on the stream and copies the outputs back. Because
+// no address ever changes, the launch sequence can be captured into a CUDA graph on the first
+// run and replayed on every later one (CUDA programming guide, "CUDA Graphs").
+#include "runtime/cuda/cuda_executable.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+#include "ir/diagnostic.h"
+#include "runtime/cuda/driver_api.h"
+#include "runtime/cuda/plan.h"
+
+namespace kiln::runtime::cuda {
+namespace {
+
+// Dynamic shared memory a kernel gets without opting in; above it the kernel must raise
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first (the same on every arch since Volta).
+constexpr uint32_t kDefaultDynamicSharedBytes = 48 * 1024;
+// Room for the driver's JIT error log; PTX errors are a few lines each.
+constexpr size_t kJitLogBytes = 16 * 1024;
+
+CUdevice open_device(const DriverApi& api, int ordinal) {
+  int count = 0;
+  api.check(api.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (ordinal < 0 || ordinal >= count) {
+    throw backend_unavailable(fmt::format("there is no CUDA device {} ({} found)", ordinal, count));
+  }
+  CUdevice device = 0;
+  api.check(api.cuDeviceGet(&device, ordinal), "cuDeviceGet");
+  return device;
+}
+
+int device_attribute(const DriverApi& api, CUdevice device, CUdevice_attribute attribute,
+                     std::string_view what) {
+  int value = 0;
+  api.check(api.cuDeviceGetAttribute(&value, attribute, device), "cuDeviceGetAttribute", what);
+  return value;
+}
+
+CudaDeviceInfo query_device(const DriverApi& api, CUdevice device) {
+  // Zero-filled and one byte longer than we tell the driver, so the name always ends.
+  char name[257] = {};
+  api.check(api.cuDeviceGetName(name, sizeof(name) - 1, device), "cuDeviceGetName");
+  int major = device_attribute(api, device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                               "compute capability major");
+  int minor = device_attribute(api, device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                               "compute capability minor");
+  return CudaDeviceInfo{name, sm_number(major, minor)};
+}
+
+std::string kernel_context(const codegen::Kernel& kernel) {
+  return fmt::format("kernel '{}' (grid [{},{},{}], block [{},{},{}], {} B dynamic shared memory)",
+                     kernel.name, kernel.grid.x, kernel.grid.y, kernel.grid.z, kernel.block.x,
+                     kernel.block.y, kernel.block.z, kernel.dynamic_shared_bytes);
+}
+
+// Loads a cubin or PTX image into the current context; a failure carries the JIT log.
+Owned<CUmodule> load_module(const DriverApi& api, const void* image, const std::string& what,
+                            const CudaBinary& binary) {
+  std::string log(kJitLogBytes, '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  // The size option is an unsigned int passed in the pointer itself, as cuda.h specifies.
+  void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(log.size()))};
+  CUmodule module = nullptr;
+  CUresult result = api.cuModuleLoadDataEx(&module, image, 2, options, values);
+  if (result == CUDA_SUCCESS) return Owned<CUmodule>(module, api.cuModuleUnload);
+
+  Diagnostic diagnostic{"", "CUDA backend: " + api.describe(result, "cuModuleLoadData", what), {}};
+  log.resize(strnlen(log.c_str(), log.size()));
+  if (!log.empty()) diagnostic.notes.push_back("JIT log:\n" + log);
+  if (result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || result == CUDA_ERROR_NO_BINARY_FOR_GPU ||
+      result == CUDA_ERROR_INVALID_IMAGE) {
+    // Code from a newer toolkit than the driver is the usual cause; say both versions.
+    diagnostic.notes.push_back(fmt::format(
+        "the driver supports CUDA {}.{}; the code was compiled by {}: a newer driver may be "
+        "needed",
+        api.driver_version() / 1000, api.driver_version() % 1000 / 10,
+        binary.compiler.empty() ? "an unknown compiler" : binary.compiler));
+  }
+  throw Error(std::move(diagnostic));
+}
+
+class DeviceExecutable final : public CudaExecutable {
+ public:
+  DeviceExecutable(const DriverApi& api, const codegen::Program& program, ProgramBindings bindings,
+                   const CudaBinary& binary, const std::vector<ir::Tensor>& parameters,
+                   const CudaOptions& options);
+  ~DeviceExecutable() override;
+
+  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) override;
+  std::string device_name() const override { return device_.name; }
+  std::string loaded_code() const override { return loaded_code_; }
+
+ private:
+  struct Launch {
+    const codegen::Kernel* kernel = nullptr;  // into program_.kernels, which never changes
+    CUfunction function = nullptr;
+    std::vector<CUdeviceptr> args;  // the device address of each argument buffer
+    std::vector<void*> params;      // &args[i]: what cuLaunchKernel reads each argument from
+  };
+
+  void make_current() const { api_.check(api_.cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }
+  CUdeviceptr address(int buffer_id) const {
+    return arena_.get() + static_cast<CUdeviceptr>(layout_.offsets[buffer_id]);
+  }
+  void load_functions(CUdevice device, CUmodule module);
+  void allocate_arena(const std::vector<ir::Tensor>& parameters);
+  CUresult enqueue(Launch& launch);
+  void enqueue_all();
+  void capture_graph();
+
+  const DriverApi& api_;
+  codegen::Program program_;  // without its source: only the tables are needed
+  ProgramBindings bindings_;
+  ArenaLayout layout_;
+  CudaDeviceInfo device_;
+  std::string loaded_code_;
+  bool use_graph_;
+  CUcontext context_ = nullptr;
+  // Declared in acquisition order, so they are released in reverse: the graph, the stream
+  // and module, the arena, and last the context they all live in.
+  Owned<CUdevice> primary_context_;
+  Owned<CUdeviceptr> arena_;
+  Owned<CUmodule> module_;
+  Owned<CUstream> stream_;
+  Owned<CUgraphExec> graph_;
+  std::vector<Launch> launches_;
+};
+
+DeviceExecutable::DeviceExecutable(const DriverApi& api, const codegen::Program& program,
+                                   ProgramBindings bindings, const CudaBinary& binary,
+                                   const std::vector<ir::Tensor>& parameters,
+                                   const CudaOptions& options)
+    : api_(api),
+      program_(program),
+      bindings_(std::move(bindings)),
+      layout_(plan_arena(program.buffers)),
+      use_graph_(options.use_cuda_graph) {
+  program_.source.clear();
+  CUdevice device = open_device(api_, options.device);
+  device_ = query_device(api_, device);
+  std::optional<CodeChoice> code = select_code(binary, device_.sm);
+  if (!code) {
+    throw Error("", fmt::format("CUDA backend: graph '{}' has no code that runs on device {} "
+                                "('{}', {}): the binary holds {}; compile for {} too",
+                                program_.graph_name, options.device, device_.name,
+                                device_.arch(), describe_code(binary), device_.arch()));
+  }
+
+  CUcontext context = nullptr;
+  api_.check(api_.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+  primary_context_ = Owned<CUdevice>(device, api_.cuDevicePrimaryCtxRelease_v2);
+  context_ = context;
+  make_current();
+
+  if (code->kind == CodeKind::Cubin) {
+    loaded_code_ = "cubin " + code->arch;
+    module_ = load_module(api_, binary.cubins.at(code->arch).data(), loaded_code_, binary);
+  } else {
+    loaded_code_ = fmt::format("PTX {} (JIT for {})", code->arch, device_.arch());
+    // std::string keeps its text NUL-terminated, as the driver needs PTX to be.
+    module_ = load_module(api_, binary.ptx.c_str(), loaded_code_, binary);
+  }
+  load_functions(device, module_.get());
+
+  CUstream stream = nullptr;
+  // Non-blocking: no implicit ordering with the legacy default stream, which other code in the
+  // process may use and which would also make a capture on this stream fail.
+  api_.check(api_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  stream_ = Owned<CUstream>(stream, api_.cuStreamDestroy_v2);
+
+  allocate_arena(parameters);
+}
+
+DeviceExecutable::~DeviceExecutable() {
+  // Releases need the context current on this thread and must not free memory in use; errors
+  // are ignored (see Owned), so a faulted context still tears down without throwing.
+  if (api_.cuCtxSetCurrent(context_) == CUDA_SUCCESS && stream_.owns())
+    (void)api_.cuStreamSynchronize(stream_.get());
+}
+
+void DeviceExecutable::load_functions(CUdevice device, CUmodule module) {
+  std::optional<int> shared_limit;  // queried only when a kernel needs more than the default
+  for (const codegen::Kernel& kernel : program_.kernels) {
+    Launch launch;
+    launch.kernel = &kernel;
+    api_.check(api_.cuModuleGetFunction(&launch.function, module, kernel.name.c_str()),
+               "cuModuleGetFunction", fmt::format("kernel '{}'", kernel.name));
+    if (kernel.dynamic_shared_bytes > kDefaultDynamicSharedBytes) {
+      if (!shared_limit) {
+        shared_limit = device_attribute(api_, device,
+                                        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                        "max shared memory per block (opt-in)");
+      }
+      if (kernel.dynamic_shared_bytes > static_cast<uint32_t>(*shared_limit)) {
+        throw Error("", fmt::format("CUDA backend: kernel '{}' needs {} B of shared memory per "
+                                    "block; device '{}' ({}) allows at most {} B",
+                                    kernel.name, kernel.dynamic_shared_bytes, device_.name,
+                                    device_.arch(), *shared_limit));
+      }
+      api_.check(api_.cuFuncSetAttribute(launch.function,
+                                         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         static_cast<int>(kernel.dynamic_shared_bytes)),
+                 "cuFuncSetAttribute", kernel_context(kernel));
+    }
+    launches_.push_back(std::move(launch));
+  }
+}
+
+void DeviceExecutable::allocate_arena(const std::vector<ir::Tensor>& parameters) {
+  // cuMemAlloc rejects 0 bytes; a program without buffers needs no arena.
+  if (layout_.total_bytes > 0) {
+    CUdeviceptr arena = 0;
+    api_.check(api_.cuMemAlloc_v2(&arena, static_cast<size_t>(layout_.total_bytes)),
+               "cuMemAlloc", fmt::format("the {} B arena of graph '{}'", layout_.total_bytes,
+                                         program_.graph_name));
+    arena_ = Owned<CUdeviceptr>(arena, api_.cuMemFree_v2);
+    // Zeroed once, so a kernel that misses an element yields the same wrong answer every time.
+    api_.check(api_.cuMemsetD8Async(arena, 0, static_cast<size_t>(layout_.total_bytes),
+                                    stream_.get()),
+               "cuMemsetD8Async");
+  }
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    int id = bindings_.parameters[i];
+    api_.check(api_.cuMemcpyHtoDAsync_v2(address(id), parameters[i].data(),
+                                         parameters[i].byte_size(), stream_.get()),
+               "cuMemcpyHtoDAsync", fmt::format("parameter '{}'", program_.buffers[id].name));
+  }
+  // The addresses are final now, so every launch's argument array can point into them.
+  for (Launch& launch : launches_) {
+    for (int id : launch.kernel->args) launch.args.push_back(address(id));
+    for (CUdeviceptr& arg : launch.args) launch.params.push_back(&arg);
+  }
+  // Upload errors belong to create(), not to the first run.
+  api_.check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize",
+             fmt::format("uploading the parameters of graph '{}'", program_.graph_name));
+}
+
+CUresult DeviceExecutable::enqueue(Launch& launch) {
+  const codegen::Kernel& kernel = *launch.kernel;
+  return api_.cuLaunchKernel(launch.function, kernel.grid.x, kernel.grid.y, kernel.grid.z,
+                             kernel.block.x, kernel.block.y, kernel.block.z,
+                             kernel.dynamic_shared_bytes, stream_.get(), launch.params.data(),
+                             nullptr);
+}
+
+void DeviceExecutable::enqueue_all() {
+  for (Launch& launch : launches_)
+    api_.check(enqueue(launch), "cuLaunchKernel", kernel_context(*launch.kernel));
+}
+
+void DeviceExecutable::capture_graph() {
+  // Thread-local mode: only this thread's calls are checked for capture safety, so other
+  // threads of a host application may keep allocating while we capture.
+  api_.check(api_.cuStreamBeginCapture_v2(stream_.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+             "cuStreamBeginCapture");
+  CUresult launch_result = CUDA_SUCCESS;
+  const Launch* failed = nullptr;
+  for (Launch& launch : launches_) {
+    launch_result = enqueue(launch);
+    if (launch_result == CUDA_SUCCESS) continue;
+    failed = &launch;
+    break;
+  }
+  // Capture always ends, even after a failed launch, or the stream stays unusable.
+  CUgraph graph = nullptr;
+  CUresult end_result = api_.cuStreamEndCapture(stream_.get(), &graph);
+  Owned<CUgraph> graph_owner;
+  if (graph != nullptr) graph_owner = Owned<CUgraph>(graph, api_.cuGraphDestroy);
+  if (failed != nullptr)
+    api_.check(launch_result, "cuLaunchKernel", kernel_context(*failed->kernel));
+  api_.check(end_result, "cuStreamEndCapture");
+
+  CUgraphExec exec = nullptr;
+  api_.check(api_.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate",
+             fmt::format("graph '{}'", program_.graph_name));
+  graph_ = Owned<CUgraphExec>(exec, api_.cuGraphExecDestroy);
+  // The executable graph is independent of the captured one, which graph_owner frees now.
+}
+
+std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inputs) {
+  check_tensors(program_, "input", bindings_.inputs, inputs);
+  make_current();
+  CUstream stream = stream_.get();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int id = bindings_.inputs[i];
+    api_.check(api_.cuMemcpyHtoDAsync_v2(address(id), inputs[i].data(), inputs[i].byte_size(),
+                                         stream),
+               "cuMemcpyHtoDAsync", fmt::format("input '{}'", program_.buffers[id].name));
+  }
+
+  if (use_graph_ && !launches_.empty()) {
+    if (!graph_.owns()) capture_graph();
+    api_.check(api_.cuGraphLaunch(graph_.get(), stream), "cuGraphLaunch",
+               fmt::format("graph '{}'", program_.graph_name));
+  } else {
+    enqueue_all();
+  }
+
+  std::vector<ir::Tensor> outputs;
+  outputs.reserve(bindings_.outputs.size());
+  for (int id : bindings_.outputs) {
+    const codegen::Buffer& buffer = program_.buffers[id];
+    ir::Tensor& output = outputs.emplace_back(buffer.type);
+    api_.check(api_.cuMemcpyDtoHAsync_v2(output.data(), address(id), output.byte_size(), stream),
+               "cuMemcpyDtoHAsync", fmt::format("output '{}'", buffer.name));
+  }
+  // Kernel faults surface here (or in the copies above), after the launches that caused them.
+  api_.check(api_.cuStreamSynchronize(stream), "cuStreamSynchronize",
+             fmt::format("running graph '{}'", program_.graph_name));
+  return outputs;
+}
+
+}  // namespace
+
+bool cuda_available(std::string* why) {
+  try {
+    const DriverApi& api = driver();
+    int count = 0;
+    api.check(api.cuDeviceGetCount(&count), "cuDeviceGetCount");
+    if (count > 0) return true;
+    if (why != nullptr) *why = "no CUDA device";
+  } catch (const Error& error) {
+    if (why != nullptr) *why = unavailable_reason(error);
+  }
+  return false;
+}
+
+CudaDeviceInfo cuda_device_info(int device) {
+  const DriverApi& api = driver();
+  return query_device(api, open_device(api, device));
+}
+
+std::unique_ptr<CudaExecutable> CudaExecutable::create(const codegen::Program& program,
+                                                       const CudaBinary& binary,
+                                                       const std::vector<ir::Tensor>& parameters,
+                                                       const CudaOptions& options) {
+  // What needs no device is checked first, so a bad call fails the same way everywhere.
+  check_tensors(program, "parameter", bind_program(program).parameters, parameters);
+  return create_with_driver(driver(), program, binary, parameters, options);
+}
+
+std::unique_ptr<CudaExecutable> CudaExecutable::create_with_driver(
+    const DriverApi& driver, const codegen::Program& program, const CudaBinary& binary,
+    const std::vector<ir::Tensor>& parameters, const CudaOptions& options) {
+  ProgramBindings bindings = bind_program(program);
+  check_tensors(program, "parameter", bindings.parameters, parameters);
+  return std::make_unique<DeviceExecutable>(driver, program, std::move(bindings), binary,
+                                            parameters, options);
+}
+
+}  // namespace kiln::runtime::cuda

@@ -1,0 +1,163 @@
+#include "runtime/cuda/plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+
+#include "ir/diagnostic.h"
+
+namespace kiln::runtime::cuda {
+namespace {
+
+int64_t align_up(int64_t value, int64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+// The digits and the suffix letter of "sm_90a" / "compute_100f" ('\0' when none).
+struct ParsedArch {
+  int number = 0;
+  char suffix = '\0';
+};
+
+std::optional<ParsedArch> parse_arch(std::string_view arch) {
+  for (std::string_view prefix : {"sm_", "compute_"}) {
+    if (!arch.starts_with(prefix)) continue;
+    std::string_view rest = arch.substr(prefix.size());
+    ParsedArch parsed;
+    auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), parsed.number);
+    if (error != std::errc() || end == rest.data() || parsed.number <= 0) return std::nullopt;
+    std::string_view suffix(end, rest.data() + rest.size() - end);
+    if (suffix.size() > 1 || (suffix.size() == 1 && suffix != "a" && suffix != "f"))
+      return std::nullopt;
+    if (suffix.size() == 1) parsed.suffix = suffix[0];
+    return parsed;
+  }
+  return std::nullopt;
+}
+
+// Whether a device can JIT-compile PTX of `ptx_arch` (CUDA programming guide, "Binary
+// Compatibility" and "Feature Availability").
+bool ptx_runs_on(std::string_view ptx_arch, int device_sm) {
+  std::optional<ParsedArch> parsed = parse_arch(ptx_arch);
+  // An unknown arch string: let the driver decide (it fails with a clear CUresult).
+  if (!parsed) return true;
+  switch (parsed->suffix) {
+    case 'a':
+      return device_sm == parsed->number;
+    case 'f':
+      return device_sm / 10 == parsed->number / 10 && device_sm >= parsed->number;
+    default:
+      return device_sm >= parsed->number;
+  }
+}
+
+// Every id of `role` in index order; an index missing or present twice is an internal error.
+std::vector<int> buffers_by_index(const codegen::Program& program, codegen::BufferRole role) {
+  std::vector<int> ids;
+  for (size_t id = 0; id < program.buffers.size(); ++id) {
+    const codegen::Buffer& buffer = program.buffers[id];
+    if (buffer.role != role) continue;
+    KILN_CHECK(buffer.index >= 0) << "buffer '" << buffer.name << "' has no index";
+    if (static_cast<size_t>(buffer.index) >= ids.size())
+      ids.resize(static_cast<size_t>(buffer.index) + 1, -1);
+    KILN_CHECK(ids[buffer.index] == -1)
+        << "buffers '" << program.buffers[ids[buffer.index]].name << "' and '" << buffer.name
+        << "' have the same index " << buffer.index;
+    ids[buffer.index] = static_cast<int>(id);
+  }
+  for (size_t index = 0; index < ids.size(); ++index)
+    KILN_CHECK(ids[index] != -1) << "no buffer has index " << index;
+  return ids;
+}
+
+}  // namespace
+
+ArenaLayout plan_arena(const std::vector<codegen::Buffer>& buffers) {
+  ArenaLayout layout;
+  layout.offsets.reserve(buffers.size());
+  int64_t end = 0;
+  for (const codegen::Buffer& buffer : buffers) {
+    KILN_CHECK(buffer.bytes >= 0) << "buffer '" << buffer.name << "' has " << buffer.bytes
+                                  << " bytes";
+    int64_t offset = align_up(end, kArenaAlignment);
+    // Real sizes are far below this (kMaxElements * 8 bytes per buffer); it keeps the sum exact.
+    KILN_CHECK(buffer.bytes <= INT64_MAX / 2 - offset) << "arena size overflows";
+    layout.offsets.push_back(offset);
+    end = offset + buffer.bytes;
+  }
+  layout.total_bytes = align_up(end, kArenaAlignment);
+  return layout;
+}
+
+std::optional<int> arch_number(std::string_view arch) {
+  std::optional<ParsedArch> parsed = parse_arch(arch);
+  if (!parsed) return std::nullopt;
+  return parsed->number;
+}
+
+std::optional<CodeChoice> select_code(const CudaBinary& binary, int device_sm) {
+  std::string device_arch = fmt::format("sm_{}", device_sm);
+  if (binary.cubins.contains(device_arch)) return CodeChoice{CodeKind::Cubin, device_arch};
+  if (!binary.ptx.empty() && ptx_runs_on(binary.ptx_arch, device_sm))
+    return CodeChoice{CodeKind::Ptx, binary.ptx_arch};
+  return std::nullopt;
+}
+
+std::string describe_code(const CudaBinary& binary) {
+  std::vector<std::string> parts;
+  if (!binary.cubins.empty()) {
+    std::vector<std::string> archs;
+    for (const auto& [arch, cubin] : binary.cubins) archs.push_back(arch);
+    parts.push_back(fmt::format("cubins for {}", fmt::join(archs, ", ")));
+  }
+  if (!binary.ptx.empty())
+    parts.push_back(fmt::format("PTX for {}", binary.ptx_arch.empty() ? "an unknown arch"
+                                                                      : binary.ptx_arch));
+  if (parts.empty()) return "no code";
+  return fmt::format("{}", fmt::join(parts, " and "));
+}
+
+ProgramBindings bind_program(const codegen::Program& program) {
+  ProgramBindings bindings;
+  bindings.inputs = buffers_by_index(program, codegen::BufferRole::Input);
+  bindings.parameters = buffers_by_index(program, codegen::BufferRole::Parameter);
+  const int num_buffers = static_cast<int>(program.buffers.size());
+  for (int id : program.outputs)
+    KILN_CHECK(id >= 0 && id < num_buffers) << "graph output is buffer " << id;
+  bindings.outputs = program.outputs;
+  for (const codegen::Buffer& buffer : program.buffers) {
+    KILN_CHECK(buffer.bytes == ir::num_elements(buffer.type.shape) *
+                                   static_cast<int64_t>(ir::dtype_size(buffer.type.dtype)))
+        << "buffer '" << buffer.name << "' of type " << buffer.type.to_string() << " has "
+        << buffer.bytes << " bytes";
+  }
+  for (const codegen::Kernel& kernel : program.kernels) {
+    for (int id : kernel.args)
+      KILN_CHECK(id >= 0 && id < num_buffers) << "kernel '" << kernel.name << "' arg " << id;
+    KILN_CHECK(kernel.grid.count() > 0 && kernel.block.count() > 0)
+        << "kernel '" << kernel.name << "' has an empty grid or block";
+  }
+  return bindings;
+}
+
+void check_tensors(const codegen::Program& program, std::string_view what,
+                   const std::vector<int>& buffer_ids, const std::vector<ir::Tensor>& tensors) {
+  if (tensors.size() != buffer_ids.size()) {
+    throw Error("", fmt::format("CUDA backend: graph '{}' takes {} {}{}, got {}",
+                                program.graph_name, buffer_ids.size(), what,
+                                buffer_ids.size() == 1 ? "" : "s", tensors.size()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const codegen::Buffer& buffer = program.buffers[buffer_ids[i]];
+    if (tensors[i].type() == buffer.type) {
+      // A Tensor's bytes always match its type; this guards the copy below it, not the user.
+      KILN_CHECK(static_cast<int64_t>(tensors[i].byte_size()) == buffer.bytes);
+      continue;
+    }
+    throw Error("", fmt::format("CUDA backend: {} '{}': expected {}, got {}", what, buffer.name,
+                                buffer.type.to_string(), tensors[i].type().to_string()));
+  }
+}
+
+}  // namespace kiln::runtime::cuda
