@@ -1,6 +1,232 @@
-// STUB: to be written.
-#include "codegen/kernel_emitter.h"
+// Kernel emitters for reduce_sum, reduce_mean and reduce_max over any axes (keepdims only
+// changes the result's shape, not its row-major order).
+//
+// The input is split into kept dims (one output element each) and reduced dims, each list
+// collapsed (see StridedDims): element (o, r) sits at kept_offset(o) + reduced_offset(r).
+//   - rows: when the innermost input dim is reduced and a row has at least kWarpSize
+//     elements, one warp per output (rows up to kMaxWarpRow) or one block per output reads
+//     the row with consecutive lanes on consecutive elements, then combines with shuffles
+//     (and shared memory across warps);
+//   - columns: otherwise consecutive threads take consecutive outputs, so their reads are
+//     consecutive too; long columns are split over kSlices threads (blockDim.y) whose partial
+//     results meet in shared memory.
+// Accumulation: float for float dtypes (see reduce_util.h for the order and tolerance), 64-bit
+// for i32 sums (saturated to i32 at the end, as the reference's store), i64 sums wrap past
+// 2^63 where the reference saturates.
+#include "codegen/kernels/reduce_util.h"
 
 namespace kiln::codegen {
-void add_reduce_emitters(EmitterTable& table) {}
+namespace {
+
+using ir::DType;
+
+// Columns strategy: partial results per output when a column has at least this many elements.
+constexpr int64_t kSlices = 8;
+constexpr int64_t kMinSlicedColumn = 64;
+
+struct Accumulator {
+  std::string type;  // C type of the running value
+  std::string init;
+  Combine combine = Combine::Sum;
+  std::string finish;  // expression of `acc` in the result's compute type
+  std::string comment;
+};
+
+Accumulator accumulator_for(const std::string& op, DType dtype) {
+  if (op == "reduce_max") {
+    if (ir::is_floating(dtype))
+      return {"float", "-INFINITY", Combine::Max, "acc", "max in float; NaN propagates (kiln_max)"};
+    const std::string type(compute_type(dtype));
+    const std::string lowest =
+        dtype == DType::I64 ? "-9223372036854775807LL - 1" : "-2147483647 - 1";
+    return {type, lowest, Combine::Max, "acc", "max in " + type};
+  }
+  if (ir::is_floating(dtype)) {
+    const std::string finish = op == "reduce_mean" ? "acc / kReducedCount" : "acc";
+    return {"float", "0.0f", Combine::Sum, finish, "sum in float"};
+  }
+  if (dtype == DType::I32)
+    return {"long long", "0", Combine::Sum,
+            "static_cast<int>(acc < kI32Min ? kI32Min : (acc > kI32Max ? kI32Max : acc))",
+            "sum in 64 bits, saturated to i32 at the end"};
+  return {"long long", "0", Combine::Sum, "acc", "sum in 64 bits (wraps past 2^63)"};
+}
+
+std::string fold(const Accumulator& acc, const std::string& value) {
+  if (acc.combine == Combine::Sum) return "acc += " + value + ";";
+  if (acc.type == "float") return "acc = kiln_max(acc, " + value + ");";
+  return "acc = " + value + " > acc ? " + value + " : acc;";
+}
+
+struct ReducePlan {
+  StridedDims kept;
+  StridedDims reduced;
+  int64_t outputs = 1;
+  int64_t per_output = 1;  // reduced elements per output
+  int64_t count = 1;       // input elements
+};
+
+ReducePlan plan_reduction(const ir::Node& node) {
+  const ir::Shape& shape = node.inputs[0]->type.shape;
+  const int rank = static_cast<int>(shape.size());
+  const auto& axes = std::get<std::vector<int64_t>>(node.attrs.at("axes"));
+  std::vector<bool> reduced(rank, axes.empty());
+  for (int64_t axis : axes) reduced[axis < 0 ? axis + rank : axis] = true;
+  const std::vector<int64_t> strides = ir::row_major_strides(shape);
+  ReducePlan plan;
+  for (int d = 0; d < rank; ++d) {
+    StridedDims& part = reduced[d] ? plan.reduced : plan.kept;
+    part.dims.push_back(shape[d]);
+    part.strides.push_back(strides[d]);
+  }
+  plan.kept = collapse(plan.kept);
+  plan.reduced = collapse(plan.reduced);
+  plan.outputs = count_of(plan.kept);
+  plan.per_output = count_of(plan.reduced);
+  plan.count = ir::num_elements(shape);
+  return plan;
+}
+
+void emit_common_constants(BodyWriter& w, const ReducePlan& plan, const Accumulator& acc,
+                           const std::string& type) {
+  w.line("constexpr {} kOutputs = {};", type, int_literal(plan.outputs, type));
+  w.line("constexpr {} kReduced = {};", type, int_literal(plan.per_output, type));
+  if (acc.finish.find("kReducedCount") != std::string::npos)
+    w.line("constexpr float kReducedCount = {};", literal(DType::F32, double(plan.per_output)));
+  if (acc.finish.find("kI32Min") != std::string::npos) {
+    w.line("constexpr long long kI32Min = -2147483647LL - 1;");
+    w.line("constexpr long long kI32Max = 2147483647LL;");
+  }
+  w.comment("Output element o reads x[kept offset of o + reduced offset of r], r < kReduced.");
+  emit_strided_constants(w, "Kept", plan.kept, type);
+  emit_strided_constants(w, "Reduced", plan.reduced, type);
+}
+
+// acc folds the elements r = first, first + step, ... of the output at `base`.
+void emit_fold_loop(BodyWriter& w, const KernelRequest& request, const ReducePlan& plan,
+                    const Accumulator& acc, const std::string& type, const std::string& first,
+                    const std::string& step) {
+  const DType dtype = request.node.inputs[0]->type.dtype;
+  w.line("{} acc = {};", acc.type, acc.init);
+  w.open("for ({} r = {}; r < kReduced; r += {})", type, first, step);
+  emit_strided_offset(w, "offset", "r", "Reduced", plan.reduced, type);
+  w.line(fold(acc, load(dtype, request.input_params[0] + "[base + offset]")));
+  w.close();
+}
+
+std::string store_result(const KernelRequest& request, const Accumulator& acc,
+                         const std::string& index) {
+  return fmt::format("{}[{}] = {};", request.output_params[0], index,
+                     store(request.node.results[0]->type.dtype, acc.finish));
+}
+
+KernelSpec emit_rows(const KernelRequest& request, const ReducePlan& plan, const Accumulator& acc) {
+  const std::string type = index_type(plan.count);
+  const bool per_warp = plan.per_output <= kMaxWarpRow;
+  BodyWriter w;
+  w.comment(acc.comment + (per_warp ? "; one warp per output" : "; one block per output"));
+  emit_common_constants(w, plan, acc, type);
+  emit_warp_constants(w, kRowBlock);
+  if (!per_warp) w.line("{}* partial = reinterpret_cast<{}*>(kiln_smem);", acc.type, acc.type);
+  open_row_loop(w, per_warp, type, "kOutputs");
+  emit_strided_offset(w, "base", "row", "Kept", plan.kept, type);
+  emit_fold_loop(w, request, plan, acc, type, per_warp ? "lane" : "threadIdx.x",
+                 per_warp ? "kWarpSize" : "blockDim.x");
+  if (per_warp)
+    emit_warp_combine(w, "acc", acc.combine, acc.type);
+  else
+    emit_block_combine(w, "acc", acc.combine, acc.type, "partial");
+  w.open(per_warp ? "if (lane == 0)" : "if (threadIdx.x == 0)");
+  w.line(store_result(request, acc, "row"));
+  w.close();
+  w.close();
+
+  KernelSpec spec;
+  spec.block = Dim3{static_cast<uint32_t>(kRowBlock), 1, 1};
+  const int64_t rows_per_block = per_warp ? kRowBlock / kWarpSize : 1;
+  spec.grid = Dim3{grid_stride_blocks(plan.outputs, static_cast<uint32_t>(rows_per_block)), 1, 1};
+  spec.shared_bytes = per_warp ? 0 : static_cast<uint32_t>(kRowBlock / kWarpSize * 8);
+  spec.uses_barriers = true;
+  spec.body = w.take();
+  spec.note = per_warp ? "one warp per output row, strided loads, shuffle tree"
+                       : "one block per output row, strided loads, shuffle + shared-memory tree";
+  return spec;
+}
+
+KernelSpec emit_columns(const KernelRequest& request, const ReducePlan& plan,
+                        const Accumulator& acc) {
+  const std::string type = index_type(plan.count);
+  const int64_t slices = plan.per_output >= kMinSlicedColumn ? kSlices : 1;
+  const int64_t columns = kRowBlock / slices;
+  BodyWriter w;
+  w.comment(acc.comment + "; consecutive threads take consecutive outputs (coalesced reads)");
+  emit_common_constants(w, plan, acc, type);
+  if (slices == 1) {
+    open_grid_stride_loop(w, "o", type, "kOutputs");
+    emit_strided_offset(w, "base", "o", "Kept", plan.kept, type);
+    emit_fold_loop(w, request, plan, acc, type, int_literal(0, type), "1");
+    w.line(store_result(request, acc, "o"));
+    w.close();
+  } else {
+    w.line("constexpr int kColumns = {};  // blockDim.x: outputs per block and pass", columns);
+    w.line("constexpr int kSlices = {};  // blockDim.y: threads splitting one column", slices);
+    w.line("{}* partial = reinterpret_cast<{}*>(kiln_smem);  // [kSlices][kColumns]", acc.type,
+           acc.type);
+    w.comment("Block-uniform loop: every thread reaches every barrier, in range or not.");
+    w.open(
+        "for ({} first = static_cast<{}>(blockIdx.x) * kColumns; first < kOutputs; "
+        "first += kColumns * gridDim.x)",
+        type, type);
+    w.line("const {} o = first + threadIdx.x;", type);
+    w.line("{} acc = {};", acc.type, acc.init);
+    w.comment("Past the last output a thread folds nothing and contributes the identity.");
+    w.open("if (o < kOutputs)");
+    emit_strided_offset(w, "base", "o", "Kept", plan.kept, type);
+    w.open("for ({} r = threadIdx.y; r < kReduced; r += kSlices)", type);
+    emit_strided_offset(w, "offset", "r", "Reduced", plan.reduced, type);
+    const std::string element = request.input_params[0] + "[base + offset]";
+    w.line(fold(acc, load(request.node.inputs[0]->type.dtype, element)));
+    w.close();
+    w.close();
+    w.line("partial[threadIdx.y * kColumns + threadIdx.x] = acc;");
+    w.line("__syncthreads();");
+    w.open("if (threadIdx.y == 0 && o < kOutputs)");
+    w.comment("Fold the kSlices partials of this column in slice order.");
+    w.open("for (int s = 1; s < kSlices; ++s)");
+    w.line(fold(acc, "partial[s * kColumns + threadIdx.x]"));
+    w.close();
+    w.line(store_result(request, acc, "o"));
+    w.close();
+    w.comment("Wait until the partials are read before the next pass overwrites them.");
+    w.line("__syncthreads();");
+    w.close();
+  }
+  KernelSpec spec;
+  spec.block = Dim3{static_cast<uint32_t>(columns), static_cast<uint32_t>(slices), 1};
+  spec.grid = Dim3{grid_stride_blocks(plan.outputs, static_cast<uint32_t>(columns)), 1, 1};
+  spec.shared_bytes = slices == 1 ? 0 : static_cast<uint32_t>(kRowBlock * 8);
+  spec.uses_barriers = slices > 1;
+  spec.body = w.take();
+  spec.note = slices == 1 ? "one thread per output, sequential fold, coalesced across threads"
+                          : "32 outputs x 8 slices per block, partials combined in shared memory";
+  return spec;
+}
+
+KernelSpec emit_reduce(const KernelRequest& request) {
+  const ReducePlan plan = plan_reduction(request.node);
+  const Accumulator acc = accumulator_for(request.node.op, request.node.inputs[0]->type.dtype);
+  const bool inner_reduced = !plan.reduced.dims.empty() && plan.reduced.strides.back() == 1;
+  if (inner_reduced && plan.per_output >= kWarpSize) return emit_rows(request, plan, acc);
+  return emit_columns(request, plan, acc);
+}
+
+}  // namespace
+
+void add_reduce_emitters(EmitterTable& table) {
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+    table.emplace_back(op, emit_reduce);
+  add_normalize_emitters(table);
+  add_loss_emitters(table);
+}
+
 }  // namespace kiln::codegen

@@ -18,7 +18,9 @@
 
 namespace kiln::runtime::host {
 
-// The order in which the threads of a block run between two barriers.
+// The order in which the threads of a block run between two barriers (and, with one worker,
+// the order of blocks: reverse runs the last block first). Random orders are reproducible from
+// the seed alone, whatever the number of workers.
 struct Schedule {
   enum class Kind { InOrder, Reverse, Random } kind = Kind::InOrder;
   uint64_t seed = 0;
@@ -26,7 +28,11 @@ struct Schedule {
   // From KILN_HOST_SCHEDULE=order|reverse|random:SEED (unset: in order). A bad value is a
   // kiln::Error naming the variable.
   static Schedule from_environment();
+  // Parses "order", "reverse" or "random:SEED" (SEED: a decimal 64-bit number). `origin` names
+  // where the text came from for the error ("KILN_HOST_SCHEDULE", "--host-schedule").
+  static Schedule parse(std::string_view text, std::string_view origin);
   std::string describe() const;  // "order", "reverse", "random:42"
+  friend bool operator==(const Schedule&, const Schedule&) = default;
 };
 
 struct HostOptions {
@@ -36,6 +42,9 @@ struct HostOptions {
   // Abort the run (kiln::Error) on a barrier reached from different places in one block, or a
   // shuffle whose source lane is outside the mask or has exited.
   bool strict = false;
+  // Stack of each GPU thread's fiber (with a guard page below it). Kernels keep their local
+  // arrays there: 256 KB fits a few thousand floats per thread.
+  size_t stack_bytes = 256 * 1024;
 };
 
 // The text of kiln_host_prelude.h, embedded in the library at build time.
@@ -58,6 +67,8 @@ class HostModule {
   static HostModule load(const std::string& path);
 
   bool has_kernel(const std::string& kernel) const;
+  // The loaded shared object (a private copy when it came from the cache).
+  const std::string& path() const;
 
   // Runs kernel `kernel` (its entry kiln_host_entry_<kernel>) over `grid` x `block` with
   // `shared_bytes` of dynamic shared memory per block. `args` are the kernel's pointer
