@@ -1,0 +1,152 @@
+// Helpers shared by the kernel emitters under codegen/kernels/: a writer for kernel bodies,
+// literals, index types, grid-stride loops and strided index maps.
+//
+// An IndexMap describes an injective or broadcasting kernel: it walks the elements of the
+// output in row-major order and, for each operand, reads element `base + sum(coord[d] *
+// stride[d])`. Broadcasting (stride 0), transposes (permuted strides) and slices (scaled
+// strides, a base offset) are all such maps. Collapsing merges adjacent output dims whose
+// strides chain in every operand, so a [64,128] + [128] add indexes in 2-D and a contiguous
+// operand in 1-D, whatever the rank written in the IR.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/kernel_emitter.h"
+
+namespace kiln::codegen {
+
+// Builds a kernel body one statement a line, indented two spaces per level (the body starts at
+// one level, inside the kernel's braces).
+class BodyWriter {
+ public:
+  BodyWriter& line(std::string_view text);
+  template <typename... Args>
+  BodyWriter& line(fmt::format_string<Args...> format, Args&&... args) {
+    return line(std::string_view(fmt::format(format, std::forward<Args>(args)...)));
+  }
+  BodyWriter& comment(std::string_view text);  // "// text", wrapped by the caller
+  BodyWriter& open(std::string_view text);     // "text {", then one level deeper
+  template <typename... Args>
+  BodyWriter& open(fmt::format_string<Args...> format, Args&&... args) {
+    return open(std::string_view(fmt::format(format, std::forward<Args>(args)...)));
+  }
+  BodyWriter& close(std::string_view suffix = "");  // "}" + suffix, one level up
+  // "} text {": closes a block and opens the next one (else, else if) at the same level.
+  BodyWriter& reopen(std::string_view text);
+  BodyWriter& blank();
+  // A declaration of `name` that take() drops when nothing else mentions `name` (shared
+  // preambles declare lane, warp, kFullMask, ... whether or not the kernel uses them, and an
+  // unused local draws compiler warnings).
+  template <typename... Args>
+  BodyWriter& declare(std::string_view name, fmt::format_string<Args...> format, Args&&... args) {
+    line(std::string_view(fmt::format(format, std::forward<Args>(args)...)));
+    lines_.back().declares = name;
+    return *this;
+  }
+  std::string take();
+  int depth() const { return depth_; }
+  // True the first time it is asked about `key`: for declarations a body needs once.
+  bool first_time(const std::string& key) {
+    for (const std::string& seen : once_)
+      if (seen == key) return false;
+    once_.push_back(key);
+    return true;
+  }
+
+ private:
+  struct Line {
+    std::string text;
+    std::string declares;
+  };
+  std::vector<Line> lines_;
+  std::vector<std::string> once_;
+  int depth_ = 1;
+};
+
+// Largest number of threads a grid-stride loop adds to its index at once: grid_stride_blocks
+// caps the grid, and blocks have at most 1024 threads.
+inline constexpr int64_t kMaxGridThreads = int64_t{132} * 8 * 1024;
+
+// "int" when every index up to `count` (plus one grid stride) fits in 32 bits, else
+// "long long". 32-bit index arithmetic is cheaper on GPUs.
+std::string index_type(int64_t count);
+// An integer literal of `type`: "42" for int, "42LL" for long long.
+std::string int_literal(int64_t value, std::string_view type);
+// "{1, 2, 3}" with `type`'s literal suffix.
+std::string array_literal(const std::vector<int64_t>& values, std::string_view type);
+
+// The first line of a grid-stride loop over [start, count_name):
+//   for (int i = thread_index; i < kCount; i += thread_count)
+// declaring thread_index (this thread's rank in the grid) and thread_count (threads in the
+// grid) before the first loop of the body. `var` is the loop variable of type `type`; `start`
+// an offset added to thread_index (e.g. "kVectors * kVectorWidth").
+void open_grid_stride_loop(BodyWriter& w, std::string_view var, std::string_view type,
+                           std::string_view count_name, std::string_view start = "");
+
+// One operand of an IndexMap: its pointer name, base offset and a stride per output dim.
+struct StridedOperand {
+  std::string name;
+  int64_t base = 0;
+  std::vector<int64_t> strides;
+};
+
+struct IndexMap {
+  std::vector<int64_t> dims;  // the output's dims (the loop space)
+  std::vector<StridedOperand> operands;
+};
+
+// Drops size-1 dims and merges dim d with d+1 when, in every operand, stride[d] ==
+// stride[d+1] * dims[d+1]. A scalar loop space keeps one dim of size 1.
+IndexMap collapse(const IndexMap& map);
+// True when `operand` reads the loop space in order: base 0 and row-major strides.
+bool is_contiguous(const IndexMap& map, const StridedOperand& operand);
+
+// An operand of shape `shape` read with NumPy broadcasting at every element of `out_shape`
+// (dims aligned from the right; size-1 and missing dims get stride 0).
+StridedOperand broadcast_operand(const std::string& name, const ir::Shape& shape,
+                                 const ir::Shape& out_shape);
+
+// Emits statements computing `<name>_index` for each operand that does not read in order, from
+// the flat output index `flat`, with `type` for index arithmetic.
+void emit_operand_indices(BodyWriter& w, const IndexMap& map, std::string_view flat,
+                          std::string_view type);
+// Emits the constants emit_operand_indices needs (kRank, kDims, k<Name>Strides, k<Name>Base);
+// call once before the loop.
+void emit_index_constants(BodyWriter& w, const IndexMap& map, std::string_view type);
+// The index expression of `operand` at flat output index `flat`: `flat` itself when the
+// operand reads in order, else "<name>_index".
+std::string operand_index(const IndexMap& map, const StridedOperand& operand,
+                          std::string_view flat);
+
+// "kX" style constant name for an operand pointer name: "a" → "A", "x0" → "X0".
+std::string constant_suffix(const std::string& name);
+
+// Dims with a stride each, outermost first: where a flat index over `dims` lands in a buffer.
+struct StridedDims {
+  std::vector<int64_t> dims;
+  std::vector<int64_t> strides;
+};
+
+// Drops size-1 dims and merges a dim into the next when stride[d] == stride[d+1] * dims[d+1];
+// the result may have no dims (a single element at offset 0).
+StridedDims collapse(const StridedDims& strided);
+int64_t count_of(const StridedDims& strided);  // product of the dims
+
+// Constants k<Prefix>Dims / k<Prefix>Strides (rank >= 2) or k<Prefix>Stride (rank 1) for
+// emit_strided_offset; nothing for rank 0 or a single stride of 1.
+void emit_strided_constants(BodyWriter& w, const std::string& prefix, const StridedDims& strided,
+                            std::string_view type);
+// `const <type> <var> = <offset of flat index `flat`>;`
+void emit_strided_offset(BodyWriter& w, const std::string& var, const std::string& flat,
+                         const std::string& prefix, const StridedDims& strided,
+                         std::string_view type);
+
+// Launch configuration for a grid-stride loop over `count` items with kDefaultBlock threads.
+KernelSpec grid_stride_spec(int64_t count);
+
+}  // namespace kiln::codegen

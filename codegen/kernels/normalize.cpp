@@ -1,0 +1,201 @@
+// Kernel emitters for softmax, log_softmax and layer_norm: per-row statistics, then a write
+// pass over the same row.
+//
+//   - softmax / log_softmax along a contiguous axis (the last one, or followed by size-1 dims):
+//     one warp per row up to kMaxWarpRow elements, else one block per row. A single online pass
+//     (reduce_util.h) finds the max and the sum of exp(x - max), lanes and warps merge their
+//     states, then the row is written: exp(x - max) / sum, or x - max - log(sum). Reading the
+//     row twice instead of three times; numerically stable as the max is subtracted first.
+//   - softmax along an axis with a stride (inner > 1): one thread per (outer, inner) row, which
+//     walks the row sequentially; neighbouring threads read neighbouring addresses.
+//   - layer_norm: one warp (rows up to kMaxWarpRow) or one block per normalized row; two passes
+//     for the mean and then the biased variance of (x - mean), as the reference, which is
+//     exact-er than E[x^2] - mean^2; then (x - mean) * inv_std * scale + bias.
+#include "codegen/kernels/reduce_util.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::DType;
+
+int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end; ++d) p *= shape[d];
+  return p;
+}
+
+int axis_of(const ir::Node& node) {
+  const int64_t axis = std::get<int64_t>(node.attrs.at("axis"));
+  const int rank = static_cast<int>(node.inputs[0]->type.shape.size());
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+KernelSpec row_spec(bool per_warp, int64_t rows, uint32_t shared_bytes) {
+  KernelSpec spec;
+  spec.block = Dim3{static_cast<uint32_t>(kRowBlock), 1, 1};
+  const uint32_t rows_per_block = per_warp ? static_cast<uint32_t>(kRowBlock / kWarpSize) : 1;
+  spec.grid = Dim3{grid_stride_blocks(rows, rows_per_block), 1, 1};
+  spec.shared_bytes = per_warp ? 0 : shared_bytes;
+  spec.uses_barriers = true;
+  return spec;
+}
+
+// The write pass of softmax (`log_form` false) or log_softmax for element expression `v`.
+std::string softmax_value(bool log_form, const std::string& v) {
+  return log_form ? v + " - max_v - log_sum" : "expf(" + v + " - max_v) / sum_v";
+}
+
+KernelSpec emit_contiguous_softmax(const KernelRequest& request, int64_t rows, int64_t len,
+                                   bool log_form) {
+  const DType dtype = request.node.inputs[0]->type.dtype;
+  const std::string element(c_type(dtype));
+  const std::string type = index_type(rows * len);
+  const bool per_warp = len <= kMaxWarpRow;
+  const std::string first = per_warp ? "lane" : "static_cast<int>(threadIdx.x)";
+  const std::string step = per_warp ? "kWarpSize" : "static_cast<int>(blockDim.x)";
+  BodyWriter w;
+  w.line("constexpr {} kRows = {};", type, int_literal(rows, type));
+  w.line("constexpr int kLen = {};  // row length", len);
+  emit_warp_constants(w, kRowBlock);
+  emit_rescale_lambda(w);
+  if (!per_warp) {
+    w.line("float* partial_max = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
+    w.line("float* partial_sum = partial_max + kWarps;  // [kWarps]");
+  }
+  open_row_loop(w, per_warp, type, "kRows");
+  w.line("const {}* in_row = {} + row * kLen;", element, request.input_params[0]);
+  w.line("{}* out_row = {} + row * kLen;", element, request.output_params[0]);
+  emit_online_softmax(w, load(dtype, "in_row[k]"), first, "kLen", step, "int");
+  if (per_warp)
+    emit_warp_merge_softmax(w);
+  else
+    emit_block_merge_softmax(w);
+  w.comment(log_form ? "Write pass: x - max - log(sum)." : "Write pass: exp(x - max) / sum.");
+  if (log_form) w.line("const float log_sum = logf(sum_v);");
+  w.open("for (int k = {}; k < kLen; k += {})", first, step);
+  w.line("out_row[k] = {};", store(dtype, softmax_value(log_form, load(dtype, "in_row[k]"))));
+  w.close();
+  w.close();
+  KernelSpec spec = row_spec(per_warp, rows, static_cast<uint32_t>(2 * kRowBlock / kWarpSize * 4));
+  spec.body = w.take();
+  spec.note = std::string(per_warp ? "one warp" : "one block") +
+              " per row: online max/sum-of-exp pass, shuffle merge, write pass";
+  return spec;
+}
+
+KernelSpec emit_strided_softmax(const KernelRequest& request, int64_t outer, int64_t len,
+                                int64_t inner, bool log_form) {
+  const DType dtype = request.node.inputs[0]->type.dtype;
+  const int64_t count = outer * len * inner;
+  const std::string type = index_type(count);
+  BodyWriter w;
+  w.comment("x viewed as [kOuter, kLen, kInner]; each thread owns one (outer, inner) row.");
+  w.line("constexpr {} kOuter = {};", type, int_literal(outer, type));
+  w.line("constexpr {} kLen = {};", type, int_literal(len, type));
+  w.line("constexpr {} kInner = {};", type, int_literal(inner, type));
+  w.line("constexpr {} kRows = kOuter * kInner;", type);
+  emit_rescale_lambda(w);
+  open_grid_stride_loop(w, "row", type, "kRows");
+  w.line("const {} base = row / kInner * kLen * kInner + row % kInner;", type);
+  const std::string element = load(dtype, request.input_params[0] + "[base + k * kInner]");
+  emit_online_softmax(w, element, int_literal(0, type), "kLen", "1", type);
+  w.comment(log_form ? "Write pass: x - max - log(sum)." : "Write pass: exp(x - max) / sum.");
+  if (log_form) w.line("const float log_sum = logf(sum_v);");
+  w.open("for ({} k = 0; k < kLen; ++k)", type);
+  w.line("{}[base + k * kInner] = {};", request.output_params[0],
+         store(dtype, softmax_value(log_form, element)));
+  w.close();
+  w.close();
+  KernelSpec spec = grid_stride_spec(outer * inner);
+  spec.body = w.take();
+  spec.note = "one thread per strided row: online max/sum-of-exp pass, write pass";
+  return spec;
+}
+
+KernelSpec emit_softmax(const KernelRequest& request, bool log_form) {
+  const ir::Shape& shape = request.node.inputs[0]->type.shape;
+  const int axis = axis_of(request.node);
+  const int64_t outer = product(shape, 0, axis);
+  const int64_t len = shape[axis];
+  const int64_t inner = product(shape, axis + 1, shape.size());
+  if (inner == 1) return emit_contiguous_softmax(request, outer, len, log_form);
+  return emit_strided_softmax(request, outer, len, inner, log_form);
+}
+
+// Folds `expr` (a float of `k`) over this thread's elements of the row into `var`, then
+// combines it across the warp or block.
+void emit_row_sum(BodyWriter& w, bool per_warp, const std::string& var, const std::string& expr,
+                  const std::string& first, const std::string& step) {
+  w.line("float {} = 0.0f;", var);
+  w.open("for (int k = {}; k < kSize; k += {})", first, step);
+  w.line("{} += {};", var, expr);
+  w.close();
+  if (per_warp)
+    emit_warp_combine(w, var, Combine::Sum, "float");
+  else
+    emit_block_combine(w, var, Combine::Sum, "float", "partial");
+}
+
+KernelSpec emit_layer_norm(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const DType dtype = node.inputs[0]->type.dtype;
+  const ir::Shape& shape = node.inputs[0]->type.shape;
+  const int axis = axis_of(node);
+  const int64_t rows = product(shape, 0, axis);
+  const int64_t size = product(shape, axis, shape.size());
+  const std::string element(c_type(dtype));
+  const std::string type = index_type(rows * size);
+  const bool per_warp = size <= kMaxWarpRow;
+  const std::string first = per_warp ? "lane" : "static_cast<int>(threadIdx.x)";
+  const std::string step = per_warp ? "kWarpSize" : "static_cast<int>(blockDim.x)";
+  const std::string& scale = request.input_params[1];
+  const std::string& bias = request.input_params[2];
+  const double epsilon = std::get<double>(node.attrs.at("epsilon"));
+
+  BodyWriter w;
+  w.line("constexpr {} kRows = {};", type, int_literal(rows, type));
+  w.line("constexpr int kSize = {};  // elements per normalized row", size);
+  w.line("constexpr float kSizeF = {};", literal(DType::F32, static_cast<double>(size)));
+  w.line("constexpr float kEpsilon = {};", literal(DType::F32, epsilon));
+  emit_warp_constants(w, kRowBlock);
+  if (!per_warp) w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
+  open_row_loop(w, per_warp, type, "kRows");
+  w.line("const {}* in_row = {} + row * kSize;", element, request.input_params[0]);
+  w.line("{}* out_row = {} + row * kSize;", element, request.output_params[0]);
+  w.comment("Pass 1: the mean.");
+  emit_row_sum(w, per_warp, "sum", load(dtype, "in_row[k]"), first, step);
+  w.line("const float mean = sum / kSizeF;");
+  w.comment("Pass 2: the biased variance, from centred values (no cancellation).");
+  w.line("float squares = 0.0f;");
+  w.open("for (int k = {}; k < kSize; k += {})", first, step);
+  w.line("const float centred = {} - mean;", load(dtype, "in_row[k]"));
+  w.line("squares += centred * centred;");
+  w.close();
+  if (per_warp)
+    emit_warp_combine(w, "squares", Combine::Sum, "float");
+  else
+    emit_block_combine(w, "squares", Combine::Sum, "float", "partial");
+  w.line("const float inv_std = 1.0f / sqrtf(squares / kSizeF + kEpsilon);");
+  w.comment("Pass 3: normalize, scale and shift.");
+  w.open("for (int k = {}; k < kSize; k += {})", first, step);
+  w.line("const float normalized = ({} - mean) * inv_std;", load(dtype, "in_row[k]"));
+  w.line("out_row[k] = {};", store(dtype, "normalized * " + load(dtype, scale + "[k]") + " + " +
+                                              load(dtype, bias + "[k]")));
+  w.close();
+  w.close();
+  KernelSpec spec = row_spec(per_warp, rows, static_cast<uint32_t>(kRowBlock / kWarpSize * 4));
+  spec.body = w.take();
+  spec.note = std::string(per_warp ? "one warp" : "one block") +
+              " per row: mean pass, centred variance pass, normalize pass";
+  return spec;
+}
+
+}  // namespace
+
+void add_normalize_emitters(EmitterTable& table) {
+  table.emplace_back("softmax", [](const KernelRequest& r) { return emit_softmax(r, false); });
+  table.emplace_back("log_softmax", [](const KernelRequest& r) { return emit_softmax(r, true); });
+  table.emplace_back("layer_norm", emit_layer_norm);
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,65 @@
+// Building blocks of the reduction kernels (reduce.cpp, normalize.cpp, loss.cpp): warp and
+// block combines, and the running log-sum-exp state of softmax-like kernels.
+//
+// Float accumulation happens in float, in a fixed tree order: each thread folds a strided
+// slice sequentially, then warps combine with __shfl_xor_sync butterflies (every lane ends
+// with the same bits, since a + b == b + a in IEEE), then warps combine through shared memory
+// in warp order. The reference accumulates in double, so sums differ by rounding: about
+// (n / threads + log2 threads) ulp of the sum of |x| in the worst case, typically
+// sqrt(n) * eps. Tests compare with 1e-5 * sqrt(n) relative to max(|ref|, 1) for inputs of
+// magnitude <= 1.
+#pragma once
+
+#include <string>
+
+#include "codegen/kernels/emit_util.h"
+
+namespace kiln::codegen {
+
+inline constexpr int64_t kWarpSize = 32;
+// Threads of a block for one-block-per-row kernels.
+inline constexpr int64_t kRowBlock = 256;
+// Rows up to this many elements get one warp; longer ones a whole block.
+inline constexpr int64_t kMaxWarpRow = 1024;
+
+enum class Combine { Sum, Max };
+
+// Registration of the other reduction families; add_reduce_emitters calls them.
+void add_normalize_emitters(EmitterTable& table);  // softmax, log_softmax, layer_norm
+void add_loss_emitters(EmitterTable& table);       // softmax_cross_entropy, mse_loss
+
+// `const int lane = ...; const int warp = ...;` and kWarpSize / kFullMask / kWarps constants
+// (kWarps = warps per block, from `block_threads`).
+void emit_warp_constants(BodyWriter& w, int64_t block_threads);
+
+// Opens the loop over rows [0, rows): warp-uniform with one row per warp (`lane` and kWarps
+// must be declared), or block-uniform with one row per block. The loop variable is `row`.
+void open_row_loop(BodyWriter& w, bool per_warp, const std::string& type, const std::string& rows);
+
+// Combines `var` (of C type `type`) across the 32 lanes of each warp; all lanes end with the
+// result. Float sums and maxima use kiln_warp_sum / kiln_warp_max.
+void emit_warp_combine(BodyWriter& w, const std::string& var, Combine combine,
+                       const std::string& type);
+
+// Combines `var` across the block: warp combine, one partial per warp in `partial` (shared,
+// kWarps entries of `type`), a barrier, then every thread folds the partials in warp order, so
+// all threads end with the same value. Ends with a barrier so `partial` can be reused.
+void emit_block_combine(BodyWriter& w, const std::string& var, Combine combine,
+                        const std::string& type, const std::string& partial);
+
+// The online softmax state over a strided slice of a row: `float max_v`, `float sum_v` (sum of
+// exp(v - max_v)), updated per element with the NaN and infinity behaviour of the reference
+// (see reduce_util.cpp). Emits the `rescale` lambda and the declarations; `element` is a float
+// expression that may use `k` (the loop variable from `first` while < `count` by `step`).
+void emit_online_softmax(BodyWriter& w, const std::string& element, const std::string& first,
+                         const std::string& count, const std::string& step,
+                         const std::string& type);
+// The `rescale` lambda used by the online softmax and its merges.
+void emit_rescale_lambda(BodyWriter& w);
+// Merges the online softmax states of the lanes of each warp (all lanes end with the result).
+void emit_warp_merge_softmax(BodyWriter& w);
+// Merges per-warp states through shared `partial_max` / `partial_sum` (kWarps each); every
+// thread ends with the block's state; ends with a barrier.
+void emit_block_merge_softmax(BodyWriter& w);
+
+}  // namespace kiln::codegen
