@@ -6,6 +6,11 @@
 // barriers or warp collectives, and as a plain loop otherwise. Blocks run in parallel on
 // worker threads; a worker runs one block at a time and fibers never migrate, so
 // `static thread_local` in the prelude is exactly one copy per running block.
+//
+// Debugging aids: KILN_HOST_SCHEDULE (see Schedule), HostOptions::strict and poison_shared,
+// and KILN_HOST_KEEP_TEMPS=1 to keep the generated source and .so of each compile.
+// A kernel that overflows its fiber stack (HostOptions::stack_bytes) hits a guard page and
+// crashes the process (SIGSEGV); it is not reported as an error.
 #pragma once
 
 #include <cstdint>
@@ -58,12 +63,14 @@ class HostModule {
   HostModule(HostModule&&) noexcept;
   HostModule& operator=(HostModule&&) noexcept;
 
-  // Compiles `source` with the host C++ compiler (g++, -O2 -shared -fPIC) through `cache`
-  // (nullptr: always compile) and loads it. A compile error is a kiln::Error holding the
-  // compiler's output. `verbose`: say on stderr why the cache missed.
+  // Compiles `source` with the host C++ compiler (g++, -O2 -shared -fPIC, no fast-math, no
+  // contraction) through `cache` (nullptr: always compile) and loads it; `name` names the
+  // files and errors. A compile error is a kiln::Error holding the compiler's output.
+  // `verbose`: say on stderr why the cache missed. Thread-safe.
   static HostModule compile(const std::string& source, const std::string& name,
                             const KernelCache* cache, bool verbose = false);
-  // Loads an already compiled shared object.
+  // Loads an already compiled shared object (RTLD_NOW | RTLD_LOCAL); a kiln::Error carries
+  // dlerror(), or says the file was built for another host ABI version.
   static HostModule load(const std::string& path);
 
   bool has_kernel(const std::string& kernel) const;
@@ -72,8 +79,12 @@ class HostModule {
 
   // Runs kernel `kernel` (its entry kiln_host_entry_<kernel>) over `grid` x `block` with
   // `shared_bytes` of dynamic shared memory per block. `args` are the kernel's pointer
-  // arguments in order. Throws kiln::Error on a strict-mode violation or a deadlock
-  // (a collective some threads can never reach), naming the kernel and block.
+  // arguments in order. `uses_barriers` must be true when the kernel calls __syncthreads or a
+  // warp collective (see codegen::Kernel). Throws kiln::Error naming the kernel and block on a
+  // strict-mode violation, a deadlock (a barrier or collective some threads can never reach),
+  // shared memory written out of bounds, or a barrier in a kernel launched without
+  // uses_barriers; an exception the kernel itself throws is rethrown here. After an error,
+  // blocks not yet started are not run. Several launches may run at once (any threads).
   void launch(const std::string& kernel, void* const* args, codegen::Dim3 grid,
               codegen::Dim3 block, uint32_t shared_bytes, bool uses_barriers,
               const HostOptions& options) const;

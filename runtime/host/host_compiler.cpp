@@ -1,0 +1,181 @@
+// The host C++ compiler: g++ run without a shell (posix_spawnp), its output captured to a file.
+#include "runtime/host/host_compiler.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ir/diagnostic.h"
+#include "runtime/host/host_module.h"
+
+extern char** environ;
+
+namespace kiln::runtime::host::detail {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxCompilerOutput = 16 * 1024;  // enough for the first errors
+
+#if defined(__x86_64__)
+constexpr const char* kTarget = "x86_64";
+#elif defined(__aarch64__)
+constexpr const char* kTarget = "aarch64";
+#else
+constexpr const char* kTarget = "unknown";
+#endif
+
+// Runs argv with stdout and stderr sent to `log`; returns the exit status (or -1 when the
+// program could not be started, with errno's text in *why).
+int run_program(const std::vector<std::string>& argv, const std::string& log, std::string* why) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    *why = std::strerror(rc);
+    return -1;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      *why = std::strerror(errno);
+      return -1;
+    }
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  *why = fmt::format("killed by signal {}", WTERMSIG(status));
+  return -1;
+}
+
+std::string trim(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+HostCompiler probe_compiler() {
+  HostCompiler compiler;
+  compiler.program = "g++";
+  compiler.target = kTarget;
+  // No -ffast-math and no contraction: results must match a plain C++ loop bit for bit where
+  // the kernel computes in the same order. CUDA code puns types through kiln_smem, which
+  // nvcc tolerates, hence -fno-strict-aliasing.
+  // clang-format off
+  compiler.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-fno-fast-math",
+                    "-ffp-contract=off", "-fno-strict-aliasing"};
+  // clang-format on
+#if defined(__x86_64__)
+  // threadIdx & co. read a thread_local of the dlopen'ed module: TLS descriptors make that a
+  // load instead of a __tls_get_addr call (measured: 34 -> 26 ns per thread per barrier).
+  // Caveat: glibc before 2.40 (BZ #31372) may clobber vector registers on a descriptor's slow
+  // path, taken on a thread's first access to the module's TLS. BlockRunner's constructor
+  // makes that first access (kiln_host_tls(), an ordinary call) on every thread that will run
+  // kernels, before any kernel code: kernels only ever take the fast path.
+  compiler.flags.push_back("-mtls-dialect=gnu2");
+#endif
+  compiler.flags.insert(compiler.flags.end(), {"-x", "c++"});
+  TempDir dir;
+  const std::string log = dir.path() + "/version.txt";
+  std::string why;
+  const int status = run_program({compiler.program, "-dumpfullversion"}, log, &why);
+  if (status != 0)
+    throw Error("host backend",
+                fmt::format("cannot run the host compiler '{}': {}", compiler.program,
+                            status < 0 ? why : trim(read_file(log))));
+  compiler.version = trim(read_file(log));
+  return compiler;
+}
+
+}  // namespace
+
+const HostCompiler& host_compiler() {
+  static const HostCompiler compiler = probe_compiler();
+  return compiler;
+}
+
+bool TempDir::keep_requested() {
+  const char* keep = std::getenv("KILN_HOST_KEEP_TEMPS");
+  return keep != nullptr && *keep != '\0' && std::string_view(keep) != "0";
+}
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "kiln-host-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr)
+    throw Error("host backend", fmt::format("cannot create a temporary directory {}: {}", pattern,
+                                            std::strerror(errno)));
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  if (path_.empty() || keep_requested()) return;
+  std::error_code ignored;
+  fs::remove_all(path_, ignored);
+}
+
+void write_file(const std::string& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) throw Error(path, "cannot write file");
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, "cannot read file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string compile_shared_object(const std::string& source, const std::string& stem,
+                                  const std::string& dir, const std::string& location) {
+  const HostCompiler& compiler = host_compiler();
+  const std::string source_path = dir + "/" + stem + ".cu";
+  const std::string partial = dir + "/" + stem + ".so.partial";
+  const std::string output = dir + "/" + stem + ".so";
+  const std::string log = dir + "/" + stem + ".log";
+  write_file(source_path, source);
+  write_file(dir + "/kiln_host_prelude.h", host_prelude());
+
+  std::vector<std::string> argv = {compiler.program};
+  argv.insert(argv.end(), compiler.flags.begin(), compiler.flags.end());
+  argv.insert(argv.end(), {"-I", dir, source_path, "-o", partial});
+  std::string why;
+  const int status = run_program(argv, log, &why);
+  if (status != 0) {
+    std::string text = status < 0 ? why : read_file(log);
+    if (text.size() > kMaxCompilerOutput)
+      text = text.substr(0, kMaxCompilerOutput) + "\n[... compiler output truncated]";
+    Diagnostic diagnostic{location,
+                          fmt::format("the host compiler ({}) failed (exit status {}):\n{}",
+                                      compiler.describe(), status, trim(text)),
+                          {}};
+    diagnostic.notes.push_back(TempDir::keep_requested()
+                                   ? "the source is kept in " + source_path
+                                   : "set KILN_HOST_KEEP_TEMPS=1 to keep the source");
+    throw Error(std::move(diagnostic));
+  }
+  std::error_code ec;
+  fs::rename(partial, output, ec);
+  if (ec) throw Error(output, "cannot rename the compiled shared object: " + ec.message());
+  return output;
+}
+
+}  // namespace kiln::runtime::host::detail

@@ -1,0 +1,133 @@
+// Results of warp collectives, per the CUDA C++ Programming Guide ("Warp Shuffle Functions",
+// "Warp Vote Functions", "Warp Reduce Functions").
+#include "runtime/host/warp_collective.h"
+
+#include <fmt/format.h>
+
+#define KILN_HOST_ABI_ONLY
+#include "runtime/host/kiln_host_prelude.h"
+
+namespace kiln::runtime::host::detail {
+namespace {
+
+constexpr int kKeepOwn = -1;
+
+// The lane a shuffle reads, or kKeepOwn where CUDA defines the result as the lane's own value
+// (shifted past its `width`-lane segment). srcLane wraps within the segment; up/down/xor do not.
+int shuffle_source(int op, int lane, int operand, int width) {
+  const int segment = lane & ~(width - 1);
+  const int in_segment = lane - segment;
+  switch (op) {
+    case KILN_HOST_WARP_SHFL_IDX: return segment + (operand & (width - 1));
+    case KILN_HOST_WARP_SHFL_UP: {
+      const uint32_t delta = static_cast<uint32_t>(operand);
+      return static_cast<uint32_t>(in_segment) < delta ? kKeepOwn : lane - static_cast<int>(delta);
+    }
+    case KILN_HOST_WARP_SHFL_DOWN: {
+      const uint64_t delta = static_cast<uint32_t>(operand);
+      return in_segment + delta >= static_cast<uint64_t>(width) ? kKeepOwn
+                                                                : lane + static_cast<int>(delta);
+    }
+    case KILN_HOST_WARP_SHFL_XOR: {
+      const int source = lane ^ operand;  // earlier segments may be read, later ones not
+      return (source < 0 || source >= segment + width) ? kKeepOwn : source;
+    }
+  }
+  return kKeepOwn;
+}
+
+bool is_shuffle(int op) { return op >= KILN_HOST_WARP_SHFL_IDX && op <= KILN_HOST_WARP_SHFL_XOR; }
+
+uint64_t reduce(const WarpPost* lanes, uint32_t group, int op) {
+  bool first = true;
+  uint32_t acc = 0;
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    if (!(group >> lane & 1u)) continue;
+    const uint32_t v = static_cast<uint32_t>(lanes[lane].value);
+    if (first) {
+      acc = v;
+      first = false;
+      continue;
+    }
+    switch (op) {
+      case KILN_HOST_WARP_REDUCE_ADD: acc += v; break;
+      case KILN_HOST_WARP_REDUCE_MIN_I32:
+        acc = static_cast<int32_t>(v) < static_cast<int32_t>(acc) ? v : acc;
+        break;
+      case KILN_HOST_WARP_REDUCE_MAX_I32:
+        acc = static_cast<int32_t>(v) > static_cast<int32_t>(acc) ? v : acc;
+        break;
+      case KILN_HOST_WARP_REDUCE_MIN_U32: acc = v < acc ? v : acc; break;
+      case KILN_HOST_WARP_REDUCE_MAX_U32: acc = v > acc ? v : acc; break;
+      case KILN_HOST_WARP_REDUCE_AND: acc &= v; break;
+      case KILN_HOST_WARP_REDUCE_OR: acc |= v; break;
+      case KILN_HOST_WARP_REDUCE_XOR: acc ^= v; break;
+    }
+  }
+  return acc;
+}
+
+}  // namespace
+
+std::string_view warp_op_name(int op) {
+  switch (op) {
+    case KILN_HOST_WARP_SHFL_IDX: return "__shfl_sync";
+    case KILN_HOST_WARP_SHFL_UP: return "__shfl_up_sync";
+    case KILN_HOST_WARP_SHFL_DOWN: return "__shfl_down_sync";
+    case KILN_HOST_WARP_SHFL_XOR: return "__shfl_xor_sync";
+    case KILN_HOST_WARP_BALLOT: return "__ballot_sync";
+    case KILN_HOST_WARP_ANY: return "__any_sync";
+    case KILN_HOST_WARP_ALL: return "__all_sync";
+    case KILN_HOST_WARP_SYNC: return "__syncwarp";
+    case KILN_HOST_WARP_REDUCE_ADD: return "__reduce_add_sync";
+    case KILN_HOST_WARP_REDUCE_MIN_I32:
+    case KILN_HOST_WARP_REDUCE_MIN_U32: return "__reduce_min_sync";
+    case KILN_HOST_WARP_REDUCE_MAX_I32:
+    case KILN_HOST_WARP_REDUCE_MAX_U32: return "__reduce_max_sync";
+    case KILN_HOST_WARP_REDUCE_AND: return "__reduce_and_sync";
+    case KILN_HOST_WARP_REDUCE_OR: return "__reduce_or_sync";
+    case KILN_HOST_WARP_REDUCE_XOR: return "__reduce_xor_sync";
+  }
+  return "warp collective";
+}
+
+std::string compute_collective(WarpPost* lanes, uint32_t group, bool strict) {
+  int op = -1;
+  for (int lane = 0; lane < kWarpSize && op < 0; ++lane)
+    if (group >> lane & 1u) op = lanes[lane].op;
+
+  if (is_shuffle(op)) {
+    for (int lane = 0; lane < kWarpSize; ++lane) {
+      if (!(group >> lane & 1u)) continue;
+      WarpPost& post = lanes[lane];
+      const int source = shuffle_source(op, lane, post.operand, post.width);
+      if (source == kKeepOwn) {
+        post.result = post.value;
+      } else if (group >> source & 1u) {
+        post.result = lanes[source].value;
+      } else if (strict) {
+        return fmt::format("lane {} reads lane {}, outside mask 0x{:08x}", lane, source, group);
+      } else {
+        post.result = post.value;  // undefined in CUDA
+      }
+    }
+    return "";
+  }
+
+  uint64_t result = 0;
+  uint32_t ballot = 0;
+  for (int lane = 0; lane < kWarpSize; ++lane)
+    if ((group >> lane & 1u) && lanes[lane].value != 0) ballot |= 1u << lane;
+  switch (op) {
+    case KILN_HOST_WARP_BALLOT: result = ballot; break;
+    case KILN_HOST_WARP_ANY: result = ballot != 0; break;
+    case KILN_HOST_WARP_ALL: result = ballot == group; break;
+    case KILN_HOST_WARP_SYNC: result = 0; break;
+    default: result = reduce(lanes, group, op); break;
+  }
+  for (int lane = 0; lane < kWarpSize; ++lane)
+    if (group >> lane & 1u) lanes[lane].result = result;
+  return "";
+}
+
+}  // namespace kiln::runtime::host::detail
