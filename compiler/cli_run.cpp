@@ -24,7 +24,7 @@ namespace {
 
 struct Options {
   std::string model;
-  std::string backend = "host";
+  std::string backend = "auto";
   std::vector<std::string> inputs;  // NAME=PATH
   std::string output_dir;
   bool timings = false;
@@ -93,8 +93,18 @@ std::vector<ir::Tensor> parameter_tensors(const ir::Graph& graph) {
   return tensors;
 }
 
-std::vector<ir::Tensor> run_compiled(const Options& options, const ir::Graph& graph,
+// --backend=auto: the GPU when there is one, else the same kernels on the CPU.
+std::string resolve_backend(const Options& options) {
+  if (options.backend != "auto") return options.backend;
+  std::string why;
+  if (runtime::cuda::cuda_available(&why)) return "cuda";
+  if (options.cache.verbose) std::cerr << "kiln: running on the host backend: " << why << "\n";
+  return "host";
+}
+
+std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
                                      const std::vector<ir::Tensor>& inputs, PhaseTimer& timer) {
+  options.backend = resolve_backend(options);
   const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph); });
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   if (options.backend == "host") {
@@ -137,6 +147,7 @@ int run(const Options& options) {
     outputs = run_compiled(options, graph, ordered_inputs(graph, inputs), timer);
   }
 
+
   if (!options.output_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.output_dir, ec);
@@ -164,9 +175,9 @@ Command add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
   cmd->add_option("FILE", options->model, "model file: .json, textual IR, or - for stdin")->required();
   cmd->add_option("--backend", options->backend,
-                  "host: the generated CUDA kernels on the CPU; cuda: on the GPU; "
-                  "reference: the reference interpreter")
-      ->check(CLI::IsMember({"host", "cuda", "reference"}))
+                  "auto: cuda when a GPU is available, else host; host: the generated CUDA "
+                  "kernels on the CPU; cuda: on the GPU; reference: the reference interpreter")
+      ->check(CLI::IsMember({"auto", "host", "cuda", "reference"}))
       ->capture_default_str();
   cmd->add_option("-i,--input", options->inputs, "graph input as NAME=FILE.npy (repeatable)");
   cmd->add_option("-o,--output-dir", options->output_dir, "write each output as NAME.npy in this directory");
