@@ -7,7 +7,8 @@
 // and sm_90: every kernel must compile with zero spill bytes) and once by the host compiler,
 // then run on the host backend under three schedules — threads in order with one worker,
 // reversed with two workers, seeded random with two workers — with poisoned shared memory, so
-// a missing __syncthreads or a read of an unwritten shared slot changes the result.
+// a missing __syncthreads or a read of an unwritten shared slot changes the result, and in
+// strict mode, where divergent barriers and out-of-mask shuffles are errors.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -73,6 +74,8 @@ std::vector<ScheduleRun>& schedule_runs() {
     r[2].name = "Random7";
     r[2].options.schedule = Schedule{Schedule::Kind::Random, 7};
     r[2].options.workers = 2;
+    // Strict: a barrier reached from two places or a shuffle outside its mask fails the run.
+    for (ScheduleRun& run : r) run.options.strict = true;
     return r;
   }();
   return runs;
