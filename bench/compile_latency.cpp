@@ -2,7 +2,7 @@
 // model given, cold (empty kernel cache) and warm (cache hit), plus the host compiler.
 // A program, not a test: it prints figures and asserts nothing.
 //
-//   build/bench/kiln_compile_latency examples/*.json [--repeat N]
+//   build/kiln_compile_latency examples/*.json
 #include <chrono>
 #include <filesystem>
 #include <fmt/format.h>

@@ -2,7 +2,7 @@
 // fiber start-up, and a 16x16-tiled 256^3 matmul against a plain loop (with a bitwise check).
 // A program, not a test: it prints figures and asserts nothing.
 //
-//   build/bench/kiln_host_backend_bench [--workers N]
+//   build/kiln_host_backend_bench [--workers N]
 //
 // Single-worker figures are process CPU time (best of 7), so a busy machine inflates them less
 // than wall time; multi-worker figures are wall time.
