@@ -6,6 +6,7 @@
 #include "compiler/cli_common.h"
 #include "compiler/kernel_report.h"
 #include "compiler/model_loader.h"
+#include "compiler/pipeline_flags.h"
 #include "compiler/output_file.h"
 #include "ir/diagnostic.h"
 #include "runtime/compile/nvrtc.h"
@@ -21,11 +22,13 @@ struct Options {
   std::string output;
   bool timings = false;
   CacheFlags cache;
+  PipelineFlags pipeline;
 };
 
 int run(const Options& options) {
   PhaseTimer timer;
-  const ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
+  ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
+  timer.time("passes", [&] { options.pipeline.run(graph); });
   const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph); });
 
   std::string text;
@@ -70,6 +73,7 @@ Command add_emit_command(CLI::App& app) {
   cmd->add_option("-o,--output", options->output, "write to this file instead of stdout");
   cmd->add_flag("--timings", options->timings, "print the time of each phase on stderr");
   options->cache.add_to(*cmd);
+  options->pipeline.add_to(*cmd, 1);
   return {cmd, [options]() { return run(*options); }};
 }
 

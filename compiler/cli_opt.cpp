@@ -1,33 +1,122 @@
-// `kiln opt FILE`: parse, verify and print a model as textual IR.
+// `kiln opt FILE`: parse, verify, optionally run passes, and print the result as textual IR.
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "compiler/cli.h"
 #include "compiler/model_loader.h"
 #include "compiler/output_file.h"
+#include "compiler/pipeline_flags.h"
+#include "ir/diagnostic.h"
+#include "ir/parser.h"
 #include "ir/printer.h"
+#include "ir/verifier.h"
 
 namespace kiln::cli {
 
+namespace {
+
+struct Options {
+  std::string input;
+  std::string output;
+  bool split_input_file = false;
+  bool list_passes = false;
+  PipelineFlags pipeline;
+};
+
+std::string read_text(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream buffer;
+    buffer << std::cin.rdbuf();
+    return buffer.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, "cannot open the model file");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// --split-input-file: graphs separated by a line "// -----", each processed on its own (as in
+// MLIR's tools), so one lit file holds many cases. Chunks keep their line numbers: each is
+// parsed with as many blank lines before it as precede it in the file.
+int run_split(const Options& options, std::string& out) {
+  const std::string text = read_text(options.input);
+  const std::string base_dir = std::filesystem::path(options.input).parent_path().string();
+  std::vector<std::pair<int, std::string>> chunks;  // first line, text
+  std::istringstream lines(text);
+  std::string line, chunk;
+  int line_number = 0, chunk_start = 1;
+  while (std::getline(lines, line)) {
+    ++line_number;
+    if (line.rfind("// -----", 0) == 0) {
+      chunks.push_back({chunk_start, chunk});
+      chunk.clear();
+      chunk_start = line_number + 1;
+      continue;
+    }
+    chunk += line + "\n";
+  }
+  chunks.push_back({chunk_start, chunk});
+
+  int status = kExitOk;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    try {
+      const std::string padded = std::string(static_cast<size_t>(chunks[i].first - 1), '\n') + chunks[i].second;
+      ir::Graph graph = ir::parse_graph(padded, options.input, base_dir.empty() ? "." : base_dir);
+      ir::verify(graph);
+      options.pipeline.run(graph);
+      if (i) out += "// -----\n";
+      out += ir::print_graph(graph);
+    } catch (const Error& error) {
+      std::cerr << error.what() << "\n";
+      status = kExitUserError;
+    }
+  }
+  return status;
+}
+
+int run(const Options& options) {
+  if (options.list_passes) {
+    for (const passes::PassInfo& pass : passes::all_passes())
+      std::cout << fmt::format("  {:<24} {}\n", pass.name, pass.summary);
+    std::cout << "default pipeline (-O1): " << fmt::format("{}", fmt::join(passes::inference_pipeline(1), ",")) << "\n";
+    return kExitOk;
+  }
+  if (options.input.empty()) throw Error("kiln opt", "no model file given (FILE, or - for stdin)");
+  std::string text;
+  int status = kExitOk;
+  if (options.split_input_file) {
+    status = run_split(options, text);
+  } else {
+    ir::Graph graph = compiler::load_model(options.input);
+    options.pipeline.run(graph);
+    text = ir::print_graph(graph);
+  }
+  if (options.output.empty() || options.output == "-") {
+    std::cout << text;
+  } else {
+    compiler::write_file_atomically(options.output, text);
+  }
+  return status;
+}
+
+}  // namespace
+
 Command add_opt_command(CLI::App& app) {
-  struct Options {
-    std::string input;
-    std::string output;
-  };
   auto options = std::make_shared<Options>();
   CLI::App* opt = app.add_subcommand(
-      "opt", "Parse and verify a model (.json, textual IR, or - for stdin); print it as textual IR");
-  opt->add_option("FILE", options->input, "model file: .json, textual IR, or - for stdin")->required();
+      "opt", "Parse and verify a model (.json, textual IR, or - for stdin), run passes, print it as textual IR");
+  opt->add_option("FILE", options->input, "model file: .json, textual IR, or - for stdin");
   opt->add_option("-o,--output", options->output, "write the IR to this file instead of stdout");
-  return {opt, [options]() {
-    const ir::Graph graph = compiler::load_model(options->input);
-    const std::string text = ir::print_graph(graph);
-    if (options->output.empty() || options->output == "-") {
-      std::cout << text;
-    } else {
-      compiler::write_file_atomically(options->output, text);
-    }
-    return kExitOk;
-  }};
+  opt->add_flag("--split-input-file", options->split_input_file,
+                "treat '// -----' lines as separators between independent graphs (textual IR)");
+  opt->add_flag("--list-passes", options->list_passes, "list every pass and the default pipeline");
+  // opt prints the graph as written unless passes are asked for (-O1 or --passes).
+  options->pipeline.add_to(*opt, 0);
+  return {opt, [options]() { return run(*options); }};
 }
 
 }  // namespace kiln::cli

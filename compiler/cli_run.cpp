@@ -9,6 +9,7 @@
 #include "compiler/cli.h"
 #include "compiler/cli_common.h"
 #include "compiler/model_loader.h"
+#include "compiler/pipeline_flags.h"
 #include "compiler/npy.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
@@ -30,6 +31,7 @@ struct Options {
   bool timings = false;
   bool no_cuda_graph = false;
   CacheFlags cache;
+  PipelineFlags pipeline;
 };
 
 std::map<std::string, ir::Tensor> read_inputs(const std::vector<std::string>& specs) {
@@ -141,6 +143,7 @@ int run(const Options& options) {
   std::map<std::string, ir::Tensor> inputs = read_inputs(options.inputs);
   timer.time("weights", [&] { compiler::load_parameter_data(graph); });
   std::vector<ir::Tensor> outputs;
+  timer.time("passes", [&] { options.pipeline.run(graph); });
   if (options.backend == "reference") {
     outputs = timer.time("run", [&] { return runtime::run_reference(graph, inputs); });
   } else {
@@ -186,6 +189,7 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--no-cuda-graph", options->no_cuda_graph,
                 "cuda backend: launch kernels one by one instead of replaying a captured CUDA graph");
   options->cache.add_to(*cmd);
+  options->pipeline.add_to(*cmd, 1);
   return {cmd, [options]() { return run(*options); }};
 }
 

@@ -1,5 +1,10 @@
 #include "ir/graph.h"
 
+#include <algorithm>
+#include <unordered_set>
+
+#include "ir/diagnostic.h"
+
 namespace kiln::ir {
 
 std::string SourceLoc::render(std::string_view sub) const {
@@ -58,6 +63,78 @@ Node* Graph::add_node(std::string op, std::string name, std::vector<Value*> inpu
   }
   nodes_.push_back(std::move(node));
   return nodes_.back().get();
+}
+
+Node* Graph::insert_node_before(const Node* before, std::string op, std::string name,
+                                std::vector<Value*> inputs, AttrMap attrs,
+                                const std::vector<std::pair<std::string, TensorType>>& results,
+                                SourceLoc loc) {
+  auto position = std::find_if(nodes_.begin(), nodes_.end(),
+                               [&](const auto& node) { return node.get() == before; });
+  KILN_CHECK(position != nodes_.end()) << "insert_node_before: node not in the graph";
+  const size_t index = static_cast<size_t>(position - nodes_.begin());
+  add_node(std::move(op), std::move(name), std::move(inputs), std::move(attrs), results,
+           std::move(loc));
+  std::rotate(nodes_.begin() + static_cast<std::ptrdiff_t>(index), nodes_.end() - 1, nodes_.end());
+  return nodes_[index].get();
+}
+
+std::vector<Node*> Graph::users(const Value* value) const {
+  std::vector<Node*> found;
+  for (const auto& node : nodes_)
+    if (std::find(node->inputs.begin(), node->inputs.end(), value) != node->inputs.end())
+      found.push_back(node.get());
+  return found;
+}
+
+bool Graph::is_output(const Value* value) const {
+  return std::find(outputs.begin(), outputs.end(), value) != outputs.end();
+}
+
+void Graph::replace_all_uses(const Value* from, Value* to) {
+  for (const auto& node : nodes_)
+    std::replace(node->inputs.begin(), node->inputs.end(), const_cast<Value*>(from), to);
+  std::replace(outputs.begin(), outputs.end(), const_cast<Value*>(from), to);
+}
+
+size_t Graph::erase_nodes(const std::function<bool(const Node&)>& dead) {
+  std::unordered_set<const Value*> removed_values;
+  for (const auto& node : nodes_)
+    if (dead(*node))
+      for (const Value* result : node->results) removed_values.insert(result);
+  for (const auto& node : nodes_) {
+    if (dead(*node)) continue;
+    for (const Value* input : node->inputs)
+      KILN_CHECK(!removed_values.count(input))
+          << "erase_nodes: " << node->describe() << " still reads '" << input->name << "'";
+  }
+  for (const Value* output : outputs)
+    KILN_CHECK(!removed_values.count(output)) << "erase_nodes: '" << output->name << "' is an output";
+  const size_t before = nodes_.size();
+  std::erase_if(nodes_, [&](const auto& node) { return dead(*node); });
+  std::erase_if(values_, [&](const auto& value) { return removed_values.count(value.get()) > 0; });
+  return before - nodes_.size();
+}
+
+size_t Graph::erase_parameters(const std::function<bool(const Value&)>& dead) {
+  std::unordered_set<const Value*> removed;
+  for (Value* param : parameters)
+    if (dead(*param)) {
+      KILN_CHECK(users(param).empty() && !is_output(param))
+          << "erase_parameters: '" << param->name << "' is still used";
+      removed.insert(param);
+    }
+  std::erase_if(parameters, [&](Value* param) { return removed.count(param) > 0; });
+  std::erase_if(values_, [&](const auto& value) { return removed.count(value.get()) > 0; });
+  return removed.size();
+}
+
+std::string Graph::unique_name(const std::string& base) const {
+  if (!find_value(base)) return base;
+  for (int i = 1;; ++i) {
+    std::string candidate = base + "." + std::to_string(i);
+    if (!find_value(candidate)) return candidate;
+  }
 }
 
 Value* Graph::find_value(std::string_view name) const {

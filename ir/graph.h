@@ -5,6 +5,7 @@
 // Nodes are kept in a valid topological order: every node's operands are defined before it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,11 +97,33 @@ class Graph {
                  const std::vector<std::pair<std::string, TensorType>>& results,
                  SourceLoc loc = {});
 
+  // Same as add_node, but the node goes right before `before` (which must be in the graph), so
+  // a rewrite keeps the order topological.
+  Node* insert_node_before(const Node* before, std::string op, std::string name,
+                           std::vector<Value*> inputs, AttrMap attrs,
+                           const std::vector<std::pair<std::string, TensorType>>& results,
+                           SourceLoc loc = {});
+
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
   const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
 
   // The value with this name, or nullptr.
   Value* find_value(std::string_view name) const;
+
+  // --- rewriting ---------------------------------------------------------------------------------
+  // Nodes that read `value`, in graph order (a node reading it twice appears once).
+  std::vector<Node*> users(const Value* value) const;
+  // Whether `value` is a graph output.
+  bool is_output(const Value* value) const;
+  // Makes every node operand and graph output that is `from` read `to` instead.
+  void replace_all_uses(const Value* from, Value* to);
+  // Removes the nodes for which `dead` is true, with their results. None of those results may
+  // still be used by a remaining node or be a graph output. Returns how many were removed.
+  size_t erase_nodes(const std::function<bool(const Node&)>& dead);
+  // Removes the parameters for which `dead` is true; none may still be used.
+  size_t erase_parameters(const std::function<bool(const Value&)>& dead);
+  // A name no value of the graph has, built from `base` ("conv1.folded", "conv1.folded.1", ...).
+  std::string unique_name(const std::string& base) const;
 
  private:
   Value* new_value(std::string name, TensorType type, ValueRole role, SourceLoc loc);

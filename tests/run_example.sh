@@ -14,10 +14,14 @@ for file in "$data_dir/$stem".*.npy; do
   args+=(--input "${name%.npy}=$file")
 done
 rm -rf "$out"
-"$kiln" run "$model" --backend=reference "${args[@]}" --output-dir "$out/reference"
-"$kiln" run "$model" --backend=host "${args[@]}" --output-dir "$out/host"
+# The oracle: the reference interpreter on the graph as written (-O0). Then the optimized graph
+# on the interpreter, and the generated kernels on the host backend, unoptimized and optimized.
+"$kiln" run "$model" --backend=reference -O0 "${args[@]}" --output-dir "$out/reference"
+"$kiln" run "$model" --backend=reference -O1 "${args[@]}" --output-dir "$out/reference-O1"
+"$kiln" run "$model" --backend=host -O0 "${args[@]}" --output-dir "$out/host-O0"
+"$kiln" run "$model" --backend=host -O1 "${args[@]}" --output-dir "$out/host"
 # Float accumulation order differs between the kernels and the interpreter (which sums in
-# double): agree to 1e-4 relative to each output's scale.
+# double), and folding reassociates: agree to 1e-4 relative to each output's scale.
 /usr/bin/python3 - "$out" <<'PY'
 import glob, os, sys
 import numpy as np
@@ -25,10 +29,11 @@ out = sys.argv[1]
 refs = sorted(glob.glob(os.path.join(out, "reference", "*.npy")))
 assert refs, "no outputs written"
 for ref_path in refs:
-    host_path = os.path.join(out, "host", os.path.basename(ref_path))
-    ref, host = np.load(ref_path), np.load(host_path)
+    ref = np.load(ref_path)
     scale = max(1.0, float(np.abs(ref).max()))
-    err = float(np.abs(ref.astype(np.float64) - host).max())
-    print(f"{os.path.basename(ref_path)}: host vs reference max error {err:.3g} (scale {scale:.3g})")
-    assert err <= 1e-4 * scale, f"{ref_path}: host backend differs from the reference"
+    for other in ("reference-O1", "host-O0", "host"):
+        got = np.load(os.path.join(out, other, os.path.basename(ref_path)))
+        err = float(np.abs(ref.astype(np.float64) - got).max())
+        print(f"{os.path.basename(ref_path)}: {other} vs reference -O0: max error {err:.3g} (scale {scale:.3g})")
+        assert err <= 1e-4 * scale, f"{ref_path}: {other} differs from the reference"
 PY

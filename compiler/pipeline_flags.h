@@ -1,0 +1,27 @@
+// The pass-pipeline flags shared by `opt`, `emit` and `run`, and running the pipeline.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "passes/pass_manager.h"
+
+namespace kiln::cli {
+
+struct PipelineFlags {
+  int opt_level = 1;
+  std::vector<std::string> passes;     // --passes: replaces the default pipeline
+  bool passes_given = false;
+  passes::PassManagerOptions manager;
+  std::vector<std::string> debug_only;
+  std::vector<std::string> print_after;
+
+  // `default_level`: -O when not given (opt prints the graph as written unless asked).
+  void add_to(CLI::App& command, int default_level);
+  // Runs --passes, or the default pipeline for -O. Dumps and logs go to stderr.
+  void run(ir::Graph& graph) const;
+};
+
+}  // namespace kiln::cli

@@ -1,0 +1,58 @@
+// What a pass is, and what it may ask of the pass manager.
+//
+// A pass is a function that rewrites an ir::Graph in place and returns whether it changed it.
+// It reads nothing but the graph and its PassContext, emits no source text, and leaves a graph
+// that verifies. Every rewrite first asks for fuel (take_fuel), so --pass-fuel=N stops after N
+// rewrites and a miscompile can be bisected to one; every refusal to rewrite is reported with
+// its reason under --debug-only=<pass>.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+class PassContext {
+ public:
+  PassContext() = default;
+  PassContext(std::set<std::string> debug_only, int64_t fuel, std::ostream* debug_stream);
+
+  // True when pass `pass` may make one more rewrite, described by `what` ("fold bn1 into
+  // conv1"); false once the fuel is spent (then the pass must leave the graph as it is).
+  bool take_fuel(std::string_view pass, std::string_view what);
+  // Whether --debug-only names `pass` (or "all").
+  bool debugging(std::string_view pass) const;
+  // Logs "[pass] message" when debugging(pass): why something was or was not rewritten.
+  void debug(std::string_view pass, std::string_view message);
+
+  int64_t fuel_left() const { return fuel_; }  // < 0: unlimited
+
+ private:
+  std::set<std::string> debug_only_;
+  int64_t fuel_ = -1;
+  std::ostream* debug_stream_ = nullptr;
+};
+
+struct PassInfo {
+  std::string_view name;     // "fuse-conv-bias-relu"
+  std::string_view summary;
+  bool (*run)(ir::Graph&, PassContext&);
+};
+
+// Every pass of Passes.def, in its order there.
+const std::vector<PassInfo>& all_passes();
+const PassInfo* find_pass(std::string_view name);
+
+// One declaration per pass in Passes.def.
+#define PASS(ClassName, name, summary) \
+  struct ClassName {                   \
+    static bool run(ir::Graph& graph, PassContext& context); \
+  };
+#include "passes/Passes.def"
+
+}  // namespace kiln::passes

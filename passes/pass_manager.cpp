@@ -1,0 +1,122 @@
+#include "passes/pass_manager.h"
+
+#include <chrono>
+#include <fmt/format.h>
+
+#include "ir/diagnostic.h"
+#include "ir/op_registry.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+
+namespace kiln::passes {
+
+PassContext::PassContext(std::set<std::string> debug_only, int64_t fuel, std::ostream* debug_stream)
+    : debug_only_(std::move(debug_only)), fuel_(fuel), debug_stream_(debug_stream) {}
+
+bool PassContext::take_fuel(std::string_view pass, std::string_view what) {
+  if (fuel_ == 0) {
+    debug(pass, fmt::format("out of fuel, not rewriting: {}", what));
+    return false;
+  }
+  if (fuel_ > 0) --fuel_;
+  debug(pass, what);
+  return true;
+}
+
+bool PassContext::debugging(std::string_view pass) const {
+  return debug_only_.count(std::string(pass)) || debug_only_.count("all");
+}
+
+void PassContext::debug(std::string_view pass, std::string_view message) {
+  if (debug_stream_ && debugging(pass)) *debug_stream_ << "[" << pass << "] " << message << "\n";
+}
+
+const std::vector<PassInfo>& all_passes() {
+  static const std::vector<PassInfo> passes = {
+#define PASS(ClassName, name, summary) PassInfo{name, summary, &ClassName::run},
+#include "passes/Passes.def"
+  };
+  return passes;
+}
+
+const PassInfo* find_pass(std::string_view name) {
+  for (const PassInfo& pass : all_passes())
+    if (pass.name == name) return &pass;
+  return nullptr;
+}
+
+PassManager::PassManager(PassManagerOptions options, std::ostream& log)
+    : options_(std::move(options)), log_(log) {}
+
+void PassManager::add(const std::string& name) {
+  const PassInfo* pass = find_pass(name);
+  if (pass == nullptr) {
+    std::vector<std::string> known;
+    for (const PassInfo& p : all_passes()) known.emplace_back(p.name);
+    std::string message = "unknown pass '" + name + "'";
+    if (auto hint = ir::closest_name(name, known)) message += "; did you mean '" + *hint + "'?";
+    throw Error("--passes", message);
+  }
+  passes_.push_back(pass);
+}
+
+void PassManager::add_all(const std::vector<std::string>& names) {
+  for (const std::string& name : names) add(name);
+}
+
+bool PassManager::run(ir::Graph& graph) {
+  PassContext context(options_.debug_only, options_.fuel, &log_);
+  std::vector<std::pair<std::string_view, double>> timings;
+  bool any_change = false;
+  for (const PassInfo* pass : passes_) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool changed = pass->run(graph, context);
+    timings.push_back({pass->name, std::chrono::duration<double, std::milli>(
+                                       std::chrono::steady_clock::now() - start).count()});
+    any_change |= changed;
+    if (options_.verify_each) {
+      try {
+        ir::verify(graph);
+      } catch (const Error& error) {
+        throw InternalError("internal compiler error: the graph does not verify after pass '" +
+                            std::string(pass->name) + "': " + error.what());
+      }
+    }
+    const bool dump = options_.print_ir_after_all ||
+                      options_.print_ir_after.count(std::string(pass->name)) ||
+                      (options_.print_ir_after_change && changed);
+    if (dump) {
+      // A comment header, so the whole dump is valid textual IR again.
+      log_ << fmt::format("// IR after {}{}\n", pass->name, changed ? "" : " (unchanged)");
+      ir::print_graph(log_, graph);
+    }
+  }
+  if (options_.time_passes) {
+    double total = 0;
+    log_ << "// pass timings\n";
+    for (const auto& [name, ms] : timings) {
+      log_ << fmt::format("//   {:<24} {:>9.3f} ms\n", name, ms);
+      total += ms;
+    }
+    log_ << fmt::format("//   {:<24} {:>9.3f} ms\n", "total", total);
+  }
+  return any_change;
+}
+
+std::vector<std::string> inference_pipeline(int opt_level) {
+  if (opt_level <= 0) return {};
+  return {
+      // Rewrite to canonical forms first, so later passes see fewer shapes of the same thing.
+      "canonicalize",
+      // Inference batch_norm disappears into the weights of the conv2d or dense before it.
+      "fold-batch-norm",
+      // Whatever depends only on parameters is computed once, now.
+      "constant-fold",
+      // Identical nodes (often left by the rewrites above) are computed once.
+      "cse",
+      // Nothing unused survives to codegen.
+      "dce",
+  };
+}
+
+}  // namespace kiln::passes
