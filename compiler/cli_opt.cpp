@@ -85,7 +85,11 @@ int run(const Options& options) {
     std::cout << "default pipeline (-O1): " << fmt::format("{}", fmt::join(passes::inference_pipeline(1), ",")) << "\n";
     return kExitOk;
   }
-  if (options.input.empty()) throw Error("kiln opt", "no model file given (FILE, or - for stdin)");
+  if (options.input.empty()) {
+    std::cerr << "kiln opt: FILE is required (a model, textual IR, or - for stdin)\n"
+                 "Run with --help for more information.\n";
+    return kExitUsage;
+  }
   std::string text;
   int status = kExitOk;
   if (options.split_input_file) {
