@@ -1,6 +1,126 @@
-// STUB: to be written.
+// constant-fold: whatever depends only on parameters is computed once, at compile time.
+//
+// Nodes are visited in graph (topological) order. A node all of whose operands are parameters
+// with data is evaluated with the reference interpreter's kernel (runtime/reference: double
+// arithmetic, rounded once to the result dtype, exactly what the graph would compute) and its
+// result becomes a new parameter with an inline source and the result's name. Because that
+// parameter replaces every use, a later node fed only by folded values folds too, so a whole
+// parameter-only subgraph collapses in one pass.
+//
+// Not folded, each with a reason under --debug-only=constant-fold: training-mode dropout
+// (random), ops the interpreter has no kernel for, nodes whose kernel reports a data error
+// (integer division by zero: that stays a run-time error, never a compile failure), and results
+// so much larger than their operands that folding would bloat the model (a scalar broadcast to
+// a huge tensor).
+#include <fmt/format.h>
+#include <unordered_set>
+
+#include "ir/diagnostic.h"
 #include "passes/pass.h"
+#include "runtime/reference/interpreter.h"
 
 namespace kiln::passes {
-bool ConstantFold::run(ir::Graph& graph, PassContext& context) { return false; }
+namespace {
+
+constexpr std::string_view kPass = "constant-fold";
+
+// "batch_norm 'bn1' (%y)": the node, and the result a reader finds it by in the printed IR.
+std::string who(const ir::Node& node) {
+  return node.results.empty() ? node.describe()
+                              : node.describe() + " (%" + node.results[0]->name + ")";
+}
+
+// A folded result may exceed its operands by this factor, or by this many bytes, not both.
+constexpr int64_t kMaxGrowthFactor = 4;
+constexpr int64_t kMaxGrowthBytes = int64_t{1} << 20;
+
+int64_t byte_size(const ir::TensorType& type) {
+  return ir::num_elements(type.shape) * static_cast<int64_t>(ir::dtype_size(type.dtype));
+}
+
+bool all_operands_are_parameters(const ir::Node& node) {
+  for (const ir::Value* operand : node.inputs)
+    if (operand->role != ir::ValueRole::Parameter) return false;
+  return true;
+}
+
+// Why `node` (all of whose operands are parameters) must not be folded; empty when it may be.
+std::string refusal(const ir::Node& node) {
+  if (node.op == "dropout") {
+    auto training = node.attrs.find("training");
+    if (training != node.attrs.end() && std::get<bool>(training->second))
+      return "training-mode dropout is random";
+  }
+  if (runtime::find_reference_kernel(node.op) == nullptr)
+    return "the reference interpreter has no kernel for op '" + node.op + "'";
+  std::unordered_set<const ir::Value*> operands;
+  int64_t operand_bytes = 0;
+  for (const ir::Value* operand : node.inputs) {
+    if (!operand->data) return "parameter '" + operand->name + "' has no data loaded";
+    if (operands.insert(operand).second) operand_bytes += byte_size(operand->type);
+  }
+  int64_t result_bytes = 0;
+  for (const ir::Value* result : node.results) result_bytes += byte_size(result->type);
+  if (result_bytes > kMaxGrowthFactor * operand_bytes &&
+      result_bytes - operand_bytes > kMaxGrowthBytes)
+    return fmt::format("the result ({} bytes) would be more than {}x and more than {} bytes "
+                       "larger than its operands ({} bytes)",
+                       result_bytes, kMaxGrowthFactor, kMaxGrowthBytes, operand_bytes);
+  return {};
+}
+
+}  // namespace
+
+bool ConstantFold::run(ir::Graph& graph, PassContext& context) {
+  std::vector<ir::Node*> nodes;
+  for (const auto& node : graph.nodes()) nodes.push_back(node.get());
+
+  std::unordered_set<const ir::Node*> folded;
+  for (ir::Node* node : nodes) {
+    // Folded operands are parameters already: replace_all_uses rewired their users.
+    if (!all_operands_are_parameters(*node)) continue;
+    if (std::string why = refusal(*node); !why.empty()) {
+      context.debug(kPass, fmt::format("not folding {}: {}", who(*node), why));
+      continue;
+    }
+    std::vector<const ir::Tensor*> operands;
+    for (const ir::Value* operand : node->inputs) operands.push_back(operand->data.get());
+    std::vector<ir::Tensor> results;
+    try {
+      results = (*runtime::find_reference_kernel(node->op))(*node, operands);
+    } catch (const Error& error) {
+      // A data error (integer division by zero) stays where it was: a run-time error.
+      context.debug(kPass, fmt::format("not folding {}: evaluating it fails: {}", who(*node),
+                                       error.diagnostic().message));
+      continue;
+    }
+    KILN_CHECK(results.size() == node->results.size())
+        << node->describe() << ": the reference kernel returned " << results.size()
+        << " results, the node has " << node->results.size();
+
+    if (!context.take_fuel(kPass, fmt::format("fold {} into a parameter", who(*node)))) continue;
+
+    for (size_t i = 0; i < results.size(); ++i) {
+      ir::Value* result = node->results[i];
+      KILN_CHECK(results[i].type() == result->type)
+          << node->describe() << ": the reference kernel returned " << results[i].type().to_string()
+          << ", the node's result is " << result->type.to_string();
+      // The parameter takes over the result's name, so a folded graph output keeps its name.
+      const std::string base =
+          !result->name.empty() ? result->name : !node->name.empty() ? node->name : node->op;
+      result->name.clear();
+      const std::string name = graph.unique_name(base);
+      auto data = std::make_shared<const ir::Tensor>(std::move(results[i]));
+      ir::Value* param =
+          graph.add_parameter(name, result->type, ir::InlineData{data->to_doubles()}, result->loc);
+      param->data = std::move(data);
+      graph.replace_all_uses(result, param);
+    }
+    folded.insert(node);
+  }
+  if (folded.empty()) return false;
+  graph.erase_nodes([&](const ir::Node& node) { return folded.count(&node) > 0; });
+  return true;
+}
+
 }  // namespace kiln::passes

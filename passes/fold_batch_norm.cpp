@@ -1,6 +1,200 @@
-// STUB: to be written.
+// fold-batch-norm: inference batch_norm disappears into the conv2d or dense before it.
+//
+// In inference a batch_norm is a per-channel affine map, y = (x - mean) * s + bias with
+// s = scale / sqrt(var + epsilon). When x is a conv2d or dense whose weight and bias are known
+// parameters, the map folds into them (Ioffe & Szegedy 2015, section 3.2; PyTorch's
+// torch.nn.utils.fusion.fuse_conv_bn_weights):
+//   W'[o, ...] = W[o, ...] * s[o]         (output channel o: axis 0 of conv [O,C/g,KH,KW] and
+//   b'[o]      = (b[o] - mean[o]) * s[o] + bias[o]           of dense [N,K]; b = 0 if absent)
+// Everything is computed in double and rounded once to the parameter dtype. The folded node
+// keeps the conv's name and location, always has a bias, and its result takes over the
+// batch_norm result's name, so graph outputs keep theirs. The old parameters are left unused
+// for dce.
+#include <cmath>
+#include <fmt/format.h>
+#include <optional>
+
 #include "passes/pass.h"
 
 namespace kiln::passes {
-bool FoldBatchNorm::run(ir::Graph& graph, PassContext& context) { return false; }
+namespace {
+
+constexpr std::string_view kPass = "fold-batch-norm";
+
+// "batch_norm 'bn1' (%y)": the node, and the result a reader finds it by in the printed IR.
+std::string who(const ir::Node& node) {
+  return node.results.empty() ? node.describe()
+                              : node.describe() + " (%" + node.results[0]->name + ")";
+}
+
+// batch_norm's operands, by index, for debug messages.
+constexpr const char* kBnOperandNames[] = {"x", "scale", "bias", "mean", "var"};
+
+// A parameter's data, or nullopt with the reason in `why`.
+std::optional<std::vector<double>> parameter_values(const ir::Node& node, const ir::Value* value,
+                                                    const char* role, std::string& why) {
+  if (value->role != ir::ValueRole::Parameter) {
+    why = fmt::format("{} of {} ('{}') is not a parameter", role, who(node), value->name);
+    return std::nullopt;
+  }
+  if (!value->data) {
+    why = fmt::format("{} of {} (parameter '{}') has no data loaded", role, who(node),
+                      value->name);
+    return std::nullopt;
+  }
+  if (!ir::is_floating(value->data->dtype())) {
+    why = fmt::format("{} of {} (parameter '{}') is {}, not a float dtype", role, who(node),
+                      value->name, ir::dtype_name(value->data->dtype()));
+    return std::nullopt;
+  }
+  return value->data->to_doubles();
+}
+
+// The conv2d or dense `bn` can fold into, or nullptr with the reason in `why`.
+ir::Node* foldable_producer(const ir::Graph& graph, const ir::Node& bn, std::string& why) {
+  auto training = bn.attrs.find("training");
+  if (training != bn.attrs.end() && std::get<bool>(training->second)) {
+    why = "it is in training mode (it normalizes with batch statistics)";
+    return nullptr;
+  }
+  const ir::Value* x = bn.inputs[0];
+  ir::Node* producer = x->producer;
+  if (producer == nullptr) {
+    why = fmt::format("its input '{}' is not produced by conv2d or dense", x->name);
+    return nullptr;
+  }
+  if (producer->op != "conv2d" && producer->op != "dense") {
+    why = fmt::format("its input '{}' is produced by {}, not conv2d or dense", x->name,
+                      who(*producer));
+    return nullptr;
+  }
+  // batch_norm normalizes axis 1; dense's features are its last axis, so only rank 2 matches.
+  if (producer->op == "dense" && x->type.rank() != 2) {
+    why = fmt::format("its input '{}' ({}) is a dense of rank {}: batch_norm's channel axis 1 "
+                      "is not dense's feature axis",
+                      x->name, x->type.to_string(), x->type.rank());
+    return nullptr;
+  }
+  if (graph.users(x).size() != 1 || graph.is_output(x)) {
+    why = fmt::format("the result '{}' of {} has another user{}", x->name, who(*producer),
+                      graph.is_output(x) ? " (it is a graph output)" : "");
+    return nullptr;
+  }
+  return producer;
+}
+
+std::string base_name(const ir::Node& node) {
+  return node.name.empty() ? node.results[0]->name : node.name;
+}
+
+// Folds `bn` into `producer`; returns false (with a debug reason) when an operand's data is
+// unusable or fuel is out, leaving the graph untouched.
+bool fold(ir::Graph& graph, PassContext& context, ir::Node& bn, ir::Node& producer) {
+  const auto refuse = [&](const std::string& why) {
+    context.debug(kPass, fmt::format("not folding {}: {}", who(bn), why));
+    return false;
+  };
+  std::string why;
+  std::optional<std::vector<double>> weight =
+      parameter_values(producer, producer.inputs[1], "weight", why);
+  if (!weight) return refuse(why);
+  std::vector<double> bias(static_cast<size_t>(producer.inputs[1]->type.shape[0]), 0.0);
+  if (producer.inputs.size() == 3) {
+    const std::optional<std::vector<double>> given =
+        parameter_values(producer, producer.inputs[2], "bias", why);
+    if (!given) return refuse(why);
+    bias = *given;
+  }
+  std::vector<double> bn_values[5];
+  for (size_t i = 1; i < 5; ++i) {
+    std::optional<std::vector<double>> values =
+        parameter_values(bn, bn.inputs[i], kBnOperandNames[i], why);
+    if (!values) return refuse(why);
+    bn_values[i] = std::move(*values);
+  }
+  const std::vector<double>& scale = bn_values[1];
+  const std::vector<double>& shift = bn_values[2];
+  const std::vector<double>& mean = bn_values[3];
+  const std::vector<double>& var = bn_values[4];
+  const double epsilon = std::get<double>(bn.attrs.at("epsilon"));
+
+  const size_t channels = bias.size();
+  std::vector<double> s(channels);
+  for (size_t o = 0; o < channels; ++o) {
+    s[o] = scale[o] / std::sqrt(var[o] + epsilon);
+    // (x - mean) / 0 is inf or NaN depending on x; a folded weight cannot say that.
+    if (!std::isfinite(s[o]))
+      return refuse(fmt::format("channel {}: scale / sqrt(var + epsilon) = {} / sqrt({} + {}) "
+                                "is not finite",
+                                o, scale[o], var[o], epsilon));
+  }
+
+  if (!context.take_fuel(kPass, fmt::format("fold {} into {}", who(bn), who(producer))))
+    return false;
+
+  // W' = W * s[o]: each output channel is a contiguous block of the row-major weight.
+  std::vector<double> new_weight = std::move(*weight);
+  const size_t per_channel = new_weight.size() / channels;
+  for (size_t i = 0; i < new_weight.size(); ++i) new_weight[i] *= s[i / per_channel];
+  std::vector<double> new_bias(channels);
+  for (size_t o = 0; o < channels; ++o) new_bias[o] = (bias[o] - mean[o]) * s[o] + shift[o];
+
+  // Rounded once to the parameter dtype; the inline source holds the rounded values, so the
+  // printed dense<> materializes to exactly `data`.
+  const auto add_parameter = [&](const std::string& name, const ir::TensorType& type,
+                                 const std::vector<double>& values, const ir::SourceLoc& loc) {
+    auto data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(type, values));
+    ir::Value* param =
+        graph.add_parameter(graph.unique_name(name), type, ir::InlineData{data->to_doubles()}, loc);
+    param->data = std::move(data);
+    return param;
+  };
+  const std::string base = base_name(producer);
+  const ir::Value* old_weight = producer.inputs[1];
+  const ir::TensorType bias_type{old_weight->type.dtype, {static_cast<int64_t>(channels)}};
+  const ir::SourceLoc& bias_loc =
+      producer.inputs.size() == 3 ? producer.inputs[2]->loc : old_weight->loc;
+  ir::Value* weight_param =
+      add_parameter(base + ".weight.folded", old_weight->type, new_weight, old_weight->loc);
+  ir::Value* bias_param = add_parameter(base + ".bias.folded", bias_type, new_bias, bias_loc);
+
+  // The folded result takes the batch_norm result's name (names are unique, so it moves).
+  ir::Value* bn_result = bn.results[0];
+  const std::string result_name = bn_result->name;
+  const ir::SourceLoc result_loc = bn_result->loc;
+  bn_result->name.clear();
+  ir::Node* folded = graph.insert_node_before(
+      &bn, producer.op, producer.name, {producer.inputs[0], weight_param, bias_param},
+      producer.attrs, {{result_name, bn_result->type}}, producer.loc);
+  folded->def = producer.def;
+  folded->results[0]->loc = result_loc;
+  graph.replace_all_uses(bn_result, folded->results[0]);
+  const ir::Node* dead_bn = &bn;
+  const ir::Node* dead_producer = &producer;
+  graph.erase_nodes(
+      [&](const ir::Node& node) { return &node == dead_bn || &node == dead_producer; });
+  return true;
+}
+
+}  // namespace
+
+bool FoldBatchNorm::run(ir::Graph& graph, PassContext& context) {
+  // Node pointers stay valid while other nodes are erased; each fold erases only its own pair.
+  std::vector<ir::Node*> batch_norms;
+  for (const auto& node : graph.nodes())
+    if (node->op == "batch_norm") batch_norms.push_back(node.get());
+
+  bool changed = false;
+  for (ir::Node* bn : batch_norms) {
+    std::string why;
+    ir::Node* producer = foldable_producer(graph, *bn, why);
+    if (producer == nullptr) {
+      context.debug(kPass, fmt::format("not folding {}: {}", who(*bn), why));
+      continue;
+    }
+    changed |= fold(graph, context, *bn, *producer);
+  }
+  return changed;
+}
+
 }  // namespace kiln::passes
