@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "ir/diagnostic.h"
+#include "ir/op_registry.h"
 
 namespace kiln::ir {
 
@@ -50,6 +51,7 @@ Node* Graph::add_node(std::string op, std::string name, std::vector<Value*> inpu
                       const std::vector<std::pair<std::string, TensorType>>& results,
                       SourceLoc loc) {
   auto node = std::make_unique<Node>();
+  node->def = OpRegistry::instance().find(op);  // nullptr for an unknown op: the verifier says so
   node->op = std::move(op);
   node->name = std::move(name);
   node->inputs = std::move(inputs);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ir/attribute.h"
+#include "ir/memory_plan.h"
 #include "ir/shape.h"
 #include "ir/tensor.h"
 
@@ -83,6 +84,7 @@ class Graph {
   std::vector<Value*> inputs;
   std::vector<Value*> parameters;
   std::vector<Value*> outputs;
+  std::optional<MemoryPlan> memory_plan;  // set by plan-memory (ir/memory_plan.h)
 
   Graph() = default;
   Graph(const Graph&) = delete;
@@ -92,7 +94,8 @@ class Graph {
 
   Value* add_input(std::string name, TensorType type, SourceLoc loc = {});
   Value* add_parameter(std::string name, TensorType type, ParamSource source, SourceLoc loc = {});
-  // Appends a node whose results have the given names and types (one entry per result).
+  // Appends a node whose results have the given names and types (one entry per result). Its
+  // `def` is looked up in the op registry; attrs should be complete (see ir::infer_op).
   Node* add_node(std::string op, std::string name, std::vector<Value*> inputs, AttrMap attrs,
                  const std::vector<std::pair<std::string, TensorType>>& results,
                  SourceLoc loc = {});

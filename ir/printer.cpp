@@ -1,5 +1,6 @@
 #include "ir/printer.h"
 
+#include <fmt/format.h>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -65,6 +66,20 @@ std::string attrs_to_string(const AttrMap& attrs, const OpDef* def) {
   return out;
 }
 
+// The trailing comment naming the arena slices of a node's planned results: "  // arena[0:+256]",
+// or with the value names when the node has several results; empty when none is planned.
+std::string slices_comment(const Node& node, const MemoryPlan& plan, const ValueNamer& name_of) {
+  std::string slices;
+  for (const Value* result : node.results) {
+    const MemorySlice* slice = plan.find(result);
+    if (!slice) continue;
+    if (!slices.empty()) slices += ", ";
+    if (node.results.size() > 1) slices += name_of(result) + " ";
+    slices += fmt::format("arena[{}:+{}]", slice->offset, slice->bytes);
+  }
+  return slices.empty() ? "" : "  // " + slices;
+}
+
 }  // namespace
 
 std::string param_source_to_string(const ParamSource& source) {
@@ -83,6 +98,13 @@ std::string param_source_to_string(const ParamSource& source) {
 void print_graph(std::ostream& out, const Graph& graph) {
   const ValueNamer name_of(graph);
   const std::string typed_list_indent = "           ";
+  const MemoryPlan* plan = graph.memory_plan ? &*graph.memory_plan : nullptr;
+
+  if (plan)
+    out << fmt::format("// memory plan: arena {} B, naive {} B, lower bound {} B, "
+                       "planned/lower bound {:.2f}\n",
+                       plan->arena_bytes, plan->naive_bytes, plan->lower_bound_bytes,
+                       plan->ratio());
 
   out << "graph " << sigil_name('@', graph.name.empty() ? "main" : graph.name) << "(";
   for (size_t i = 0; i < graph.inputs.size(); ++i)
@@ -117,6 +139,7 @@ void print_graph(std::ostream& out, const Graph& graph) {
     for (size_t i = 0; i < node->results.size(); ++i)
       out << (i ? ", " : "") << node->results[i]->type.to_string();
     if (!node->name.empty()) out << " loc(" << quoted(node->name) << ")";
+    if (plan) out << slices_comment(*node, *plan, name_of);
     out << "\n";
   }
   out << "  return";

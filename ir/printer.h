@@ -12,6 +12,16 @@
 //     return %act
 //   }
 //
+// When the graph carries a memory plan (ir/memory_plan.h), a comment line with its figures comes
+// before the graph and each planned node result's arena slice (offset, +bytes) ends its line:
+//
+//   // memory plan: arena 256 B, naive 256 B, lower bound 256 B, planned/lower bound 1.00
+//   graph @g(%x: f32[1,64]) ...
+//     %y = relu(%x) : f32[1,64] loc("act")  // arena[0:+256]
+//
+// Comments are skipped by the parser: the text parses back, without the plan (re-run
+// plan-memory to get it again).
+//
 // Attributes equal to the op's default are omitted. Names that are not plain identifiers
 // ([A-Za-z0-9_.-]+) are quoted: %"block/conv:0". Values without a name are numbered.
 #pragma once

@@ -116,6 +116,8 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       "cse",
       // Nothing unused survives to codegen.
       "dce",
+      // Last, on the final schedule: intermediates get offsets in one arena, dead ones reused.
+      "plan-memory",
   };
 }
 
