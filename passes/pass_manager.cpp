@@ -74,6 +74,9 @@ bool PassManager::run(ir::Graph& graph) {
     timings.push_back({pass->name, std::chrono::duration<double, std::milli>(
                                        std::chrono::steady_clock::now() - start).count()});
     any_change |= changed;
+    // A plan is for one graph: a later rewrite makes it stale, so it goes (plan-memory again
+    // makes a new one).
+    if (changed && pass->name != "plan-memory") graph.memory_plan.reset();
     if (options_.verify_each) {
       try {
         ir::verify(graph);
