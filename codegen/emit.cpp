@@ -8,6 +8,7 @@
 #include "codegen/device_library.h"
 #include "codegen/kernel_emitter.h"
 #include "ir/diagnostic.h"
+#include "ir/memory_plan.h"
 #include "ir/op_registry.h"
 
 namespace kiln::codegen {
@@ -86,6 +87,8 @@ class ProgramBuilder {
       program_.outputs.push_back(id);
     }
 
+    if (graph_.memory_plan) place_in_arena(*graph_.memory_plan);
+
     std::string kernels_text;
     std::string entries_text;
     for (const auto& node : graph_.nodes()) emit_node(*node, kernels_text, entries_text);
@@ -104,6 +107,29 @@ class ProgramBuilder {
                           static_cast<int64_t>(ir::dtype_size(value->type.dtype));
     buffer_of_[value] = static_cast<int>(program_.buffers.size());
     program_.buffers.push_back(Buffer{value->name, value->type, role, index, bytes});
+  }
+
+  // Intermediates that plan-memory placed share the activation arena at their planned offsets.
+  void place_in_arena(const ir::MemoryPlan& plan) {
+    program_.arena_bytes = plan.arena_bytes;
+    for (const auto& [value, id] : buffer_of_) {
+      Buffer& buffer = program_.buffers[id];
+      if (buffer.role != BufferRole::Intermediate) continue;
+      if (const ir::MemorySlice* slice = plan.find(value)) buffer.arena_offset = slice->offset;
+    }
+  }
+
+  // Whether `value` shares its storage with another operand or result of `node` (an
+  // elementwise node working in place): then neither pointer may be declared __restrict__.
+  bool aliased(const ir::Node& node, const ir::Value* value) const {
+    if (!graph_.memory_plan) return false;
+    const auto& in_place = graph_.memory_plan->in_place;
+    for (const ir::Value* result : node.results) {
+      auto it = in_place.find(result);
+      if (it == in_place.end()) continue;
+      if (value == result || value == it->second) return true;
+    }
+    return false;
   }
 
   std::string prologue() const {
@@ -151,12 +177,16 @@ class ProgramBuilder {
     std::vector<std::string> casts;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const std::string type(c_type(node.inputs[i]->type.dtype));
-      params.push_back(fmt::format("const {}* __restrict__ {}", type, request.input_params[i]));
+      params.push_back(fmt::format("const {}* {}{}", type,
+                                   aliased(node, node.inputs[i]) ? "" : "__restrict__ ",
+                                   request.input_params[i]));
       casts.push_back(fmt::format("static_cast<const {}*>(args[{}])", type, casts.size()));
     }
     for (size_t i = 0; i < node.results.size(); ++i) {
       const std::string type(c_type(node.results[i]->type.dtype));
-      params.push_back(fmt::format("{}* __restrict__ {}", type, request.output_params[i]));
+      params.push_back(fmt::format("{}* {}{}", type,
+                                   aliased(node, node.results[i]) ? "" : "__restrict__ ",
+                                   request.output_params[i]));
       casts.push_back(fmt::format("static_cast<{}*>(args[{}])", type, casts.size()));
     }
 

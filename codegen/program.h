@@ -22,6 +22,10 @@ struct Buffer {
   BufferRole role;
   int index = -1;       // position among the graph's inputs / parameters / outputs; -1 otherwise
   int64_t bytes = 0;
+  // Intermediates placed by plan-memory: the offset of this buffer in the activation arena
+  // (Program::arena_bytes), shared over time with buffers whose lifetimes do not overlap.
+  // -1: the buffer has storage of its own.
+  int64_t arena_offset = -1;
 };
 
 struct Dim3 {
@@ -53,6 +57,7 @@ struct Program {
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;     // launch order
   std::vector<int> outputs;        // buffer id of each graph output, in order
+  int64_t arena_bytes = 0;         // the activation arena (0 when the graph was not planned)
 
   const Kernel* find_kernel(std::string_view name) const;
 };

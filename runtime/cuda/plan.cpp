@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "ir/diagnostic.h"
@@ -80,11 +81,25 @@ ArenaLayout plan_arena(const std::vector<codegen::Buffer>& buffers) {
   for (const codegen::Buffer& buffer : buffers) {
     KILN_CHECK(buffer.bytes >= 0) << "buffer '" << buffer.name << "' has " << buffer.bytes
                                   << " bytes";
+    if (buffer.arena_offset >= 0) {
+      layout.offsets.push_back(-1);  // placed below, in the activation region
+      continue;
+    }
     int64_t offset = align_up(end, kArenaAlignment);
     // Real sizes are far below this (kMaxElements * 8 bytes per buffer); it keeps the sum exact.
     KILN_CHECK(buffer.bytes <= INT64_MAX / 2 - offset) << "arena size overflows";
     layout.offsets.push_back(offset);
     end = offset + buffer.bytes;
+  }
+  // Intermediates placed by plan-memory: one region after everything else, at their planned
+  // offsets (which already share space between buffers whose lifetimes do not overlap).
+  const int64_t activations = align_up(end, kArenaAlignment);
+  for (size_t id = 0; id < buffers.size(); ++id) {
+    const codegen::Buffer& buffer = buffers[id];
+    if (buffer.arena_offset < 0) continue;
+    KILN_CHECK(buffer.arena_offset % kArenaAlignment == 0) << "unaligned arena offset";
+    layout.offsets[id] = activations + buffer.arena_offset;
+    end = std::max(end, layout.offsets[id] + buffer.bytes);
   }
   layout.total_bytes = align_up(end, kArenaAlignment);
   return layout;

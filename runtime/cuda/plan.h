@@ -25,8 +25,9 @@ struct ArenaLayout {
   int64_t total_bytes = 0;       // a multiple of kArenaAlignment
 };
 
-// One region per buffer, in buffer order, each at the next aligned offset. (Buffers whose
-// lifetimes do not overlap could share space; memory planning will decide that in codegen.)
+// One region per buffer, in buffer order, each at the next aligned offset; then the activation
+// region, where the intermediates plan-memory placed (Buffer::arena_offset >= 0) sit at their
+// planned offsets, sharing space over time.
 ArenaLayout plan_arena(const std::vector<codegen::Buffer>& buffers);
 
 // "sm_90" → 90, "compute_80" → 80, "sm_90a" → 90; nullopt when it is neither form.

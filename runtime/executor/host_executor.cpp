@@ -19,14 +19,28 @@ std::vector<ir::Tensor> run_program(const codegen::Program& program, const HostM
                                     const std::vector<ir::Tensor>& inputs,
                                     const std::vector<ir::Tensor>& parameters,
                                     const HostOptions& options) {
-  // One 64-byte aligned allocation per buffer: kernels may use float4 access, and distinct
-  // allocations let the sanitizer build catch a kernel that writes past its buffer.
-  std::vector<std::unique_ptr<std::byte[], void (*)(std::byte*)>> storage;
+  // One 256-byte aligned allocation per unplanned buffer (as cudaMalloc aligns): kernels may use
+  // float4 access, and distinct allocations let the sanitizer build catch a kernel that writes
+  // past its buffer.
+  // Intermediates that plan-memory placed share one activation arena at their planned offsets.
+  using Storage = std::unique_ptr<std::byte[], void (*)(std::byte*)>;
+  auto allocate = [](int64_t size) {
+    const size_t bytes = (static_cast<size_t>(size) + 255) / 256 * 256;
+    return Storage(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{256})),
+                   [](std::byte* p) { ::operator delete[](p, std::align_val_t{256}); });
+  };
+  std::vector<Storage> storage;
+  Storage arena = allocate(program.arena_bytes);
   std::vector<void*> pointers;
   for (const codegen::Buffer& buffer : program.buffers) {
-    const size_t bytes = (static_cast<size_t>(buffer.bytes) + 63) / 64 * 64;
-    auto* memory = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{64}));
-    storage.emplace_back(memory, [](std::byte* p) { ::operator delete[](p, std::align_val_t{64}); });
+    if (buffer.arena_offset >= 0) {
+      KILN_CHECK(buffer.arena_offset + buffer.bytes <= program.arena_bytes)
+          << "buffer '" << buffer.name << "' lies outside the activation arena";
+      pointers.push_back(arena.get() + buffer.arena_offset);
+      continue;
+    }
+    storage.push_back(allocate(buffer.bytes));
+    std::byte* memory = storage.back().get();
     pointers.push_back(memory);
     const std::vector<ir::Tensor>* source = nullptr;
     if (buffer.role == codegen::BufferRole::Input) source = &inputs;
