@@ -157,7 +157,7 @@ int run(const Options& options) {
     if (ec) throw Error(options.output_dir, "cannot create the output directory: " + ec.message());
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const std::string& name = graph.outputs[i]->name;
+    const std::string& name = graph.output_name(i);
     std::string line = fmt::format("{}: {}  {}", name, outputs[i].type().to_string(), summarize(outputs[i]));
     if (!options.output_dir.empty()) {
       const std::string path =

@@ -377,6 +377,7 @@ class Frontend {
         fail("/outputs/" + std::to_string(i), message);
       }
       graph_.outputs.push_back(it->second.first);
+      graph_.output_names.push_back(names[i]);
     }
   }
 

@@ -89,6 +89,11 @@ std::vector<Node*> Graph::users(const Value* value) const {
   return found;
 }
 
+const std::string& Graph::output_name(size_t index) const {
+  if (index < output_names.size() && !output_names[index].empty()) return output_names[index];
+  return outputs.at(index)->name;
+}
+
 bool Graph::is_output(const Value* value) const {
   return std::find(outputs.begin(), outputs.end(), value) != outputs.end();
 }

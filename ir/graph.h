@@ -84,6 +84,9 @@ class Graph {
   std::vector<Value*> inputs;
   std::vector<Value*> parameters;
   std::vector<Value*> outputs;
+  // The names the model gave its outputs (what `kiln run` names files after). Rewrites may
+  // replace an output value with another value of another name; these names stay.
+  std::vector<std::string> output_names;
   std::optional<MemoryPlan> memory_plan;  // set by plan-memory (ir/memory_plan.h)
 
   Graph() = default;
@@ -116,6 +119,8 @@ class Graph {
   // --- rewriting ---------------------------------------------------------------------------------
   // Nodes that read `value`, in graph order (a node reading it twice appears once).
   std::vector<Node*> users(const Value* value) const;
+  // The model's name for output `index` (output_names, else the value's own name).
+  const std::string& output_name(size_t index) const;
   // Whether `value` is a graph output.
   bool is_output(const Value* value) const;
   // Makes every node operand and graph output that is `from` read `to` instead.

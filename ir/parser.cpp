@@ -369,6 +369,7 @@ class Parser {
                            value->type.to_string() + ", the signature says " +
                            result_types_[i].second.to_string());
       graph_.outputs.push_back(value);
+      graph_.output_names.push_back(value->name);
     }
   }
 
