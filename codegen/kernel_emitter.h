@@ -60,7 +60,8 @@ using EmitterTable = std::vector<std::pair<std::string, KernelEmitter>>;
 void add_elementwise_emitters(EmitterTable& table);
 void add_shape_emitters(EmitterTable& table);
 void add_reduce_emitters(EmitterTable& table);
-void add_nn_emitters(EmitterTable& table);
+void add_nn_emitters(EmitterTable& table);         // calls add_pool_norm_emitters
+void add_pool_norm_emitters(EmitterTable& table);  // pooling, bias_add, batch_norm
 
 // --- helpers for emitters ------------------------------------------------------------------------
 

@@ -21,10 +21,6 @@ namespace {
 using ir::DType;
 using Statements = std::vector<std::string>;
 
-double attr_float(const ir::Node& node, const char* name) {
-  return std::get<double>(node.attrs.at(name));
-}
-
 // Constants that integer lambdas need, declared inside the lambda (no captures).
 const char* const kI32Limits[] = {"constexpr int kI32Min = -2147483647 - 1;",
                                   "constexpr int kI32Max = 2147483647;"};
@@ -129,13 +125,13 @@ ElementFn float_unary_fn(const ir::Node& node) {
   if (op == "leaky_relu")
     return {"leaky_relu: x if x >= 0 else alpha * x",
             {fmt::format("constexpr float kAlpha = {};",
-                         literal(DType::F32, attr_float(node, "alpha"))),
+                         literal(DType::F32, attr<double>(node, "alpha"))),
              "return value >= 0.0f ? value : kAlpha * value;"}};
   if (op == "sigmoid")
     return {"sigmoid, in a form that cannot overflow", stable_sigmoid("value", "")};
   if (op == "tanh") return {"tanh", {"return tanhf(value);"}};
   if (op == "gelu") {
-    if (std::get<std::string>(node.attrs.at("approximate")) == "tanh") {
+    if (attr<std::string>(node, "approximate") == "tanh") {
       // 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u): no cancellation when tanh(u) is near -1.
       Statements body = {"constexpr float kSqrt2OverPi = 0.797884560802865f;",
                          "constexpr float kCubic = 0.044715f;",
@@ -160,7 +156,7 @@ ElementFn float_unary_fn(const ir::Node& node) {
   if (op == "neg") return {"neg", {"return -value;"}};
   if (op == "abs") return {"abs", {"return fabsf(value);"}};
   if (op == "pow") {
-    const double exponent = attr_float(node, "exponent");
+    const double exponent = attr<double>(node, "exponent");
     if (exponent == 2.0)
       return {"pow with exponent 2: one correctly rounded multiply", {"return value * value;"}};
     return {"pow with a constant exponent",
@@ -188,8 +184,8 @@ ElementFn integer_unary_fn(const std::string& op, DType dtype) {
 // clamping to the truncated bounds equals truncating the real-valued clamp, as the reference.
 ElementFn clip_fn(const ir::Node& node) {
   const DType dtype = node.inputs[0]->type.dtype;
-  const double lo = attr_float(node, "min");
-  const double hi = attr_float(node, "max");
+  const double lo = attr<double>(node, "min");
+  const double hi = attr<double>(node, "max");
   const std::string type(compute_type(dtype));
   const double type_min = dtype == DType::I32 ? -2147483648.0 : -9223372036854775808.0;
   const double type_max = dtype == DType::I32 ? 2147483647.0 : 9223372036854775807.0;
@@ -262,7 +258,7 @@ KernelSpec emit_cast(const KernelRequest& request) {
 
 KernelSpec emit_dropout(const KernelRequest& request) {
   const ir::Node& node = request.node;
-  if (std::get<bool>(node.attrs.at("training")))
+  if (attr<bool>(node, "training"))
     throw Error(
         node.loc.render(),
         node.describe() + ": codegen supports dropout at inference only (training = false)");

@@ -1,5 +1,6 @@
 #include "codegen/kernels/emit_util.h"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 
@@ -21,13 +22,13 @@ BodyWriter& BodyWriter::open(std::string_view text) {
 }
 
 BodyWriter& BodyWriter::close(std::string_view suffix) {
-  KILN_CHECK(depth_ > 1) << "BodyWriter: unbalanced close()";
+  KILN_CHECK(depth_ > base_depth_) << "BodyWriter: unbalanced close()";
   --depth_;
   return line("}" + std::string(suffix));
 }
 
 BodyWriter& BodyWriter::reopen(std::string_view text) {
-  KILN_CHECK(depth_ > 1) << "BodyWriter: reopen() outside a block";
+  KILN_CHECK(depth_ > base_depth_) << "BodyWriter: reopen() outside a block";
   --depth_;
   return open("} " + std::string(text));
 }
@@ -37,26 +38,40 @@ BodyWriter& BodyWriter::blank() {
   return *this;
 }
 
-namespace {
+BodyWriter& BodyWriter::lines(std::string_view block) {
+  while (!block.empty()) {
+    const size_t end = block.find('\n');
+    const std::string_view one = block.substr(0, end);
+    if (!one.empty()) line(one);
+    if (end == std::string_view::npos) break;
+    block.remove_prefix(end + 1);
+  }
+  return *this;
+}
 
-bool is_identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-
-// Whether `name` occurs as a whole word in the code of `line` (comments don't count).
-bool mentions(const std::string& line, const std::string& name) {
-  const std::string text = line.substr(0, line.find("//"));
-  for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) {
-    const bool starts = at == 0 || !is_identifier_char(text[at - 1]);
-    const size_t end = at + name.size();
-    const bool ends = end == text.size() || !is_identifier_char(text[end]);
-    if (starts && ends) return true;
+bool mentions(std::string_view code, std::string_view name) {
+  const auto is_identifier_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  };
+  while (!code.empty()) {
+    const size_t line_end = code.find('\n');
+    std::string_view line = code.substr(0, line_end);
+    line = line.substr(0, line.find("//"));
+    for (size_t at = line.find(name); at != std::string_view::npos; at = line.find(name, at + 1)) {
+      const bool starts = at == 0 || !is_identifier_char(line[at - 1]);
+      const size_t end = at + name.size();
+      const bool ends = end == line.size() || !is_identifier_char(line[end]);
+      if (starts && ends) return true;
+    }
+    if (line_end == std::string_view::npos) break;
+    code.remove_prefix(line_end + 1);
   }
   return false;
 }
 
-}  // namespace
-
 std::string BodyWriter::take() {
-  KILN_CHECK(depth_ == 1) << "BodyWriter: " << depth_ - 1 << " block(s) left open";
+  KILN_CHECK(depth_ == base_depth_) << "BodyWriter: " << depth_ - base_depth_
+                                    << " block(s) left open";
   // Drop unused declarations until none is left (one may be used only by another).
   for (bool dropped = true; dropped;) {
     dropped = false;
@@ -77,8 +92,34 @@ std::string BodyWriter::take() {
   return text;
 }
 
-std::string index_type(int64_t count) {
-  return count + kMaxGridThreads <= std::numeric_limits<int32_t>::max() ? "int" : "long long";
+int axis_of(const ir::Node& node) {
+  const int64_t axis = attr<int64_t>(node, "axis");
+  const int rank = static_cast<int>(node.inputs[0]->type.shape.size());
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end; ++d) p *= shape[d];
+  return p;
+}
+
+int64_t largest_tensor(const ir::Node& node) {
+  int64_t largest = 1;
+  for (const ir::Value* v : node.inputs)
+    largest = std::max(largest, ir::num_elements(v->type.shape));
+  for (const ir::Value* v : node.results)
+    largest = std::max(largest, ir::num_elements(v->type.shape));
+  return largest;
+}
+
+std::string load_input(const KernelRequest& request, size_t index, const std::string& subscript) {
+  return load(request.node.inputs[index]->type.dtype,
+              request.input_params[index] + "[" + subscript + "]");
+}
+
+std::string index_type(int64_t count, int64_t overshoot) {
+  return count + overshoot <= std::numeric_limits<int32_t>::max() ? "int" : "long long";
 }
 
 std::string int_literal(int64_t value, std::string_view type) {

@@ -1,5 +1,5 @@
 // Helpers shared by the kernel emitters under codegen/kernels/: a writer for kernel bodies,
-// literals, index types, grid-stride loops and strided index maps.
+// attribute access, literals, index types, grid-stride loops and strided index maps.
 //
 // An IndexMap describes an injective or broadcasting kernel: it walks the elements of the
 // output in row-major order and, for each operand, reads element `base + sum(coord[d] *
@@ -14,9 +14,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "codegen/kernel_emitter.h"
+#include "ir/diagnostic.h"
 
 namespace kiln::codegen {
 
@@ -24,6 +26,9 @@ namespace kiln::codegen {
 // one level, inside the kernel's braces).
 class BodyWriter {
  public:
+  // `depth` 0 for a fragment that another writer places with lines() (a GEMM's batch_setup).
+  explicit BodyWriter(int depth = 1) : base_depth_(depth), depth_(depth) {}
+
   BodyWriter& line(std::string_view text);
   template <typename... Args>
   BodyWriter& line(fmt::format_string<Args...> format, Args&&... args) {
@@ -35,19 +40,24 @@ class BodyWriter {
   BodyWriter& open(fmt::format_string<Args...> format, Args&&... args) {
     return open(std::string_view(fmt::format(format, std::forward<Args>(args)...)));
   }
-  BodyWriter& close(std::string_view suffix = "");  // "}" + suffix, one level up
+  // "}" + suffix (";" after a lambda or struct), one level up.
+  BodyWriter& close(std::string_view suffix = "");
   // "} text {": closes a block and opens the next one (else, else if) at the same level.
   BodyWriter& reopen(std::string_view text);
   BodyWriter& blank();
+  // A block of lines (a hook written by another emitter, such as a GEMM epilogue), each at the
+  // current indent plus its own; empty lines are dropped.
+  BodyWriter& lines(std::string_view block);
   // A declaration of `name` that take() drops when nothing else mentions `name` (shared
-  // preambles declare lane, warp, kFullMask, ... whether or not the kernel uses them, and an
-  // unused local draws compiler warnings).
+  // preambles and templates declare lane, warp, kFullMask, shape constants, ... whether or not
+  // the kernel uses them, and an unused local draws compiler warnings, NVRTC's included).
   template <typename... Args>
   BodyWriter& declare(std::string_view name, fmt::format_string<Args...> format, Args&&... args) {
     line(std::string_view(fmt::format(format, std::forward<Args>(args)...)));
     lines_.back().declares = name;
     return *this;
   }
+  // The text, without the declarations nobody uses; the writer is empty afterwards.
   std::string take();
   int depth() const { return depth_; }
   // True the first time it is asked about `key`: for declarations a body needs once.
@@ -60,21 +70,57 @@ class BodyWriter {
 
  private:
   struct Line {
-    std::string text;
-    std::string declares;
+    std::string text;      // indented, no newline
+    std::string declares;  // the name a declare() line introduces
   };
   std::vector<Line> lines_;
   std::vector<std::string> once_;
+  int base_depth_ = 1;  // where blocks must be closed again by take()
   int depth_ = 1;
 };
+
+// Whether `code` (one or more lines; // comments ignored) uses the identifier `name`.
+bool mentions(std::string_view code, std::string_view name);
+
+// Attributes as inference left them: complete and of the schema's type, so a miss is a bug.
+template <typename T>
+const T& attr(const ir::Node& node, const std::string& name) {
+  const auto it = node.attrs.find(name);
+  KILN_CHECK(it != node.attrs.end()) << node.describe() << ": attribute '" << name << "' missing";
+  const T* value = std::get_if<T>(&it->second);
+  KILN_CHECK(value != nullptr) << node.describe() << ": attribute '" << name << "' mistyped";
+  return *value;
+}
+
+// The node's `axis` attribute counted from the front of its first operand's dims (-1: the last).
+int axis_of(const ir::Node& node);
+
+// The product of shape[begin, end): 1 for an empty range.
+int64_t product(const ir::Shape& shape, size_t begin, size_t end);
+// The element count of the largest operand or result of `node`.
+int64_t largest_tensor(const ir::Node& node);
+
+// Element `subscript` of input `index` (its kernel parameter), converted to its compute type.
+std::string load_input(const KernelRequest& request, size_t index, const std::string& subscript);
+
+// Threads of a warp, on every GPU kiln targets.
+inline constexpr int64_t kWarpSize = 32;
 
 // Largest number of threads a grid-stride loop adds to its index at once: grid_stride_blocks
 // caps the grid, and blocks have at most 1024 threads.
 inline constexpr int64_t kMaxGridThreads = int64_t{132} * 8 * 1024;
 
-// "int" when every index up to `count` (plus one grid stride) fits in 32 bits, else
-// "long long". 32-bit index arithmetic is cheaper on GPUs.
-std::string index_type(int64_t count);
+// "int" when every index up to `count` plus `overshoot` fits in 32 bits, else "long long".
+// 32-bit index arithmetic is cheaper on GPUs. `overshoot` is how far past the end a thread may
+// index before its bounds check: one grid stride unless the caller knows better.
+std::string index_type(int64_t count, int64_t overshoot = kMaxGridThreads);
+// index_type for the kernels of nn.cpp and pool_norm.cpp, whose threads may compute offsets up
+// to a whole operand past the end before their bounds check (a GEMM tile's overhang: at most one
+// more image or row block): "int" while twice `largest`, the element count of the biggest
+// operand or result, stays within 2^31.
+inline std::string index_type_with_overhang(int64_t largest) {
+  return index_type(largest, largest - 1);
+}
 // An integer literal of `type`: "42" for int, "42LL" for long long.
 std::string int_literal(int64_t value, std::string_view type);
 // "{1, 2, 3}" with `type`'s literal suffix.

@@ -14,7 +14,7 @@
 
 #include <limits>
 
-#include "codegen/kernels/nn_util.h"
+#include "codegen/kernels/emit_util.h"
 
 namespace kiln::codegen::nn {
 namespace {
@@ -36,7 +36,7 @@ std::string conjunction(const std::vector<std::string>& terms) {
 
 // Stages one operand tile into shared memory. `name` is "a" or "b"; `outer` is "row" or "col";
 // `outer_size`/`outer_tile` the constants of its outer dimension.
-void stage_tile(SourceWriter& w, const GemmSpec& spec, const GemmOperand& operand,
+void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
                 const std::string& name, const std::string& outer, const std::string& outer_size,
                 const std::string& outer_tile, bool outer_ragged) {
   const std::string block_outer = "block_" + outer;
@@ -64,7 +64,7 @@ void stage_tile(SourceWriter& w, const GemmSpec& spec, const GemmOperand& operan
 }
 
 // Where each thread stages its share of an operand tile, and the operand's own setup.
-void staging_position(SourceWriter& w, const GemmOperand& operand, const std::string& name,
+void staging_position(BodyWriter& w, const GemmOperand& operand, const std::string& name,
                       const std::string& outer, const std::string& outer_tile) {
   const std::string step = "k" + std::string(name == "a" ? "A" : "B") + "Step";
   if (operand.k_contiguous) {
@@ -99,7 +99,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
                             "row tiles of {} and {} problems at most)",
                             node.describe(), spec.m, spec.batch, kMaxGridYZ, kGemmTileM,
                             kMaxGridYZ));
-  SourceWriter w;
+  BodyWriter w;
   w.comment("Problem: out[row][col] = sum over k of A[row][k] * B[k][col].");
   w.line("using index_t = {};", spec.index_type);
   w.declare("kM", "constexpr index_t kM = {};  // {}", spec.m, spec.m_is);
@@ -196,7 +196,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.close();
 
   KernelSpec kernel;
-  kernel.body = w.text();
+  kernel.body = w.take();
   kernel.grid = Dim3{static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m),
                      static_cast<uint32_t>(spec.batch)};
   kernel.block = Dim3{kGemmThreads, 1, 1};

@@ -13,85 +13,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 
+#include "codegen/kernels/emit_util.h"
 #include "codegen/kernels/gemm.h"
-#include "codegen/kernels/nn_util.h"
 
 namespace kiln::codegen::nn {
-
-bool mentions(std::string_view code, std::string_view name) {
-  const auto is_word = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  };
-  while (!code.empty()) {
-    const size_t line_end = code.find('\n');
-    std::string_view line = code.substr(0, line_end);
-    line = line.substr(0, line.find("//"));
-    for (size_t at = line.find(name); at != std::string_view::npos; at = line.find(name, at + 1)) {
-      const size_t end = at + name.size();
-      if ((at == 0 || !is_word(line[at - 1])) && (end == line.size() || !is_word(line[end])))
-        return true;
-    }
-    if (line_end == std::string_view::npos) break;
-    code.remove_prefix(line_end + 1);
-  }
-  return false;
-}
-
-std::string SourceWriter::text() const {
-  // Dropping one declaration can leave another unused (a constant only it read): repeat.
-  std::vector<bool> keep(lines_.size(), true);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < lines_.size(); ++i) {
-      if (!keep[i] || lines_[i].declares.empty()) continue;
-      bool used = false;
-      for (size_t j = 0; j < lines_.size() && !used; ++j)
-        used = j != i && keep[j] && mentions(lines_[j].text, lines_[i].declares);
-      if (!used) {
-        keep[i] = false;
-        changed = true;
-      }
-    }
-  }
-  std::string text;
-  for (size_t i = 0; i < lines_.size(); ++i) {
-    if (!keep[i]) continue;
-    text += lines_[i].text;
-    text += "\n";
-  }
-  return text;
-}
-
-int64_t largest_tensor(const ir::Node& node) {
-  int64_t largest = 1;
-  for (const ir::Value* v : node.inputs)
-    largest = std::max(largest, ir::num_elements(v->type.shape));
-  for (const ir::Value* v : node.results)
-    largest = std::max(largest, ir::num_elements(v->type.shape));
-  return largest;
-}
 
 namespace {
 
 constexpr const char* kGemmNote = "64x64x16 tiles, 256 threads, 4x4 per thread";
 
-int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t d = begin; d < end; ++d) p *= shape[d];
-  return p;
-}
-
-// `x` converted from the operand's element type to float.
-std::string load_float(const ir::Value* value, const std::string& expr) {
-  return load(value->type.dtype, expr);
-}
-
 // Per-problem offsets of a and b for out batch index `batch`, with NumPy broadcasting.
 std::string matmul_batch_offsets(const ir::Shape& a_batch, const ir::Shape& b_batch,
                                  const ir::Shape& out_batch, int64_t a_matrix, int64_t b_matrix) {
-  SourceWriter w(0);
+  BodyWriter w(0);
   const int64_t batches = product(out_batch, 0, out_batch.size());
   const int64_t a_count = product(a_batch, 0, a_batch.size());
   const int64_t b_count = product(b_batch, 0, b_batch.size());
@@ -104,7 +39,7 @@ std::string matmul_batch_offsets(const ir::Shape& a_batch, const ir::Shape& b_ba
     };
     w.line("const index_t a_base = {};", base(a_count, a_matrix));
     w.line("const index_t b_base = {};", base(b_count, b_matrix));
-    return w.text();
+    return w.take();
   }
   w.comment(fmt::format("Batch offsets: out batch dims {} broadcast from a {} and b {}.",
                         ir::shape_to_string(out_batch), ir::shape_to_string(a_batch),
@@ -130,7 +65,16 @@ std::string matmul_batch_offsets(const ir::Shape& a_batch, const ir::Shape& b_ba
     a_stride *= a_dim;
     b_stride *= b_dim;
   }
-  return w.text();
+  return w.take();
+}
+
+// What the GEMMs of every op share: the index type and the result.
+GemmSpec gemm_for(const KernelRequest& request) {
+  GemmSpec spec;
+  spec.index_type = index_type_with_overhang(largest_tensor(request.node));
+  spec.out_param = request.output_params[0];
+  spec.out_dtype = request.node.results[0]->type.dtype;
+  return spec;
 }
 
 }  // namespace
@@ -151,13 +95,8 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
   const ir::Shape b_batch(bs.begin(), bs.end() - 2);
   const ir::Shape out_batch(os.begin(), os.end() - 2);
   const int64_t batches = product(out_batch, 0, out_batch.size());
-  const std::string& pa = request.input_params[0];
-  const std::string& pb = request.input_params[1];
 
-  GemmSpec spec;
-  spec.index_type = index_type(largest_tensor(node));
-  spec.out_param = request.output_params[0];
-  spec.out_dtype = node.results[0]->type.dtype;
+  GemmSpec spec = gemm_for(request);
   // One matrix b for the whole batch and row-major a: the batch is just more rows of a and out.
   const bool fold = batches > 1 && product(b_batch, 0, b_batch.size()) == 1 && !ta &&
                     product(a_batch, 0, a_batch.size()) == batches;
@@ -175,11 +114,11 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
     spec.batch_setup = matmul_batch_offsets(a_batch, b_batch, out_batch, m * k, k * n);
   }
   spec.a.k_contiguous = !ta;
-  spec.a.fetch = fmt::format("value = {};", load_float(a, ta ? pa + "[a_base + k * kM + row]"
-                                                              : pa + "[a_base + row * kK + k]"));
+  spec.a.fetch = fmt::format("value = {};", load_input(request, 0, ta ? "a_base + k * kM + row"
+                                                                      : "a_base + row * kK + k"));
   spec.b.k_contiguous = tb;
-  spec.b.fetch = fmt::format("value = {};", load_float(b, tb ? pb + "[b_base + col * kK + k]"
-                                                              : pb + "[b_base + k * kN + col]"));
+  spec.b.fetch = fmt::format("value = {};", load_input(request, 1, tb ? "b_base + col * kK + k"
+                                                                      : "b_base + k * kN + col"));
   spec.channel = "static_cast<int>(col)";  // the last axis: what a bias_add(axis=-1) indexes
   spec.out_index = spec.batch > 1 ? "batch * kM * kN + row * kN + col"
                                   : "row * kN + col";
@@ -195,13 +134,8 @@ GemmSpec dense_gemm(const KernelRequest& request) {
   const ir::Value* weight = node.inputs[1];
   const int64_t n = weight->type.shape[0];
   const int64_t k = weight->type.shape[1];
-  const std::string& px = request.input_params[0];
-  const std::string& pw = request.input_params[1];
 
-  GemmSpec spec;
-  spec.index_type = index_type(largest_tensor(node));
-  spec.out_param = request.output_params[0];
-  spec.out_dtype = node.results[0]->type.dtype;
+  GemmSpec spec = gemm_for(request);
   spec.m = ir::num_elements(x->type.shape) / k;
   spec.m_is = "rows of x";
   spec.n_is = "output features";
@@ -209,15 +143,13 @@ GemmSpec dense_gemm(const KernelRequest& request) {
   spec.n = n;
   spec.k = k;
   spec.a.k_contiguous = true;
-  spec.a.fetch = fmt::format("value = {};", load_float(x, px + "[row * kK + k]"));
+  spec.a.fetch = fmt::format("value = {};", load_input(request, 0, "row * kK + k"));
   spec.b.k_contiguous = true;  // weight is [N][K]: B transposed
-  spec.b.fetch = fmt::format("value = {};", load_float(weight, pw + "[col * kK + k]"));
+  spec.b.fetch = fmt::format("value = {};", load_input(request, 1, "col * kK + k"));
   spec.channel = "static_cast<int>(col)";
   spec.out_index = "row * kN + col";
-  if (node.inputs.size() > 2) {
-    spec.epilogue = fmt::format("value += {};",
-                                load_float(node.inputs[2], request.input_params[2] + "[channel]"));
-  }
+  if (node.inputs.size() > 2)
+    spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
   spec.note = fmt::format("x * weight^T as tiled GEMM{}, {}",
                           node.inputs.size() > 2 ? " + bias in the epilogue" : "", kGemmNote);
   return spec;
@@ -234,16 +166,11 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   const auto& pad = attr<std::vector<int64_t>>(node, "pad");  // top, left, bottom, right
   const auto& dilation = attr<std::vector<int64_t>>(node, "dilation");
   const int64_t groups = attr<int64_t>(node, "groups");
-  const std::string& px = request.input_params[0];
-  const std::string& pw = request.input_params[1];
   const int64_t out_channels = ws[0], group_in = ws[1], kh = ws[2], kw = ws[3];
   const int64_t group_out = out_channels / groups;
   const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; });
 
-  GemmSpec spec;
-  spec.index_type = index_type(largest_tensor(node));
-  spec.out_param = request.output_params[0];
-  spec.out_dtype = node.results[0]->type.dtype;
+  GemmSpec spec = gemm_for(request);
   spec.m = group_out;
   spec.m_is = "output channels per group";
   spec.n_is = "output pixels, N * OH * OW";
@@ -271,8 +198,8 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   };
   // A: weight [O][C/groups][KH][KW] is row-major [O][K] per group.
   spec.a.k_contiguous = true;
-  spec.a.fetch = fmt::format("value = {};",
-                             load_float(weight, pw + "[(group * kM + row) * kK + k]"));
+  spec.a.fetch =
+      fmt::format("value = {};", load_input(request, 1, "(group * kM + row) * kK + k"));
   // B: the patch matrix, gathered. A thread's column (output pixel) is fixed for the whole K
   // loop, so its image and window corner are computed once.
   spec.b.k_contiguous = false;
@@ -288,7 +215,8 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
       "const int tap = static_cast<int>(k % kWindow);\n"
       "const int in_h = b_in_top + tap / kKernelW * kDilationH;\n"
       "const int in_w = b_in_left + tap % kKernelW * kDilationW;\n";
-  const std::string element = load_float(x, px + "[b_base + (in_channel * kH + in_h) * kW + in_w]");
+  const std::string element =
+      load_input(request, 0, "b_base + (in_channel * kH + in_h) * kW + in_w");
   if (padded) {
     fetch += "// Taps in the padding read zero.\n";
     fetch += "if (in_h >= 0 && in_h < kH && in_w >= 0 && in_w < kW) {\n";
@@ -300,8 +228,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.channel = "static_cast<int>(group * kM + row)";
   spec.out_index = "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
   if (node.inputs.size() > 2)
-    spec.epilogue = fmt::format("value += {};",
-                                load_float(node.inputs[2], request.input_params[2] + "[channel]"));
+    spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
   spec.note = fmt::format(
       "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . gathered patches "
       "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}, {}",
@@ -322,7 +249,7 @@ void add_nn_emitters(EmitterTable& table) {
   table.emplace_back("matmul", gemm(nn::matmul_gemm));
   table.emplace_back("dense", gemm(nn::dense_gemm));
   table.emplace_back("conv2d", gemm(nn::conv2d_gemm));
-  nn::add_pool_norm_emitters(table);
+  add_pool_norm_emitters(table);
 }
 
 }  // namespace kiln::codegen

@@ -18,18 +18,6 @@ namespace {
 
 using ir::DType;
 
-int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t d = begin; d < end; ++d) p *= shape[d];
-  return p;
-}
-
-int axis_of(const ir::Node& node) {
-  const int64_t axis = std::get<int64_t>(node.attrs.at("axis"));
-  const int rank = static_cast<int>(node.inputs[0]->type.shape.size());
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
-
 KernelSpec row_spec(bool per_warp, int64_t rows, uint32_t shared_bytes) {
   KernelSpec spec;
   spec.block = Dim3{static_cast<uint32_t>(kRowBlock), 1, 1};
@@ -150,7 +138,7 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   const std::string step = per_warp ? "kWarpSize" : "static_cast<int>(blockDim.x)";
   const std::string& scale = request.input_params[1];
   const std::string& bias = request.input_params[2];
-  const double epsilon = std::get<double>(node.attrs.at("epsilon"));
+  const double epsilon = attr<double>(node, "epsilon");
 
   BodyWriter w;
   w.line("constexpr {} kRows = {};", type, int_literal(rows, type));

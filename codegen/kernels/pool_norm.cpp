@@ -14,31 +14,22 @@
 //                           normalize with the batch statistics.
 #include <fmt/format.h>
 
-#include "codegen/kernels/nn_util.h"
+#include "codegen/kernels/emit_util.h"
 
-namespace kiln::codegen::nn {
+namespace kiln::codegen {
 namespace {
 
-constexpr int kWarpSize = 32;
-
-int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t d = begin; d < end; ++d) p *= shape[d];
-  return p;
-}
-
-// Opens a grid-stride loop over kCount items, kThreads per block: index i.
-void open_grid_stride_loop(SourceWriter& w) {
+// Opens a grid-stride loop over kCount items, kThreads per block: index i. Not emit_util's
+// open_grid_stride_loop: these kernels spell their index type index_t and their block kThreads.
+void open_output_loop(BodyWriter& w) {
   w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;");
   w.line("const index_t grid_threads = static_cast<index_t>(gridDim.x) * kThreads;");
   w.open("for (index_t i = first; i < kCount; i += grid_threads)");
 }
 
-KernelSpec elementwise_launch(SourceWriter& w, int64_t count, std::string note) {
-  KernelSpec spec;
-  spec.body = w.text();
-  spec.grid = Dim3{grid_stride_blocks(count), 1, 1};
-  spec.block = Dim3{kDefaultBlock, 1, 1};
+KernelSpec elementwise_launch(BodyWriter& w, int64_t count, std::string note) {
+  KernelSpec spec = grid_stride_spec(count);
+  spec.body = w.take();
   spec.note = std::move(note);
   return spec;
 }
@@ -61,8 +52,8 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
   const int64_t count = ir::num_elements(os);
   const std::string& px = request.input_params[0];
 
-  SourceWriter w;
-  w.line("using index_t = {};", index_type(largest_tensor(node)));
+  BodyWriter w;
+  w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
   w.line("constexpr index_t kCount = {};  // outputs", count);
   w.line("constexpr int kH = {};", xs[2]);
@@ -79,7 +70,7 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
     w.line("constexpr int kDilationH = {};", dilation[0]);
     w.line("constexpr int kDilationW = {};", dilation[1]);
   }
-  open_grid_stride_loop(w);
+  open_output_loop(w);
   w.line("const int out_w = static_cast<int>(i % kOutW);");
   w.line("const int out_h = static_cast<int>(i / kOutW % kOutH);");
   w.line("const index_t plane = i / (kOutW * kOutH);");
@@ -139,10 +130,10 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   const ir::DType dtype = x->type.dtype;
   const ir::Shape& xs = x->type.shape;
   const int64_t planes = xs[0] * xs[1];
-  constexpr int kWarpsPerBlock = static_cast<int>(kDefaultBlock) / kWarpSize;
+  constexpr int kWarpsPerBlock = static_cast<int>(kDefaultBlock / kWarpSize);
 
-  SourceWriter w;
-  w.line("using index_t = {};", index_type(largest_tensor(node)));
+  BodyWriter w;
+  w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
   w.line("constexpr int kWarpSize = {};", kWarpSize);
   w.line("constexpr int kWarpsPerBlock = {};", kWarpsPerBlock);
   w.line("constexpr index_t kPlanes = {};  // N * C", planes);
@@ -166,7 +157,7 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   w.close();
 
   KernelSpec spec;
-  spec.body = w.text();
+  spec.body = w.take();
   spec.grid = Dim3{grid_stride_blocks(planes, kWarpsPerBlock), 1, 1};
   spec.block = Dim3{kDefaultBlock, 1, 1};
   spec.uses_barriers = true;  // warp shuffles
@@ -181,22 +172,20 @@ KernelSpec emit_bias_add(const KernelRequest& request) {
   const ir::Value* x = node.inputs[0];
   const ir::DType dtype = x->type.dtype;
   const ir::Shape& xs = x->type.shape;
-  int64_t axis = attr<int64_t>(node, "axis");
-  if (axis < 0) axis += static_cast<int64_t>(xs.size());
+  const int axis = axis_of(node);
   const int64_t count = ir::num_elements(xs);
 
-  SourceWriter w;
-  w.line("using index_t = {};", index_type(count));
+  BodyWriter w;
+  w.line("using index_t = {};", index_type_with_overhang(count));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
   w.line("constexpr index_t kCount = {};", count);
   w.line("constexpr int kChannels = {};  // size of axis {}", xs[axis], axis);
   w.line("constexpr index_t kInner = {};  // elements after axis {}",
          product(xs, axis + 1, xs.size()), axis);
-  open_grid_stride_loop(w);
+  open_output_loop(w);
   w.line("const int channel = static_cast<int>(i / kInner % kChannels);");
   w.line("{}[i] = {};", request.output_params[0],
-         store(dtype, load(dtype, request.input_params[0] + "[i]") + " + " +
-                          load(node.inputs[1]->type.dtype, request.input_params[1] + "[channel]")));
+         store(dtype, load_input(request, 0, "i") + " + " + load_input(request, 1, "channel")));
   w.close();
   return elementwise_launch(w, count,
                             "elementwise, bias broadcast along axis " + std::to_string(axis));
@@ -204,33 +193,28 @@ KernelSpec emit_bias_add(const KernelRequest& request) {
 
 // --- batch_norm -----------------------------------------------------------------------------
 
-// Operands: x, scale, bias, mean, var.
-std::string operand(const KernelRequest& request, int index, const std::string& subscript) {
-  return load(request.node.inputs[index]->type.dtype,
-              request.input_params[index] + "[" + subscript + "]");
-}
-
+// Operands (load_input's indices): x 0, scale 1, bias 2, mean 3, var 4.
 KernelSpec emit_batch_norm_inference(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::Shape& xs = node.inputs[0]->type.shape;
   const int64_t count = ir::num_elements(xs);
-  SourceWriter w;
-  w.line("using index_t = {};", index_type(count));
+  BodyWriter w;
+  w.line("using index_t = {};", index_type_with_overhang(count));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
   w.line("constexpr index_t kCount = {};", count);
   w.line("constexpr int kChannels = {};", xs[1]);
   w.line("constexpr index_t kInner = {};  // elements per (n, c)", product(xs, 2, xs.size()));
   w.line("constexpr float kEpsilon = {};", literal(ir::DType::F32, attr<double>(node, "epsilon")));
-  open_grid_stride_loop(w);
+  open_output_loop(w);
   w.line("const int c = static_cast<int>(i / kInner % kChannels);");
   w.comment("(x - mean) / sqrt(var + eps) * scale + bias as one multiply-add.");
-  w.line("const float channel_scale = {} / sqrtf({} + kEpsilon);", operand(request, 1, "c"),
-         operand(request, 4, "c"));
-  w.line("const float channel_shift = {} - {} * channel_scale;", operand(request, 2, "c"),
-         operand(request, 3, "c"));
+  w.line("const float channel_scale = {} / sqrtf({} + kEpsilon);", load_input(request, 1, "c"),
+         load_input(request, 4, "c"));
+  w.line("const float channel_shift = {} - {} * channel_scale;", load_input(request, 2, "c"),
+         load_input(request, 3, "c"));
   w.line("{}[i] = {};", request.output_params[0],
          store(node.inputs[0]->type.dtype,
-               operand(request, 0, "i") + " * channel_scale + channel_shift"));
+               load_input(request, 0, "i") + " * channel_scale + channel_shift"));
   w.close();
   return elementwise_launch(
       w, count, "inference: running statistics folded into a per-channel scale and shift");
@@ -242,10 +226,10 @@ KernelSpec emit_batch_norm_training(const KernelRequest& request) {
   const int64_t channels = xs[1];
   const int64_t inner = product(xs, 2, xs.size());
   const int64_t per_channel = xs[0] * inner;
-  constexpr int kWarps = static_cast<int>(kDefaultBlock) / kWarpSize;
+  constexpr int kWarps = static_cast<int>(kDefaultBlock / kWarpSize);
 
-  SourceWriter w;
-  w.line("using index_t = {};", index_type(ir::num_elements(xs)));
+  BodyWriter w;
+  w.line("using index_t = {};", index_type_with_overhang(ir::num_elements(xs)));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
   w.line("constexpr int kWarpSize = {};", kWarpSize);
   w.line("constexpr int kWarps = kThreads / kWarpSize;");
@@ -272,7 +256,7 @@ KernelSpec emit_batch_norm_training(const KernelRequest& request) {
   w.comment("warp_sums is reused by the next call.");
   w.line("__syncthreads();");
   w.line("return total;");
-  w.close("};");
+  w.close(";");
   const std::string loop =
       "for (index_t e = threadIdx.x; e < kPerChannel; e += kThreads)";
   const std::string offset =
@@ -281,29 +265,31 @@ KernelSpec emit_batch_norm_training(const KernelRequest& request) {
   w.line("float sum = 0.0f;");
   w.open("{}", loop);
   w.line("{}", offset);
-  w.line("sum += {};", operand(request, 0, "offset"));
+  w.line("sum += {};", load_input(request, 0, "offset"));
   w.close();
   w.line("const float batch_mean = block_sum(sum) / static_cast<float>(kPerChannel);");
   w.comment("Pass 2: the biased variance, from deviations (no cancellation).");
   w.line("float squares = 0.0f;");
   w.open("{}", loop);
   w.line("{}", offset);
-  w.line("const float deviation = {} - batch_mean;", operand(request, 0, "offset"));
+  w.line("const float deviation = {} - batch_mean;", load_input(request, 0, "offset"));
   w.line("squares += deviation * deviation;");
   w.close();
   w.line("const float batch_var = block_sum(squares) / static_cast<float>(kPerChannel);");
   w.comment("Pass 3: normalize with the batch statistics.");
-  w.line("const float channel_scale = {} / sqrtf(batch_var + kEpsilon);", operand(request, 1, "c"));
-  w.line("const float channel_shift = {} - batch_mean * channel_scale;", operand(request, 2, "c"));
+  w.line("const float channel_scale = {} / sqrtf(batch_var + kEpsilon);",
+         load_input(request, 1, "c"));
+  w.line("const float channel_shift = {} - batch_mean * channel_scale;",
+         load_input(request, 2, "c"));
   w.open("{}", loop);
   w.line("{}", offset);
   w.line("{}[offset] = {};", request.output_params[0],
          store(node.inputs[0]->type.dtype,
-               operand(request, 0, "offset") + " * channel_scale + channel_shift"));
+               load_input(request, 0, "offset") + " * channel_scale + channel_shift"));
   w.close();
 
   KernelSpec spec;
-  spec.body = w.text();
+  spec.body = w.take();
   spec.grid = Dim3{static_cast<uint32_t>(channels), 1, 1};
   spec.block = Dim3{kDefaultBlock, 1, 1};
   spec.shared_bytes = kWarps * sizeof(float);
@@ -328,4 +314,4 @@ void add_pool_norm_emitters(EmitterTable& table) {
   table.emplace_back("batch_norm", emit_batch_norm);
 }
 
-}  // namespace kiln::codegen::nn
+}  // namespace kiln::codegen

@@ -69,7 +69,7 @@ struct ReducePlan {
 ReducePlan plan_reduction(const ir::Node& node) {
   const ir::Shape& shape = node.inputs[0]->type.shape;
   const int rank = static_cast<int>(shape.size());
-  const auto& axes = std::get<std::vector<int64_t>>(node.attrs.at("axes"));
+  const auto& axes = attr<std::vector<int64_t>>(node, "axes");
   std::vector<bool> reduced(rank, axes.empty());
   for (int64_t axis : axes) reduced[axis < 0 ? axis + rank : axis] = true;
   const std::vector<int64_t> strides = ir::row_major_strides(shape);

@@ -16,7 +16,6 @@
 
 namespace kiln::codegen {
 
-inline constexpr int64_t kWarpSize = 32;
 // Threads of a block for one-block-per-row kernels.
 inline constexpr int64_t kRowBlock = 256;
 // Rows up to this many elements get one warp; longer ones a whole block.

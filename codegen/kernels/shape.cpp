@@ -21,14 +21,6 @@ constexpr int64_t kTile = 32;            // tile edge: one warp spans a tile row
 constexpr int64_t kTileRowsPerPass = 8;  // block is kTile x 8 threads, 4 tile rows each
 constexpr int64_t kMinTileEdge = 8;      // smaller matrices transpose by gathering
 
-const std::vector<int64_t>& attr_ints(const ir::Node& node, const char* name) {
-  return std::get<std::vector<int64_t>>(node.attrs.at(name));
-}
-
-int64_t attr_int(const ir::Node& node, const char* name) {
-  return std::get<int64_t>(node.attrs.at(name));
-}
-
 KernelSpec emit_reshape(const KernelRequest& request) {
   return emit_copy_kernel(request, request.node.op + " keeps row-major data: a copy");
 }
@@ -126,7 +118,7 @@ KernelSpec emit_transpose(const KernelRequest& request) {
   const ir::Shape& in_shape = node.inputs[0]->type.shape;
   const ir::Shape& out_shape = node.results[0]->type.shape;
   const int rank = static_cast<int>(in_shape.size());
-  std::vector<int64_t> perm = attr_ints(node, "perm");
+  std::vector<int64_t> perm = attr<std::vector<int64_t>>(node, "perm");
   if (perm.empty())
     for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
 
@@ -158,13 +150,9 @@ KernelSpec emit_transpose(const KernelRequest& request) {
 KernelSpec emit_concat(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::Shape& out_shape = node.results[0]->type.shape;
-  const int rank = static_cast<int>(out_shape.size());
-  const int64_t axis_attr = attr_int(node, "axis");
-  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
-  int64_t outer = 1;
-  int64_t inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= out_shape[d];
-  for (int d = axis + 1; d < rank; ++d) inner *= out_shape[d];
+  const int axis = axis_of(node);  // operands and result have the same rank
+  const int64_t outer = product(out_shape, 0, axis);
+  const int64_t inner = product(out_shape, axis + 1, out_shape.size());
   const int64_t count = ir::num_elements(out_shape);
   const std::string type = index_type(count);
   const std::string& out = request.output_params[0];
@@ -210,9 +198,9 @@ KernelSpec emit_slice(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::Shape& in_shape = node.inputs[0]->type.shape;
   const int rank = static_cast<int>(in_shape.size());
-  const std::vector<int64_t>& starts = attr_ints(node, "starts");
-  const std::vector<int64_t>& axes = attr_ints(node, "axes");
-  const std::vector<int64_t>& steps = attr_ints(node, "steps");
+  const std::vector<int64_t>& starts = attr<std::vector<int64_t>>(node, "starts");
+  const std::vector<int64_t>& axes = attr<std::vector<int64_t>>(node, "axes");
+  const std::vector<int64_t>& steps = attr<std::vector<int64_t>>(node, "steps");
   std::vector<int64_t> first(rank, 0);
   std::vector<int64_t> step(rank, 1);
   for (size_t i = 0; i < starts.size(); ++i) {
