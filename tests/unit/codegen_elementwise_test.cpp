@@ -12,17 +12,12 @@ using ir::DType;
 using ir::Tensor;
 using ir::TensorType;
 using testing::check_graph;
+using testing::contains;
+using testing::tensor;
 using testing::kElementwiseF32;
 using testing::kExact;
 using testing::random_inputs;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-Tensor tensor(DType dtype, ir::Shape shape, const std::vector<double>& values) {
-  return Tensor::from_doubles(TensorType{dtype, std::move(shape)}, values);
-}
 
 const Kernel& kernel(const Program& program, const std::string& name) {
   const Kernel* found = program.find_kernel(name);

@@ -19,17 +19,12 @@ using ir::DType;
 using ir::Tensor;
 using ir::TensorType;
 using testing::check_graph;
+using testing::contains;
+using testing::tensor;
 using testing::kExact;
 using testing::random_inputs;
 using testing::Tolerance;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-Tensor tensor(DType dtype, ir::Shape shape, const std::vector<double>& values) {
-  return Tensor::from_doubles(TensorType{dtype, std::move(shape)}, values);
-}
 
 Tolerance reduction_tolerance(int64_t n) {
   return Tolerance{1e-5, 1e-6 * std::sqrt(static_cast<double>(n))};

@@ -40,6 +40,14 @@
 
 namespace kiln::codegen::testing {
 
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+inline ir::Tensor tensor(ir::DType dtype, ir::Shape shape, const std::vector<double>& values) {
+  return ir::Tensor::from_doubles(ir::TensorType{dtype, std::move(shape)}, values);
+}
+
 // How close a float result must be to the reference: |got - want| <= rel * |want| + abs.
 struct Tolerance {
   double rel = 0;
