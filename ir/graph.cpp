@@ -1,6 +1,8 @@
 #include "ir/graph.h"
 
 #include <algorithm>
+#include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ir/diagnostic.h"
@@ -134,6 +136,36 @@ size_t Graph::erase_parameters(const std::function<bool(const Value&)>& dead) {
   std::erase_if(parameters, [&](Value* param) { return removed.count(param) > 0; });
   std::erase_if(values_, [&](const auto& value) { return removed.count(value.get()) > 0; });
   return removed.size();
+}
+
+void Graph::sort_topologically() {
+  // Kahn's algorithm, always taking the earliest ready node, so a valid order is kept as is.
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t i = 0; i < nodes_.size(); ++i) position[nodes_[i].get()] = i;
+  std::vector<size_t> waiting(nodes_.size(), 0);
+  std::vector<std::vector<size_t>> readers(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    std::unordered_set<const Node*> producers;
+    for (const Value* input : nodes_[i]->inputs)
+      if (input->producer) producers.insert(input->producer);
+    for (const Node* producer : producers) {
+      readers[position.at(producer)].push_back(i);
+      ++waiting[i];
+    }
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (waiting[i] == 0) ready.insert(i);
+  std::vector<std::unique_ptr<Node>> sorted;
+  while (!ready.empty()) {
+    const size_t next = *ready.begin();
+    ready.erase(ready.begin());
+    sorted.push_back(std::move(nodes_[next]));
+    for (size_t reader : readers[next])
+      if (--waiting[reader] == 0) ready.insert(reader);
+  }
+  KILN_CHECK(sorted.size() == nodes_.size()) << "sort_topologically: the nodes form a cycle";
+  nodes_ = std::move(sorted);
 }
 
 std::string Graph::unique_name(const std::string& base) const {

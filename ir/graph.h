@@ -73,6 +73,13 @@ class Node {
   std::vector<Value*> results;
   AttrMap attrs;               // complete: defaults filled in by inference
   SourceLoc loc;
+  // Fused kernels only (op "kernel", made by the fusion passes): the nodes the kernel computes,
+  // as a graph of their own whose inputs stand for this node's operands (same order and types)
+  // and whose outputs are this node's results. `name` is then the kernel's name
+  // ("conv2d_bias_relu") and attrs hold its fusion kind ({kind = "epilogue"}).
+  std::unique_ptr<Graph> body;
+
+  bool is_kernel() const { return body != nullptr; }
 
   // "conv2d 'conv1'" — how diagnostics name a node.
   std::string describe() const;
@@ -130,6 +137,10 @@ class Graph {
   size_t erase_nodes(const std::function<bool(const Node&)>& dead);
   // Removes the parameters for which `dead` is true; none may still be used.
   size_t erase_parameters(const std::function<bool(const Value&)>& dead);
+  // Reorders the nodes so that each comes after the producers of its operands, keeping the
+  // current order wherever it is already valid (a rewrite that adds a node late may break it).
+  // Throws InternalError when the nodes form a cycle.
+  void sort_topologically();
   // A name no value of the graph has, built from `base` ("conv1.folded", "conv1.folded.1", ...).
   std::string unique_name(const std::string& base) const;
 

@@ -62,9 +62,27 @@ const OpRegistry& OpRegistry::instance() {
     register_shape_ops(r);
     register_reduce_ops(r);
     register_loss_ops(r);
+    register_kernel_op(r);
     return r;
   }();
   return registry;
+}
+
+void register_kernel_op(OpRegistry& registry) {
+  OpDef def;
+  def.name = std::string(kKernelOp);
+  def.summary = "a fused kernel: the nodes of its body run as one kernel (made by fusion passes)";
+  def.input_names = {"in"};
+  def.min_inputs = 1;
+  def.max_inputs = -1;
+  def.attrs = {{"kind", AttrType::String, std::nullopt}};
+  def.kind = OpKind::Opaque;
+  // A kernel's result types are its body's output types (ir/kernel_region.h); the verifier and
+  // the parser check them against the body.
+  def.infer = [](const InferContext&) -> std::vector<TensorType> {
+    throw OpError{"a kernel's result types come from its body"};
+  };
+  registry.add(std::move(def));
 }
 
 void OpRegistry::add(OpDef def) {

@@ -95,5 +95,8 @@ void register_nn_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
 void register_reduce_ops(OpRegistry& registry);
 void register_loss_ops(OpRegistry& registry);
+// The fused-kernel op, "kernel" (ir/kernel_region.h).
+inline constexpr std::string_view kKernelOp = "kernel";
+void register_kernel_op(OpRegistry& registry);
 
 }  // namespace kiln::ir

@@ -7,6 +7,7 @@
 
 #include "ir/diagnostic.h"
 #include "ir/initializer.h"
+#include "ir/kernel_region.h"
 #include "ir/lexer.h"
 #include "ir/op_registry.h"
 
@@ -280,6 +281,7 @@ class Parser {
     while (accept(Tok::Comma));
     expect(Tok::Equal, "'=' after the result name");
     const Token op_token = expect(Tok::Identifier, "an op name");
+    if (op_token.text == kKernelOp) return parse_kernel(result_names, op_token);
     const OpDef* def = OpRegistry::instance().find(op_token.text);
     if (!def) {
       std::string message = "unknown op '" + op_token.text + "'";
@@ -350,6 +352,85 @@ class Parser {
     }
   }
 
+  // kernel @name_3(%a, %b) {kind = "loop"} : f32[4] { <nodes> return %r }  (ir/kernel_region.h)
+  void parse_kernel(const std::vector<Token>& result_names, const Token& op_token) {
+    if (depth_ > 0) fail(op_token, "kernels do not nest: a kernel's body holds plain ops");
+    const Token name = expect(Tok::GraphName, "the kernel's name, such as @conv2d_bias_relu_0");
+    expect(Tok::LParen, "'(' to open the operands");
+    std::vector<Value*> operands;
+    std::vector<Token> operand_tokens;
+    if (token_.kind != Tok::RParen) {
+      do {
+        operand_tokens.push_back(expect(Tok::ValueName, "an operand such as %x"));
+        operands.push_back(use(operand_tokens.back()));
+      } while (accept(Tok::Comma));
+    }
+    expect(Tok::RParen, "')' to close the operands");
+    if (operands.empty()) fail(name, "a kernel needs at least one operand");
+    AttrMap attrs;
+    if (accept(Tok::LBrace)) {
+      attrs = parse_attr_entries(Tok::RBrace);
+      expect(Tok::RBrace, "'}' to close the attributes");
+    }
+    const auto kind = attrs.find("kind");
+    if (kind == attrs.end() || !std::holds_alternative<std::string>(kind->second) ||
+        !is_kernel_kind(std::get<std::string>(kind->second)) || attrs.size() != 1)
+      fail(name, "a kernel takes one attribute, kind = \"epilogue\", \"loop\", \"reduce\" or \"single\"");
+    expect(Tok::Colon, "':' and the result types");
+    std::vector<std::pair<Token, TensorType>> written;
+    do written.push_back({token_, parse_type()});
+    while (accept(Tok::Comma));
+    if (written.size() != result_names.size())
+      fail(result_names.front(), "kernel: " + std::to_string(result_names.size()) +
+                                     " result(s) named, " + std::to_string(written.size()) +
+                                     " type(s) written");
+    expect(Tok::LBrace, "'{' to open the kernel's body");
+
+    // The body is a graph of its own whose inputs carry the operands' names.
+    Graph body;
+    body.name = name.text;
+    std::unordered_map<std::string, Value*> body_scope;
+    for (size_t i = 0; i < operands.size(); ++i) {
+      if (body_scope.count(operands[i]->name))
+        fail(operand_tokens[i], "kernel operand '%" + operands[i]->name + "' is passed twice");
+      body_scope[operands[i]->name] =
+          body.add_input(operands[i]->name, operands[i]->type, loc_of(operand_tokens[i]));
+    }
+    std::swap(graph_, body);
+    std::swap(scope_, body_scope);
+    std::vector<std::pair<Token, TensorType>> outer_result_types = written;
+    std::swap(result_types_, outer_result_types);
+    ++depth_;
+    while (!at_keyword("return")) {
+      if (token_.kind == Tok::End || token_.kind == Tok::RBrace)
+        fail(token_, "expected 'return' to end the kernel's body, got " + describe(token_));
+      parse_node();
+    }
+    parse_return();
+    --depth_;
+    std::swap(graph_, body);
+    std::swap(scope_, body_scope);
+    std::swap(result_types_, outer_result_types);
+    if (body.nodes().empty()) fail(name, "a kernel's body needs at least one node");
+    expect(Tok::RBrace, "'}' to close the kernel's body");
+
+    // "@conv2d_bias_relu_3": the printer appends the position; the name is what comes before.
+    std::string base = name.text;
+    const size_t underscore = base.find_last_of('_');
+    if (underscore != std::string::npos && underscore + 1 < base.size() &&
+        base.find_first_not_of("0123456789", underscore + 1) == std::string::npos)
+      base.resize(underscore);
+    std::vector<std::pair<std::string, TensorType>> results;
+    for (size_t i = 0; i < written.size(); ++i) results.push_back({result_names[i].text, written[i].second});
+    Node* node = graph_.add_node(std::string(kKernelOp), base, std::move(operands),
+                                 std::move(attrs), results, loc_of(op_token));
+    node->body = std::make_unique<Graph>(std::move(body));
+    for (size_t i = 0; i < node->results.size(); ++i) {
+      node->results[i]->loc = loc_of(result_names[i]);
+      define(node->results[i], result_names[i]);
+    }
+  }
+
   void parse_return() {
     const Token keyword = token_;
     expect_keyword("return");
@@ -380,6 +461,7 @@ class Parser {
   Graph graph_;
   std::unordered_map<std::string, Value*> scope_;
   std::vector<std::pair<Token, TensorType>> result_types_;
+  int depth_ = 0;  // 1 inside a kernel's body
 };
 
 }  // namespace

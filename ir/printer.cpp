@@ -80,6 +80,46 @@ std::string slices_comment(const Node& node, const MemoryPlan& plan, const Value
   return slices.empty() ? "" : "  // " + slices;
 }
 
+// The name a kernel prints under: its base name and its position in the graph, which is also
+// the index codegen gives its CUDA kernel ("conv2d_bias_relu_3").
+std::string kernel_label(const Node& kernel, size_t position) {
+  return kernel.name + "_" + std::to_string(position);
+}
+
+void print_node(std::ostream& out, const Node& node, const ValueNamer& name_of,
+                const MemoryPlan* plan, int depth, size_t position = 0) {
+  const std::string indent(2 * static_cast<size_t>(depth), ' ');
+  out << indent;
+  for (size_t i = 0; i < node.results.size(); ++i)
+    out << (i ? ", " : "") << name_of(node.results[i]);
+  out << " = " << node.op;
+  if (node.is_kernel()) out << " " << sigil_name('@', kernel_label(node, position));
+  out << "(";
+  for (size_t i = 0; i < node.inputs.size(); ++i)
+    out << (i ? ", " : "") << name_of(node.inputs[i]);
+  out << ")";
+  const std::string attrs = attrs_to_string(node.attrs, node.def);
+  if (!attrs.empty()) out << " {" << attrs << "}";
+  out << " : ";
+  for (size_t i = 0; i < node.results.size(); ++i)
+    out << (i ? ", " : "") << node.results[i]->type.to_string();
+  if (node.is_kernel()) {
+    // The body, one level deeper; its values print under their own names.
+    out << " {\n";
+    const ValueNamer body_name_of(*node.body);
+    for (const auto& inner : node.body->nodes())
+      print_node(out, *inner, body_name_of, nullptr, depth + 1);
+    out << indent << "  return";
+    for (size_t i = 0; i < node.body->outputs.size(); ++i)
+      out << (i ? ", " : " ") << body_name_of(node.body->outputs[i]);
+    out << "\n" << indent << "}";
+  } else if (!node.name.empty()) {
+    out << " loc(" << quoted(node.name) << ")";
+  }
+  if (plan) out << slices_comment(node, *plan, name_of);
+  out << "\n";
+}
+
 }  // namespace
 
 std::string param_source_to_string(const ParamSource& source) {
@@ -125,23 +165,8 @@ void print_graph(std::ostream& out, const Graph& graph) {
     out << (i ? ", " : "") << graph.outputs[i]->type.to_string();
   out << ") {\n";
 
-  for (const auto& node : graph.nodes()) {
-    out << "  ";
-    for (size_t i = 0; i < node->results.size(); ++i)
-      out << (i ? ", " : "") << name_of(node->results[i]);
-    out << " = " << node->op << "(";
-    for (size_t i = 0; i < node->inputs.size(); ++i)
-      out << (i ? ", " : "") << name_of(node->inputs[i]);
-    out << ")";
-    const std::string attrs = attrs_to_string(node->attrs, node->def);
-    if (!attrs.empty()) out << " {" << attrs << "}";
-    out << " : ";
-    for (size_t i = 0; i < node->results.size(); ++i)
-      out << (i ? ", " : "") << node->results[i]->type.to_string();
-    if (!node->name.empty()) out << " loc(" << quoted(node->name) << ")";
-    if (plan) out << slices_comment(*node, *plan, name_of);
-    out << "\n";
-  }
+  for (size_t i = 0; i < graph.nodes().size(); ++i)
+    print_node(out, *graph.nodes()[i], name_of, plan, 1, i);
   out << "  return";
   for (size_t i = 0; i < graph.outputs.size(); ++i)
     out << (i ? ", " : " ") << name_of(graph.outputs[i]);

@@ -22,6 +22,15 @@
 // Comments are skipped by the parser: the text parses back, without the plan (re-run
 // plan-memory to get it again).
 //
+// A fused kernel (ir/kernel_region.h) prints its body one level deeper and is named after what
+// it fuses plus its position in the graph, the index codegen gives its CUDA kernel:
+//
+//     %act = kernel @dense_bias_relu_4(%x, %w, %b) {kind = "epilogue"} : f32[8,128] {
+//       %fc1 = dense(%x, %w, %b) : f32[8,128] loc("fc1")
+//       %act = relu(%fc1) : f32[8,128] loc("act")
+//       return %act
+//     }
+//
 // Attributes equal to the op's default are omitted. Names that are not plain identifiers
 // ([A-Za-z0-9_.-]+) are quoted: %"block/conv:0". Values without a name are numbered.
 #pragma once

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "ir/diagnostic.h"
+#include "ir/kernel_region.h"
 #include "ir/op_registry.h"
 
 namespace kiln::ir {
@@ -70,15 +71,20 @@ class Verifier {
                                "') is used before it is defined");
       operand_types.push_back(operand->type);
     }
-    AttrMap normalized = node.attrs;
     std::vector<TensorType> inferred;
-    try {
-      inferred = infer_op(*node.def, operand_types, normalized);
-    } catch (const OpError& error) {
-      throw Error(where, who + ": " + error.message);
+    if (node.op == kKernelOp) {
+      inferred = verify_kernel(node, operand_types);
+    } else {
+      if (node.body) throw Error(where, who + ": only a kernel has a body");
+      AttrMap normalized = node.attrs;
+      try {
+        inferred = infer_op(*node.def, operand_types, normalized);
+      } catch (const OpError& error) {
+        throw Error(where, who + ": " + error.message);
+      }
+      if (normalized != node.attrs)
+        throw Error(where, who + ": attributes are not normalized (defaults missing)");
     }
-    if (normalized != node.attrs)
-      throw Error(where, who + ": attributes are not normalized (defaults missing)");
     if (inferred.size() != node.results.size())
       throw Error(where, who + ": has " + std::to_string(node.results.size()) +
                              " results, the op produces " + std::to_string(inferred.size()));
@@ -95,6 +101,37 @@ class Verifier {
       claim_name(*result);
       defined_.insert(result);
     }
+  }
+
+  // A kernel's body is a graph of plain nodes whose inputs match the kernel's operands; its
+  // outputs' types are the kernel's result types.
+  std::vector<TensorType> verify_kernel(const Node& node, const std::vector<TensorType>& operands) {
+    const std::string where = node.loc.render();
+    const std::string who = node.describe();
+    if (!node.body) throw Error(where, who + ": has no body");
+    const auto kind = node.attrs.find("kind");
+    if (node.attrs.size() != 1 || kind == node.attrs.end() ||
+        !std::holds_alternative<std::string>(kind->second) ||
+        !is_kernel_kind(std::get<std::string>(kind->second)))
+      throw Error(where, who + ": a kernel takes one attribute, kind (epilogue, loop, reduce or single)");
+    const Graph& body = *node.body;
+    if (!body.parameters.empty()) throw Error(where, who + ": a kernel's body has no parameters");
+    if (body.inputs.size() != operands.size())
+      throw Error(where, who + ": the body has " + std::to_string(body.inputs.size()) +
+                             " inputs for " + std::to_string(operands.size()) + " operands");
+    for (size_t i = 0; i < operands.size(); ++i)
+      if (body.inputs[i]->type != operands[i])
+        throw Error(where, who + ": body input " + std::to_string(i) + " has type " +
+                               body.inputs[i]->type.to_string() + ", the operand " +
+                               operands[i].to_string());
+    if (body.nodes().empty()) throw Error(where, who + ": the body has no nodes");
+    for (const auto& inner : body.nodes())
+      if (inner->op == kKernelOp)
+        throw Error(inner->loc.render(), who + ": kernels do not nest");
+    Verifier(body).run();
+    std::vector<TensorType> types;
+    for (const Value* output : body.outputs) types.push_back(output->type);
+    return types;
   }
 
   const Graph& graph_;

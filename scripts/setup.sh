@@ -6,7 +6,7 @@
 set -euo pipefail
 
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
-                python3 llvm-14-tools llvm-14-dev)
+                python3 llvm-14-tools llvm-14-dev libboost-context-dev)
 test_packages=(python3-torch python3-numpy python3-jsonschema)
 
 wanted=("${build_packages[@]}")

@@ -6,10 +6,14 @@
 #include <memory>
 
 #include "ir/op_registry.h"
+#include "ir/kernel_region.h"
 #include "runtime/reference/kernel_util.h"
 
 namespace kiln::runtime {
 namespace {
+
+std::vector<ir::Tensor> run_kernel_body(const ir::Node& node,
+                                        const std::vector<const ir::Tensor*>& operands);
 
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
@@ -18,6 +22,7 @@ const KernelTable& kernel_table() {
     add_nn_kernels(t);
     add_shape_kernels(t);
     add_reduce_kernels(t);
+    t.emplace(std::string(ir::kKernelOp), run_kernel_body);
     return t;
   }();
   return table;
@@ -42,37 +47,11 @@ void check_no_unknown_inputs(const ir::Graph& graph,
   }
 }
 
-}  // namespace
+using Environment = std::map<const ir::Value*, std::shared_ptr<const ir::Tensor>>;
 
-const ReferenceKernel* find_reference_kernel(std::string_view op) {
-  const KernelTable& table = kernel_table();
-  auto it = table.find(op);
-  return it == table.end() ? nullptr : &it->second;
-}
-
-std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
-                                      const std::map<std::string, ir::Tensor>& inputs) {
-  check_no_unknown_inputs(graph, inputs);
-
-  // Every value's tensor. Shared pointers let parameters be used without copying their data.
-  std::map<const ir::Value*, std::shared_ptr<const ir::Tensor>> env;
-  for (const ir::Value* input : graph.inputs) {
-    auto it = inputs.find(input->name);
-    if (it == inputs.end()) throw Error(input->loc.render(), "missing input '" + input->name + "'");
-    if (it->second.type() != input->type)
-      throw Error(input->loc.render(), "input '" + input->name + "': expected " +
-                                           input->type.to_string() + ", got " +
-                                           it->second.type().to_string());
-    env[input] = std::make_shared<const ir::Tensor>(it->second);
-  }
-  for (const ir::Value* param : graph.parameters) {
-    KILN_CHECK(param->data != nullptr) << "parameter '" << param->name << "' has no data loaded";
-    KILN_CHECK(param->data->type() == param->type)
-        << "parameter '" << param->name << "' has data of type "
-        << param->data->type().to_string() << ", declared " << param->type.to_string();
-    env[param] = param->data;
-  }
-
+// Runs the graph's nodes in order; `env` holds its inputs and parameters and receives every
+// node result.
+void evaluate_nodes(const ir::Graph& graph, Environment& env) {
   for (const auto& node : graph.nodes()) {
     const ReferenceKernel* kernel = find_reference_kernel(node->op);
     if (kernel == nullptr)
@@ -98,6 +77,53 @@ std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
       env[node->results[i]] = std::make_shared<const ir::Tensor>(std::move(results[i]));
     }
   }
+}
+
+// A fused kernel computes what its body's nodes compute, one after the other.
+std::vector<ir::Tensor> run_kernel_body(const ir::Node& node,
+                                        const std::vector<const ir::Tensor*>& operands) {
+  const ir::Graph& body = *node.body;
+  Environment env;
+  for (size_t i = 0; i < operands.size(); ++i)
+    env[body.inputs[i]] = std::shared_ptr<const ir::Tensor>(operands[i], [](const ir::Tensor*) {});
+  evaluate_nodes(body, env);
+  std::vector<ir::Tensor> results;
+  for (const ir::Value* output : body.outputs) results.push_back(*env.at(output));
+  return results;
+}
+
+}  // namespace
+
+const ReferenceKernel* find_reference_kernel(std::string_view op) {
+  const KernelTable& table = kernel_table();
+  auto it = table.find(op);
+  return it == table.end() ? nullptr : &it->second;
+}
+
+std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
+                                      const std::map<std::string, ir::Tensor>& inputs) {
+  check_no_unknown_inputs(graph, inputs);
+
+  // Every value's tensor. Shared pointers let parameters be used without copying their data.
+  Environment env;
+  for (const ir::Value* input : graph.inputs) {
+    auto it = inputs.find(input->name);
+    if (it == inputs.end()) throw Error(input->loc.render(), "missing input '" + input->name + "'");
+    if (it->second.type() != input->type)
+      throw Error(input->loc.render(), "input '" + input->name + "': expected " +
+                                           input->type.to_string() + ", got " +
+                                           it->second.type().to_string());
+    env[input] = std::make_shared<const ir::Tensor>(it->second);
+  }
+  for (const ir::Value* param : graph.parameters) {
+    KILN_CHECK(param->data != nullptr) << "parameter '" << param->name << "' has no data loaded";
+    KILN_CHECK(param->data->type() == param->type)
+        << "parameter '" << param->name << "' has data of type "
+        << param->data->type().to_string() << ", declared " << param->type.to_string();
+    env[param] = param->data;
+  }
+
+  evaluate_nodes(graph, env);
 
   std::vector<ir::Tensor> outputs;
   for (const ir::Value* output : graph.outputs) {

@@ -97,7 +97,9 @@ int main(int argc, char** argv) {
                             explicit T(std::set<std::string> ops) : ops(std::move(ops)) {}
                             void TestBody() override {
                               for (const auto& def : kiln::ir::OpRegistry::instance().all())
-                                EXPECT_TRUE(ops.count(def.name)) << "no PyTorch cases for op '" << def.name << "'";
+                                // A fused kernel computes its body's ops, which have cases.
+                                if (def.name != kiln::ir::kKernelOp)
+                                  EXPECT_TRUE(ops.count(def.name)) << "no PyTorch cases for op '" << def.name << "'";
                             }
                           };
                           return new T(ops);

@@ -1,0 +1,62 @@
+// Fused kernels in the IR: a node of op "kernel" whose body is a graph of the nodes it fuses.
+//
+//   %relu1 = kernel @conv2d_bias_relu_0(%image, %w, %b) {kind = "epilogue"} : f32[1,32,26,26] {
+//     %conv1 = conv2d(%image, %w) : f32[1,32,26,26] loc("conv1")
+//     %conv1_bias = bias_add(%conv1, %b) : f32[1,32,26,26] loc("conv1_bias")
+//     %relu1 = relu(%conv1_bias) : f32[1,32,26,26] loc("relu1")
+//     return %relu1
+//   }
+//
+// The body's inputs stand for the kernel's operands, in order, and carry the operands' names;
+// its outputs are the kernel's results, which keep the names of the values they replace, so the
+// rest of the graph reads the same before and after fusion. Kernels do not nest: fusing a kernel
+// with more nodes inlines its body into the new one.
+//
+// The kind says how codegen builds the kernel (codegen/kernels/fused.cpp):
+//   epilogue  a conv2d/dense/matmul whose result flows through elementwise ops applied in
+//             registers before the store (bias, activation, residual add)
+//   loop      elementwise and broadcast ops evaluated per output element, intermediates in
+//             registers
+//   reduce    a reduction (softmax, layer_norm, reduce_*) that reads its input through a chain
+//             of elementwise producers, recomputed per load instead of stored
+//   single    one node of any other kind (a pool, a transpose) computed by its own kernel
+// Any kind may end in reshape-like ops (reshape, flatten, squeeze, unsqueeze), which change
+// only the type of the row-major result, not its bytes.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::ir {
+
+inline constexpr std::string_view kEpilogueKernel = "epilogue";
+inline constexpr std::string_view kLoopKernel = "loop";
+inline constexpr std::string_view kReduceKernel = "reduce";
+inline constexpr std::string_view kSingleKernel = "single";
+
+// Whether `kind` is one of the kinds above.
+bool is_kernel_kind(std::string_view kind);
+
+// The kernel's kind attribute ("epilogue", "loop", "reduce", "single").
+const std::string& kernel_kind(const Node& kernel);
+
+// Whether `op` only reinterprets a row-major tensor's shape (reshape, flatten, squeeze,
+// unsqueeze): its result has the operand's bytes in the operand's order.
+bool is_reshape_like(std::string_view op);
+
+// Replaces `members` (nodes of `graph`; kernels among them are inlined) with one kernel node
+// named `name` of kind `kind`, and returns it. The kernel's operands are the values the members
+// read but do not produce, in first-use order; its results are the member results read outside
+// the group or returned by the graph, in member order. The caller guarantees that no path leaves
+// the group and comes back (the kernel would then depend on itself); the graph is re-sorted.
+Node* make_kernel(Graph& graph, const std::vector<Node*>& members, const std::string& name,
+                  std::string_view kind);
+
+// The nodes a graph computes with kernels expanded: for each node, the node itself, or the body
+// nodes of a kernel. What kernel counts "before fusion" count.
+std::vector<const Node*> flattened_nodes(const Graph& graph);
+
+}  // namespace kiln::ir
