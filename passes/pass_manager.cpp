@@ -119,6 +119,11 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       "cse",
       // Nothing unused survives to codegen.
       "dce",
+      // GEMMs take their bias, residual add and activation into their epilogue...
+      "fuse-conv-bias-relu",
+      // ...then elementwise chains become loops, feed reductions and GEMM epilogues, and
+      // reshapes disappear into their producer.
+      "fuse-elementwise",
       // Last, on the final schedule: intermediates get offsets in one arena, dead ones reused.
       "plan-memory",
   };

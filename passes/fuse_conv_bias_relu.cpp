@@ -1,0 +1,90 @@
+// fuse-conv-bias-relu: a conv2d, dense or matmul and the bias, residual add and activation
+// after it become one kernel whose GEMM epilogue applies them in registers.
+//
+// From each GEMM node the pass follows its result forward while the next node is the value's
+// only user and is one of: bias_add on the channel axis, an add of a per-channel vector, a
+// scalar or a tensor of the result's shape (a ResNet residual), or an activation (relu,
+// leaky_relu, sigmoid, tanh, gelu, clip). The chain ends at the first value that is stored
+// anyway (a graph output, or read by two nodes) or whose consumer is none of those; each stop
+// is logged with its reason under --debug-only=fuse-conv-bias-relu. A chain of at least two
+// nodes becomes a kernel of kind "epilogue" (ir/kernel_region.h), named after its steps:
+// conv2d_bias_relu, conv2d_bias_add_relu, dense_bias_gelu.
+//
+// Only the chain's last value leaves the kernel: every other value had one user, inside the
+// chain, so no path leaves the group and comes back (the kernel cannot depend on itself).
+// TensorRT and cuDNN fuse the same pattern (convolution + bias + activation, optionally + z).
+#include <fmt/format.h>
+
+#include "ir/kernel_region.h"
+#include "passes/fusion_util.h"
+#include "passes/pass.h"
+
+namespace kiln::passes {
+namespace {
+
+constexpr std::string_view kPass = "fuse-conv-bias-relu";
+
+bool is_gemm(const ir::Node& node) {
+  return !node.is_kernel() && (node.op == "conv2d" || node.op == "dense" || node.op == "matmul");
+}
+
+// The anchor and the consumers its epilogue takes, in order.
+std::vector<ir::Node*> epilogue_chain(const ir::Graph& graph, ir::Node& anchor,
+                                      PassContext& context) {
+  std::vector<ir::Node*> chain = {&anchor};
+  const ir::Value* running = anchor.results[0];
+  while (true) {
+    if (auto reason = fusion::stored_value_reason(graph, running)) {
+      context.debug(kPass, fmt::format("not fusing past {}: {}", fusion::ref(running), *reason));
+      break;
+    }
+    ir::Node& consumer = *graph.users(running).front();
+    if (auto reason = fusion::epilogue_refusal(anchor, running, consumer, true)) {
+      context.debug(kPass, fmt::format("not fusing {} into {}: {}", fusion::ref(running),
+                                       fusion::ref(consumer), *reason));
+      break;
+    }
+    chain.push_back(&consumer);
+    running = consumer.results[0];
+  }
+  return chain;
+}
+
+std::string kernel_name(const std::vector<ir::Node*>& chain) {
+  const ir::Node& anchor = *chain.front();
+  std::string name = anchor.op + (anchor.inputs.size() > 2 ? "_bias" : "");
+  const ir::Value* running = anchor.results[0];
+  for (size_t i = 1; i < chain.size(); ++i) {
+    name += "_" + fusion::epilogue_step_name(anchor, running, *chain[i]);
+    running = chain[i]->results[0];
+  }
+  return name;
+}
+
+std::string describe_chain(const std::vector<ir::Node*>& chain) {
+  std::string text;
+  for (const ir::Node* node : chain) text += (text.empty() ? "" : ", ") + node->describe();
+  return text;
+}
+
+}  // namespace
+
+bool FuseConvBiasRelu::run(ir::Graph& graph, PassContext& context) {
+  std::vector<ir::Node*> anchors;
+  for (const auto& node : graph.nodes())
+    if (is_gemm(*node)) anchors.push_back(node.get());
+
+  bool changed = false;
+  for (ir::Node* anchor : anchors) {
+    const std::vector<ir::Node*> chain = epilogue_chain(graph, *anchor, context);
+    if (chain.size() < 2) continue;
+    const std::string name = kernel_name(chain);
+    const std::string what = fmt::format("fuse {} into kernel {}", describe_chain(chain), name);
+    if (!context.take_fuel(kPass, what)) break;
+    ir::make_kernel(graph, chain, name, ir::kEpilogueKernel);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes

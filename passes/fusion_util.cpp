@@ -1,0 +1,114 @@
+#include "passes/fusion_util.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "ir/kernel_region.h"
+#include "ir/op_registry.h"
+
+namespace kiln::passes::fusion {
+namespace {
+
+const std::set<std::string, std::less<>> kActivations = {"relu", "leaky_relu", "sigmoid",
+                                                         "tanh", "gelu",       "clip"};
+const std::set<std::string, std::less<>> kBinary = {"add", "sub", "mul", "div", "maximum", "minimum"};
+
+// Whether `shape`, broadcast to `out` (NumPy rules), varies along `axis` only.
+bool per_channel(const ir::Shape& shape, const ir::Shape& out, int axis) {
+  if (shape.size() > out.size()) return false;
+  const size_t offset = out.size() - shape.size();
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const size_t dim = i + offset;
+    if (shape[i] == 1) continue;
+    if (static_cast<int>(dim) != axis || shape[i] != out[dim]) return false;
+  }
+  return true;
+}
+
+enum class Layout { Channel, Residual, Scalar, Other };
+
+Layout layout_of(const ir::Shape& shape, const ir::Shape& out, int axis) {
+  if (shape == out) return Layout::Residual;
+  if (ir::num_elements(shape) == 1 && shape.size() <= out.size()) return Layout::Scalar;
+  if (per_channel(shape, out, axis)) return Layout::Channel;
+  return Layout::Other;
+}
+
+int normalized_axis(const ir::Node& node, size_t rank) {
+  const auto it = node.attrs.find("axis");
+  const int64_t axis = it == node.attrs.end() ? 1 : std::get<int64_t>(it->second);
+  return static_cast<int>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis);
+}
+
+}  // namespace
+
+std::string ref(const ir::Value* value) { return "%" + value->name; }
+
+std::string ref(const ir::Node& node) {
+  return node.results.empty() ? node.describe() : ref(node.results[0]) + " (" + node.describe() + ")";
+}
+
+std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir::Value* value) {
+  if (graph.is_output(value)) return ref(value) + " is a graph output, so it is stored";
+  const size_t users = graph.users(value).size();
+  if (users != 1)
+    return fmt::format("producer has {} users (the value is stored once and each reads it)", users);
+  return std::nullopt;
+}
+
+int channel_axis(const ir::Node& gemm) {
+  const int rank = static_cast<int>(gemm.results[0]->type.shape.size());
+  return gemm.op == "conv2d" ? 1 : rank - 1;
+}
+
+std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Value* running,
+                                            const ir::Node& consumer, bool activations_only) {
+  if (consumer.is_kernel()) return consumer.describe() + " is already a fused kernel";
+  const bool activation = kActivations.count(consumer.op) > 0;
+  const bool bias_add = consumer.op == "bias_add";
+  const bool binary = kBinary.count(consumer.op) > 0;
+  if (activations_only && !activation && !bias_add && consumer.op != "add")
+    return consumer.op + " is not a bias, a residual add or an activation this pass fuses";
+  if (!activation && !bias_add && !binary && !(consumer.def && consumer.def->kind == ir::OpKind::Elementwise))
+    return consumer.op + " is not an elementwise op";
+  const ir::Value* result = consumer.results[0];
+  if (!ir::is_floating(result->type.dtype) || !ir::is_floating(running->type.dtype))
+    return "the epilogue computes in float; " + ref(result) + " is " +
+           std::string(ir::dtype_name(result->type.dtype));
+  if (result->type.shape != running->type.shape)
+    return ref(result) + " has shape " + ir::shape_to_string(result->type.shape) +
+           ", not the GEMM result's " + ir::shape_to_string(running->type.shape);
+  if (consumer.op == "cast" || consumer.op == "dropout")
+    return consumer.op + " is left to its own kernel";
+  if (consumer.inputs.size() == 1) return std::nullopt;
+  if (consumer.inputs.size() != 2) return consumer.op + " has more than two operands";
+  if (bias_add) {
+    if (consumer.inputs[0] != running) return ref(running) + " is the bias, not the biased value";
+    const int axis = normalized_axis(consumer, running->type.shape.size());
+    if (axis != channel_axis(gemm))
+      return fmt::format("bias_add on axis {}, but the {}'s channels are axis {}", axis, gemm.op,
+                         channel_axis(gemm));
+    return std::nullopt;
+  }
+  for (const ir::Value* operand : consumer.inputs) {
+    if (operand == running) continue;
+    if (layout_of(operand->type.shape, running->type.shape, channel_axis(gemm)) == Layout::Other)
+      return fmt::format("operand {} {} is neither per-channel, a scalar nor of the result's shape",
+                         ref(operand), operand->type.to_string());
+  }
+  return std::nullopt;
+}
+
+std::string epilogue_step_name(const ir::Node& gemm, const ir::Value* running,
+                               const ir::Node& consumer) {
+  if (consumer.op == "bias_add") return "bias";
+  if (consumer.op != "add") return consumer.op;
+  for (const ir::Value* operand : consumer.inputs)
+    if (operand != running &&
+        layout_of(operand->type.shape, running->type.shape, channel_axis(gemm)) == Layout::Channel)
+      return "bias";
+  return "add";
+}
+
+}  // namespace kiln::passes::fusion

@@ -1,0 +1,40 @@
+// What the fusion passes (fuse-conv-bias-relu, fuse-elementwise) decide alike: when a value may
+// stay in registers, and which operands a GEMM epilogue can read. Every "no" is a reason, a
+// phrase that completes "not fusing %a into %b: ...".
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace kiln::passes::fusion {
+
+// "%conv1".
+std::string ref(const ir::Value* value);
+// "%relu1 (relu 'relu1')": a consumer as the debug output names it.
+std::string ref(const ir::Node& node);
+
+// Why `value` must be stored rather than passed to its one consumer in registers: it is a graph
+// output, or it has several users (the multi-consumer policy: keep the boundary, see
+// fuse_elementwise.cpp). nullopt when it has exactly one user.
+std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir::Value* value);
+
+// The axis of a conv2d/dense/matmul result that a bias indexes: 1 for conv2d (NCHW), the last
+// for dense and matmul. What the GEMM template calls the channel.
+int channel_axis(const ir::Node& gemm);
+
+// Why the epilogue of `gemm` (a conv2d, dense or matmul, whose value so far is `running`) cannot
+// apply `consumer`: only float elementwise ops of the running value whose other operand is a
+// per-channel vector, a scalar or a tensor of the result's shape (a residual). With
+// `activations_only`, the op must also be bias_add, add or an activation (relu, leaky_relu,
+// sigmoid, tanh, gelu, clip), as fuse-conv-bias-relu requires.
+std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Value* running,
+                                            const ir::Node& consumer, bool activations_only);
+
+// What an epilogue step is called in a kernel name: "bias" for a bias_add or a per-channel
+// add, "add" for a residual or scalar add, else the op.
+std::string epilogue_step_name(const ir::Node& gemm, const ir::Value* running,
+                               const ir::Node& consumer);
+
+}  // namespace kiln::passes::fusion
