@@ -38,6 +38,12 @@ struct KernelRequest {
   std::string kernel_name;                // "relu_3"
   std::vector<std::string> input_params;  // C names of the operand pointers, in order
   std::vector<std::string> output_params; // C names of the result pointers
+  // Inside a fused kernel (codegen/kernels/fused.cpp): for operand k, the name of a device
+  // lambda `float f(index)` computing element `index` of that operand from the kernel's inputs,
+  // or "" when the operand is read from input_params[k]. Emitters read operands through
+  // load_input (emit_util.h), which honours this; the reduce-kind emitters support it for
+  // operand 0, which is what fuse-elementwise fuses into them.
+  std::vector<std::string> fused_inputs;
 };
 
 struct KernelSpec {
@@ -62,6 +68,10 @@ void add_shape_emitters(EmitterTable& table);
 void add_reduce_emitters(EmitterTable& table);
 void add_nn_emitters(EmitterTable& table);         // calls add_pool_norm_emitters
 void add_pool_norm_emitters(EmitterTable& table);  // pooling, bias_add, batch_norm
+void add_fused_emitters(EmitterTable& table);      // "kernel" nodes (ir/kernel_region.h)
+
+// The parameter names of a fused kernel's operands, after its body's inputs: "in_conv1_weight".
+std::vector<std::string> fused_kernel_params(const ir::Node& kernel);
 
 // --- helpers for emitters ------------------------------------------------------------------------
 

@@ -267,6 +267,24 @@ KernelSpec emit_dropout(const KernelRequest& request) {
 
 }  // namespace
 
+std::optional<ElementFn> element_fn(const ir::Node& node) {
+  const std::string& op = node.op;
+  const DType dtype = node.inputs[0]->type.dtype;
+  for (const char* binary : {"add", "sub", "mul", "div", "maximum", "minimum"})
+    if (op == binary) return binary_fn(op, dtype);
+  if (op == "bias_add") return binary_fn("add", dtype);
+  if (op == "neg" || op == "abs")
+    return ir::is_floating(dtype) ? float_unary_fn(node) : integer_unary_fn(op, dtype);
+  for (const char* unary :
+       {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "exp", "log", "sqrt", "rsqrt", "pow"})
+    if (op == unary) return float_unary_fn(node);
+  if (op == "clip") return clip_fn(node);
+  if (op == "cast") return cast_fn(dtype, node.results[0]->type.dtype);
+  if (op == "dropout" && !attr<bool>(node, "training"))
+    return ElementFn{"dropout at inference: the identity", {"return value;"}};
+  return std::nullopt;
+}
+
 void add_elementwise_emitters(EmitterTable& table) {
   for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum"})
     table.emplace_back(op, emit_binary);

@@ -11,6 +11,7 @@
 //     constexpr per-dim strides (see IndexMap in emit_util.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,11 @@ struct ElementFn {
   std::string summary;                  // comment above the lambda
   std::vector<std::string> statements;  // one per line, the last one a return
 };
+
+// What `apply` computes for one elementwise or broadcast node (binary arithmetic, bias_add,
+// activations, unary math, clip, cast, dropout at inference), for fused kernels to compose;
+// nullopt for any other op.
+std::optional<ElementFn> element_fn(const ir::Node& node);
 
 // A map kernel over `request.node`'s operands (1 or 2, broadcast to the result's shape).
 KernelSpec emit_map_kernel(const KernelRequest& request, const ElementFn& fn);

@@ -114,6 +114,8 @@ int64_t largest_tensor(const ir::Node& node) {
 }
 
 std::string load_input(const KernelRequest& request, size_t index, const std::string& subscript) {
+  if (index < request.fused_inputs.size() && !request.fused_inputs[index].empty())
+    return request.fused_inputs[index] + "(" + subscript + ")";
   return load(request.node.inputs[index]->type.dtype,
               request.input_params[index] + "[" + subscript + "]");
 }

@@ -100,7 +100,9 @@ int64_t product(const ir::Shape& shape, size_t begin, size_t end);
 // The element count of the largest operand or result of `node`.
 int64_t largest_tensor(const ir::Node& node);
 
-// Element `subscript` of input `index` (its kernel parameter), converted to its compute type.
+// Element `subscript` of input `index` (its kernel parameter), converted to its compute type;
+// or, when a fused kernel computes that input in registers (KernelRequest::fused_inputs), the
+// call computing it.
 std::string load_input(const KernelRequest& request, size_t index, const std::string& subscript);
 
 // Threads of a warp, on every GPU kiln targets.

@@ -102,6 +102,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   BodyWriter w;
   w.comment("Problem: out[row][col] = sum over k of A[row][k] * B[k][col].");
   w.line("using index_t = {};", spec.index_type);
+  w.lines(spec.prelude);
   w.declare("kM", "constexpr index_t kM = {};  // {}", spec.m, spec.m_is);
   w.declare("kN", "constexpr index_t kN = {};  // {}", spec.n, spec.n_is);
   w.declare("kK", "constexpr index_t kK = {};  // {}", spec.k, spec.k_is);

@@ -61,6 +61,9 @@ struct GemmSpec {
   std::string index_type = "int";
   std::vector<GemmConstant> constants;  // caller's shape constants, emitted before the tiling
   std::string batch_setup;      // statements after the z index is known (per-problem offsets)
+  // Statements at the top of the body: what the epilogue calls (a fused kernel's element
+  // functions, codegen/kernels/fused.cpp).
+  std::string prelude;
   GemmOperand a, b;
   // The epilogue. `channel` (an expression in row, col and the z index) names the output channel
   // or feature of element (row, col): what a per-channel bias indexes. `out_index` (an

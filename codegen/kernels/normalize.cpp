@@ -51,9 +51,9 @@ KernelSpec emit_contiguous_softmax(const KernelRequest& request, int64_t rows, i
     w.line("float* partial_sum = partial_max + kWarps;  // [kWarps]");
   }
   open_row_loop(w, per_warp, type, "kRows");
-  w.line("const {}* in_row = {} + row * kLen;", element, request.input_params[0]);
   w.line("{}* out_row = {} + row * kLen;", element, request.output_params[0]);
-  emit_online_softmax(w, load(dtype, "in_row[k]"), first, "kLen", step, "int");
+  const std::string in_row_k = load_input(request, 0, "row * kLen + k");
+  emit_online_softmax(w, in_row_k, first, "kLen", step, "int");
   if (per_warp)
     emit_warp_merge_softmax(w);
   else
@@ -61,7 +61,7 @@ KernelSpec emit_contiguous_softmax(const KernelRequest& request, int64_t rows, i
   w.comment(log_form ? "Write pass: x - max - log(sum)." : "Write pass: exp(x - max) / sum.");
   if (log_form) w.line("const float log_sum = logf(sum_v);");
   w.open("for (int k = {}; k < kLen; k += {})", first, step);
-  w.line("out_row[k] = {};", store(dtype, softmax_value(log_form, load(dtype, "in_row[k]"))));
+  w.line("out_row[k] = {};", store(dtype, softmax_value(log_form, in_row_k)));
   w.close();
   w.close();
   KernelSpec spec = row_spec(per_warp, rows, static_cast<uint32_t>(2 * kRowBlock / kWarpSize * 4));
@@ -85,7 +85,7 @@ KernelSpec emit_strided_softmax(const KernelRequest& request, int64_t outer, int
   emit_rescale_lambda(w);
   open_grid_stride_loop(w, "row", type, "kRows");
   w.line("const {} base = row / kInner * kLen * kInner + row % kInner;", type);
-  const std::string element = load(dtype, request.input_params[0] + "[base + k * kInner]");
+  const std::string element = load_input(request, 0, "base + k * kInner");
   emit_online_softmax(w, element, int_literal(0, type), "kLen", "1", type);
   w.comment(log_form ? "Write pass: x - max - log(sum)." : "Write pass: exp(x - max) / sum.");
   if (log_form) w.line("const float log_sum = logf(sum_v);");
@@ -148,15 +148,15 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   emit_warp_constants(w, kRowBlock);
   if (!per_warp) w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
   open_row_loop(w, per_warp, type, "kRows");
-  w.line("const {}* in_row = {} + row * kSize;", element, request.input_params[0]);
   w.line("{}* out_row = {} + row * kSize;", element, request.output_params[0]);
+  const std::string in_row_k = load_input(request, 0, "row * kSize + k");
   w.comment("Pass 1: the mean.");
-  emit_row_sum(w, per_warp, "sum", load(dtype, "in_row[k]"), first, step);
+  emit_row_sum(w, per_warp, "sum", in_row_k, first, step);
   w.line("const float mean = sum / kSizeF;");
   w.comment("Pass 2: the biased variance, from centred values (no cancellation).");
   w.line("float squares = 0.0f;");
   w.open("for (int k = {}; k < kSize; k += {})", first, step);
-  w.line("const float centred = {} - mean;", load(dtype, "in_row[k]"));
+  w.line("const float centred = {} - mean;", in_row_k);
   w.line("squares += centred * centred;");
   w.close();
   if (per_warp)
@@ -166,7 +166,7 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   w.line("const float inv_std = 1.0f / sqrtf(squares / kSizeF + kEpsilon);");
   w.comment("Pass 3: normalize, scale and shift.");
   w.open("for (int k = {}; k < kSize; k += {})", first, step);
-  w.line("const float normalized = ({} - mean) * inv_std;", load(dtype, "in_row[k]"));
+  w.line("const float normalized = ({} - mean) * inv_std;", in_row_k);
   w.line("out_row[k] = {};", store(dtype, "normalized * " + load(dtype, scale + "[k]") + " + " +
                                               load(dtype, bias + "[k]")));
   w.close();

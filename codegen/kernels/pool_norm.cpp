@@ -144,10 +144,9 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kWarpsPerBlock + warp;");
   w.line("const index_t grid_warps = static_cast<index_t>(gridDim.x) * kWarpsPerBlock;");
   w.open("for (index_t plane = first; plane < kPlanes; plane += grid_warps)");
-  w.line("const {}* in = {} + plane * kPlaneSize;", c_type(dtype), request.input_params[0]);
   w.line("float sum = 0.0f;");
   w.open("for (int i = lane; i < kPlaneSize; i += kWarpSize)");
-  w.line("sum += {};", load(dtype, "in[i]"));
+  w.line("sum += {};", load_input(request, 0, "plane * kPlaneSize + i"));
   w.close();
   w.line("sum = kiln_warp_sum(sum);");
   w.open("if (lane == 0)");

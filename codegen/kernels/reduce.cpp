@@ -106,11 +106,10 @@ void emit_common_constants(BodyWriter& w, const ReducePlan& plan, const Accumula
 void emit_fold_loop(BodyWriter& w, const KernelRequest& request, const ReducePlan& plan,
                     const Accumulator& acc, const std::string& type, const std::string& first,
                     const std::string& step) {
-  const DType dtype = request.node.inputs[0]->type.dtype;
   w.line("{} acc = {};", acc.type, acc.init);
   w.open("for ({} r = {}; r < kReduced; r += {})", type, first, step);
   emit_strided_offset(w, "offset", "r", "Reduced", plan.reduced, type);
-  w.line(fold(acc, load(dtype, request.input_params[0] + "[base + offset]")));
+  w.line(fold(acc, load_input(request, 0, "base + offset")));
   w.close();
 }
 
@@ -184,8 +183,7 @@ KernelSpec emit_columns(const KernelRequest& request, const ReducePlan& plan,
     emit_strided_offset(w, "base", "o", "Kept", plan.kept, type);
     w.open("for ({} r = threadIdx.y; r < kReduced; r += kSlices)", type);
     emit_strided_offset(w, "offset", "r", "Reduced", plan.reduced, type);
-    const std::string element = request.input_params[0] + "[base + offset]";
-    w.line(fold(acc, load(request.node.inputs[0]->type.dtype, element)));
+    w.line(fold(acc, load_input(request, 0, "base + offset")));
     w.close();
     w.close();
     w.line("partial[threadIdx.y * kColumns + threadIdx.x] = acc;");
