@@ -5,9 +5,12 @@
 #include <fmt/format.h>
 #include <unordered_map>
 
+#include "codegen/cost_model.h"
 #include "codegen/device_library.h"
+#include "codegen/library_dispatch.h"
 #include "codegen/kernel_emitter.h"
 #include "ir/diagnostic.h"
+#include "ir/kernel_region.h"
 #include "ir/memory_plan.h"
 #include "ir/op_registry.h"
 
@@ -34,6 +37,7 @@ namespace {
 // C parameter names for a node's operands: the registry's input names, numbered when an op is
 // variadic or a name repeats.
 std::vector<std::string> operand_params(const ir::Node& node) {
+  if (node.is_kernel()) return fused_kernel_params(node);
   const auto& names = node.def->input_names;
   std::vector<std::string> params;
   const bool numbered = node.def->max_inputs < 0;
@@ -65,9 +69,18 @@ std::string describe_operands(const ir::Node& node, const std::vector<std::strin
   return text;
 }
 
+// "// fuses: conv2d 'conv1' f32[1,32,26,26], bias_add ..." — one line per source node.
+std::string fused_nodes_comment(const ir::Node& kernel) {
+  std::string text = fmt::format("// fuses {} node(s), in order:\n", kernel.body->nodes().size());
+  for (const auto& inner : kernel.body->nodes())
+    text += fmt::format("//   {} -> {}\n", inner->describe(), inner->results[0]->type.to_string());
+  return text;
+}
+
 class ProgramBuilder {
  public:
-  explicit ProgramBuilder(const ir::Graph& graph) : graph_(graph) {}
+  ProgramBuilder(const ir::Graph& graph, const LibrarySelection& libraries)
+      : graph_(graph), libraries_(libraries) {}
 
   Program build() {
     program_.graph_name = graph_.name;
@@ -154,16 +167,25 @@ class ProgramBuilder {
     if (emitter == nullptr)
       throw Error(node.loc.render(), node.describe() + ": codegen has no CUDA kernel for op '" +
                                          node.op + "' yet");
-    KernelRequest request{node, fmt::format("{}_{}", node.op, kernel_index_++),
-                          operand_params(node), result_params(node)};
+    // Kernels are named after what they compute plus their position, which is also the
+    // position of their node in the graph (the IR printer shows fused kernels the same way).
+    KernelRequest request{node,
+                          fmt::format("{}_{}", node.is_kernel() ? node.name : node.op,
+                                      kernel_index_++),
+                          operand_params(node), result_params(node), {}};
     const KernelSpec spec = (*emitter)(request);
     KILN_CHECK(spec.grid.count() > 0 && spec.block.count() > 0 && spec.block.count() <= 1024)
         << request.kernel_name << ": bad launch configuration";
 
     Kernel kernel;
     kernel.name = request.kernel_name;
-    kernel.source_nodes = {node.name};
-    kernel.op_kind = std::string(ir::op_kind_name(node.def->kind));
+    if (node.is_kernel()) {
+      for (const auto& inner : node.body->nodes()) kernel.source_nodes.push_back(inner->name);
+      kernel.op_kind = ir::kernel_kind(node);
+    } else {
+      kernel.source_nodes = {node.name};
+      kernel.op_kind = std::string(ir::op_kind_name(node.def->kind));
+    }
     kernel.grid = spec.grid;
     kernel.block = spec.block;
     kernel.dynamic_shared_bytes = spec.shared_bytes;
@@ -171,6 +193,12 @@ class ProgramBuilder {
     for (const ir::Value* input : node.inputs) kernel.args.push_back(buffer_of_.at(input));
     for (const ir::Value* result : node.results) kernel.args.push_back(buffer_of_.at(result));
     kernel.num_outputs = static_cast<int>(node.results.size());
+    kernel.library = select_library_call(node, libraries_);
+    const NodeCost cost = node_cost(node);
+    kernel.flops = cost.flops;
+    kernel.bytes_read = cost.bytes_read;
+    kernel.bytes_written = cost.bytes_written;
+    kernel.unfused_bytes = unfused_bytes(node);
 
     // Signature: const pointers for operands, then the results.
     std::vector<std::string> params;
@@ -192,6 +220,7 @@ class ProgramBuilder {
 
     kernels_text += fmt::format("// {}: {}\n", node.describe(),
                                 describe_operands(node, request.input_params, request.output_params));
+    if (node.is_kernel()) kernels_text += fused_nodes_comment(node);
     if (!spec.note.empty()) kernels_text += "// " + spec.note + "\n";
     kernels_text += fmt::format(
         "// launch: grid ({},{},{}), block ({},{},{}), {} bytes of shared memory{}\n",
@@ -208,6 +237,7 @@ class ProgramBuilder {
   }
 
   const ir::Graph& graph_;
+  LibrarySelection libraries_;
   Program program_;
   std::unordered_map<const ir::Value*, int> buffer_of_;
   int kernel_index_ = 0;
@@ -215,6 +245,8 @@ class ProgramBuilder {
 
 }  // namespace
 
-Program emit_program(const ir::Graph& graph) { return ProgramBuilder(graph).build(); }
+Program emit_program(const ir::Graph& graph, const LibrarySelection& libraries) {
+  return ProgramBuilder(graph, libraries).build();
+}
 
 }  // namespace kiln::codegen

@@ -1,6 +1,7 @@
 // Codegen's entry point: a verified graph → a Program (CUDA C++ source + kernel table).
 #pragma once
 
+#include "codegen/library_call.h"
 #include "codegen/program.h"
 #include "ir/graph.h"
 
@@ -14,7 +15,11 @@ namespace kiln::codegen {
 // (runtime/host/), which defines the CUDA built-ins on the CPU, and it ends with one
 // `extern "C" void kiln_host_entry_<kernel>(void* const* args)` per kernel so the host backend
 // can call any kernel through one signature.
-Program emit_program(const ir::Graph& graph);
+//
+// `libraries` says which vendor routines the CUDA backend may use: a conv/dense/matmul kernel
+// that one computes exactly gets Kernel::library (codegen/library_dispatch.h). The generated
+// kernel is emitted either way.
+Program emit_program(const ir::Graph& graph, const LibrarySelection& libraries = {});
 
 // Version of the emitted source's conventions; part of every cache key.
 inline constexpr int kCodegenVersion = 1;

@@ -4,9 +4,11 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "codegen/library_call.h"  // LibraryCall: a kernel a vendor library computes (--library)
 #include "ir/shape.h"
 
 namespace kiln::codegen {
@@ -49,6 +51,15 @@ struct Kernel {
   // a pointer: inputs first, then the buffers it writes.
   std::vector<int> args;
   int num_outputs = 1;                    // the last num_outputs args are written
+  // The modeled cost (codegen/cost_model.h): floating-point operations, and DRAM bytes with
+  // every argument read or written once.
+  int64_t flops = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  // The same traffic had each source node run as a kernel of its own (before fusion).
+  int64_t unfused_bytes = 0;
+  // Set when --library chose a vendor routine for this kernel.
+  std::optional<LibraryCall> library;
 };
 
 struct Program {

@@ -7,6 +7,11 @@
 // buffers, launches the kernels in order on the stream and copies the outputs back. Because
 // no address ever changes, the launch sequence can be captured into a CUDA graph on the first
 // run and replayed on every later one (CUDA programming guide, "CUDA Graphs").
+//
+// Kernels the kernel table marks as library calls (--library) run through cuBLASLt or cuDNN
+// when the library loads and accepts the problem (library_runner.h), on the same stream and
+// so inside the same graph, with their workspace in the arena; otherwise, and always on the
+// host backend, the generated kernel for the same node runs.
 #include "runtime/cuda/cuda_executable.h"
 
 #include <fmt/format.h>
@@ -17,6 +22,7 @@
 
 #include "ir/diagnostic.h"
 #include "runtime/cuda/driver_api.h"
+#include "runtime/cuda/library_runner.h"
 #include "runtime/cuda/plan.h"
 
 namespace kiln::runtime::cuda {
@@ -99,6 +105,7 @@ class DeviceExecutable final : public CudaExecutable {
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) override;
   std::string device_name() const override { return device_.name; }
   std::string loaded_code() const override { return loaded_code_; }
+  std::vector<std::string> library_report() const override { return library_report_; }
 
  private:
   struct Launch {
@@ -106,15 +113,18 @@ class DeviceExecutable final : public CudaExecutable {
     CUfunction function = nullptr;
     std::vector<CUdeviceptr> args;  // the device address of each argument buffer
     std::vector<void*> params;      // &args[i]: what cuLaunchKernel reads each argument from
+    std::unique_ptr<LibraryRunner> library;  // set: a library call instead of the kernel
   };
 
   void make_current() const { api_.check(api_.cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }
   CUdeviceptr address(int buffer_id) const {
     return arena_.get() + static_cast<CUdeviceptr>(layout_.offsets[buffer_id]);
   }
+  codegen::LibrarySelection load_libraries(const CudaOptions& options);
   void load_functions(CUdevice device, CUmodule module);
   void allocate_arena(const std::vector<ir::Tensor>& parameters);
-  CUresult enqueue(Launch& launch);
+  void prepare_library_calls(const CudaOptions& options);
+  void enqueue(Launch& launch);
   void enqueue_all();
   void capture_graph();
 
@@ -125,13 +135,17 @@ class DeviceExecutable final : public CudaExecutable {
   CudaDeviceInfo device_;
   std::string loaded_code_;
   bool use_graph_;
+  codegen::LibrarySelection libraries_;  // requested and loaded
+  std::vector<std::string> library_report_;
   CUcontext context_ = nullptr;
-  // Declared in acquisition order, so they are released in reverse: the graph, the stream
-  // and module, the arena, and last the context they all live in.
+  // Declared in acquisition order, so they are released in reverse: the library calls and
+  // the graph, the library handles, the stream and module, the arena, and last the context
+  // they all live in.
   Owned<CUdevice> primary_context_;
   Owned<CUdeviceptr> arena_;
   Owned<CUmodule> module_;
   Owned<CUstream> stream_;
+  std::unique_ptr<LibraryContext> library_context_;
   Owned<CUgraphExec> graph_;
   std::vector<Launch> launches_;
 };
@@ -143,9 +157,10 @@ DeviceExecutable::DeviceExecutable(const DriverApi& api, const codegen::Program&
     : api_(api),
       program_(program),
       bindings_(std::move(bindings)),
-      layout_(plan_arena(program.buffers)),
       use_graph_(options.use_cuda_graph) {
   program_.source.clear();
+  libraries_ = load_libraries(options);
+  layout_ = plan_arena(program_.buffers, library_workspace_bytes(program_, libraries_));
   CUdevice device = open_device(api_, options.device);
   device_ = query_device(api_, device);
   std::optional<CodeChoice> code = select_code(binary, device_.sm);
@@ -179,6 +194,31 @@ DeviceExecutable::DeviceExecutable(const DriverApi& api, const codegen::Program&
   stream_ = Owned<CUstream>(stream, api_.cuStreamDestroy_v2);
 
   allocate_arena(parameters);
+  prepare_library_calls(options);
+}
+
+codegen::LibrarySelection DeviceExecutable::load_libraries(const CudaOptions& options) {
+  // Only the libraries the kernel table asks for are loaded: dlopen of cuDNN alone maps
+  // hundreds of megabytes of code.
+  codegen::LibrarySelection wanted;
+  for (const codegen::Kernel& kernel : program_.kernels) {
+    if (!kernel.library || !kernel.library->selected_by(options.libraries)) continue;
+    (kernel.library->library == codegen::kCudnnLibrary ? wanted.cudnn : wanted.cublaslt) = true;
+  }
+  auto loads = [&](bool want, auto load) {
+    if (!want) return false;
+    try {
+      load();
+      return true;
+    } catch (const Error& error) {
+      library_report_.push_back(error.diagnostic().message);
+      return false;
+    }
+  };
+  codegen::LibrarySelection loaded;
+  loaded.cublaslt = loads(wanted.cublaslt, [&] { cublaslt(options.library_paths.cublaslt); });
+  loaded.cudnn = loads(wanted.cudnn, [&] { cudnn(options.library_paths.cudnn); });
+  return loaded;
 }
 
 DeviceExecutable::~DeviceExecutable() {
@@ -245,17 +285,67 @@ void DeviceExecutable::allocate_arena(const std::vector<ir::Tensor>& parameters)
              fmt::format("uploading the parameters of graph '{}'", program_.graph_name));
 }
 
-CUresult DeviceExecutable::enqueue(Launch& launch) {
+void DeviceExecutable::prepare_library_calls(const CudaOptions& options) {
+  LibraryOperands operands;
+  if (layout_.workspace_offset >= 0) {
+    operands.workspace = arena_.get() + static_cast<CUdeviceptr>(layout_.workspace_offset);
+    operands.workspace_bytes = static_cast<size_t>(layout_.workspace_bytes);
+  }
+  for (Launch& launch : launches_) {
+    const codegen::Kernel& kernel = *launch.kernel;
+    if (!kernel.library) continue;
+    const codegen::LibraryCall& call = *kernel.library;
+    std::string why;
+    if (!call.selected_by(options.libraries)) {
+      why = fmt::format("--library excludes {}", call.library);
+    } else if (!call.selected_by(libraries_)) {
+      why = fmt::format("{} did not load", call.library);  // the reason is reported above
+    } else {
+      if (!library_context_)
+        library_context_ = std::make_unique<LibraryContext>(stream_.get(), options.library_paths);
+      operands.args = launch.args;
+      std::unique_ptr<LibraryRunner> runner;
+      try {
+        runner = prepare_library_call(*library_context_, call, operands, kernel.name);
+        // Once outside any capture, on the zeroed arena: a library's first call may load
+        // code or allocate, which a graph capture would not allow, and a call the library
+        // refuses is best found here, where the generated kernel can still take over.
+        runner->enqueue();
+      } catch (const Error& error) {
+        runner.reset();
+        why = error.diagnostic().message;
+      }
+      if (runner) {
+        // A fault on the device is no refusal: the context is gone, and create() fails.
+        api_.check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize",
+                   fmt::format("the first {} call of kernel '{}'", call.library, kernel.name));
+        launch.library = std::move(runner);
+      }
+    }
+    if (launch.library) {
+      library_report_.push_back(fmt::format("{}: {} {} ({})", kernel.name, call.library,
+                                            call.descriptor, launch.library->choice()));
+    } else {
+      library_report_.push_back(fmt::format("{}: generated kernel: {}", kernel.name, why));
+    }
+  }
+}
+
+void DeviceExecutable::enqueue(Launch& launch) {
+  if (launch.library) {
+    launch.library->enqueue();
+    return;
+  }
   const codegen::Kernel& kernel = *launch.kernel;
-  return api_.cuLaunchKernel(launch.function, kernel.grid.x, kernel.grid.y, kernel.grid.z,
-                             kernel.block.x, kernel.block.y, kernel.block.z,
-                             kernel.dynamic_shared_bytes, stream_.get(), launch.params.data(),
-                             nullptr);
+  api_.check(api_.cuLaunchKernel(launch.function, kernel.grid.x, kernel.grid.y, kernel.grid.z,
+                                 kernel.block.x, kernel.block.y, kernel.block.z,
+                                 kernel.dynamic_shared_bytes, stream_.get(),
+                                 launch.params.data(), nullptr),
+             "cuLaunchKernel", kernel_context(kernel));
 }
 
 void DeviceExecutable::enqueue_all() {
-  for (Launch& launch : launches_)
-    api_.check(enqueue(launch), "cuLaunchKernel", kernel_context(*launch.kernel));
+  for (Launch& launch : launches_) enqueue(launch);
 }
 
 void DeviceExecutable::capture_graph() {
@@ -263,21 +353,18 @@ void DeviceExecutable::capture_graph() {
   // threads of a host application may keep allocating while we capture.
   api_.check(api_.cuStreamBeginCapture_v2(stream_.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
              "cuStreamBeginCapture");
-  CUresult launch_result = CUDA_SUCCESS;
-  const Launch* failed = nullptr;
-  for (Launch& launch : launches_) {
-    launch_result = enqueue(launch);
-    if (launch_result == CUDA_SUCCESS) continue;
-    failed = &launch;
-    break;
+  std::optional<Error> failure;
+  try {
+    enqueue_all();
+  } catch (const Error& error) {
+    failure = error;
   }
   // Capture always ends, even after a failed launch, or the stream stays unusable.
   CUgraph graph = nullptr;
   CUresult end_result = api_.cuStreamEndCapture(stream_.get(), &graph);
   Owned<CUgraph> graph_owner;
   if (graph != nullptr) graph_owner = Owned<CUgraph>(graph, api_.cuGraphDestroy);
-  if (failed != nullptr)
-    api_.check(launch_result, "cuLaunchKernel", kernel_context(*failed->kernel));
+  if (failure) throw *failure;
   api_.check(end_result, "cuStreamEndCapture");
 
   CUgraphExec exec = nullptr;

@@ -12,14 +12,24 @@
 #include "codegen/program.h"
 #include "ir/tensor.h"
 #include "runtime/compile/nvrtc.h"
+#include "runtime/cuda/library_paths.h"
 
 namespace kiln::runtime::cuda {
 
 class DriverApi;  // runtime/cuda/driver_api.h
 
 struct CudaOptions {
+  // CudaOptions{device, use_cuda_graph}: the usual choices, the rest at their defaults.
+  CudaOptions(int device = 0, bool use_cuda_graph = true)
+      : device(device), use_cuda_graph(use_cuda_graph) {}
+
   int device = 0;
   bool use_cuda_graph = true;  // capture the launch sequence once, replay it on every run
+  // The vendor libraries that may run the kernels codegen marked (Kernel::library), each
+  // where it loads and accepts the problem; everywhere else the generated kernel runs. The
+  // default uses what the kernel table asks for: codegen's --library already chose.
+  codegen::LibrarySelection libraries{true, true};
+  LibraryPaths library_paths;
 };
 
 // Whether a driver and at least one device can be opened; `why` says why not: the reason
@@ -59,6 +69,12 @@ class CudaExecutable {
   virtual std::string device_name() const = 0;
   // What was loaded: "cubin sm_90", or "PTX compute_80 (JIT for sm_86)".
   virtual std::string loaded_code() const = 0;
+  // For -v: one line per kernel the kernel table marked for a library, saying what runs it
+  // ("dense_2: cublasLt dense f32 64x128 * (10x128)^T + bias (cuBLASLt heuristic algorithm,
+  // 0 B workspace, 0.25 waves)") or why the generated kernel does ("conv2d_0: generated
+  // kernel: cudnn did not load"), after a line per library that failed to load ("cuDNN:
+  // libcudnn.so.9 not found (...)").
+  virtual std::vector<std::string> library_report() const = 0;
 };
 
 }  // namespace kiln::runtime::cuda

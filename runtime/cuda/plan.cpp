@@ -74,7 +74,7 @@ std::vector<int> buffers_by_index(const codegen::Program& program, codegen::Buff
 
 }  // namespace
 
-ArenaLayout plan_arena(const std::vector<codegen::Buffer>& buffers) {
+ArenaLayout plan_arena(const std::vector<codegen::Buffer>& buffers, int64_t workspace_bytes) {
   ArenaLayout layout;
   layout.offsets.reserve(buffers.size());
   int64_t end = 0;
@@ -101,8 +101,27 @@ ArenaLayout plan_arena(const std::vector<codegen::Buffer>& buffers) {
     layout.offsets[id] = activations + buffer.arena_offset;
     end = std::max(end, layout.offsets[id] + buffer.bytes);
   }
+  // Library workspace last: "workspace comes from the planned arena", never from a separate
+  // allocation, so CUDA graph capture sees fixed addresses and nothing is allocated per run.
+  KILN_CHECK(workspace_bytes >= 0 && workspace_bytes <= INT64_MAX / 4) << "workspace size";
+  if (workspace_bytes > 0) {
+    layout.workspace_offset = align_up(end, kArenaAlignment);
+    layout.workspace_bytes = align_up(workspace_bytes, kArenaAlignment);
+    end = layout.workspace_offset + layout.workspace_bytes;
+  }
   layout.total_bytes = align_up(end, kArenaAlignment);
   return layout;
+}
+
+int64_t library_workspace_bytes(const codegen::Program& program,
+                                const codegen::LibrarySelection& usable) {
+  int64_t bytes = 0;
+  for (const codegen::Kernel& kernel : program.kernels) {
+    if (!kernel.library || !kernel.library->selected_by(usable)) continue;
+    KILN_CHECK(kernel.library->workspace_bytes >= 0) << "kernel '" << kernel.name << "' workspace";
+    bytes = std::max(bytes, kernel.library->workspace_bytes);
+  }
+  return align_up(bytes, kArenaAlignment);
 }
 
 std::optional<int> arch_number(std::string_view arch) {

@@ -21,14 +21,22 @@ namespace kiln::runtime::cuda {
 inline constexpr int64_t kArenaAlignment = 256;
 
 struct ArenaLayout {
-  std::vector<int64_t> offsets;  // per buffer id, in bytes from the arena's start
-  int64_t total_bytes = 0;       // a multiple of kArenaAlignment
+  std::vector<int64_t> offsets;   // per buffer id, in bytes from the arena's start
+  int64_t workspace_offset = -1;  // the library workspace region; -1 when there is none
+  int64_t workspace_bytes = 0;
+  int64_t total_bytes = 0;        // a multiple of kArenaAlignment
 };
 
 // One region per buffer, in buffer order, each at the next aligned offset; then the activation
 // region, where the intermediates plan-memory placed (Buffer::arena_offset >= 0) sit at their
-// planned offsets, sharing space over time.
-ArenaLayout plan_arena(const std::vector<codegen::Buffer>& buffers);
+// planned offsets, sharing space over time; then `workspace_bytes` (rounded up to the
+// alignment) of scratch for library calls, when it is not 0.
+ArenaLayout plan_arena(const std::vector<codegen::Buffer>& buffers, int64_t workspace_bytes = 0);
+
+// The workspace the library calls of `program` need: the largest of those whose library is in
+// `usable`, aligned (calls run one at a time on one stream, so they share one region).
+int64_t library_workspace_bytes(const codegen::Program& program,
+                                const codegen::LibrarySelection& usable);
 
 // "sm_90" → 90, "compute_80" → 80, "sm_90a" → 90; nullopt when it is neither form.
 std::optional<int> arch_number(std::string_view arch);

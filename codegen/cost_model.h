@@ -1,0 +1,62 @@
+// The modeled cost of a node or fused kernel: floating-point operations and DRAM bytes, and
+// the roofline time they take on one reference GPU. `kiln inspect` prints these per kernel.
+//
+// It is a model, not a measurement; its conventions (docs/inspect.md has the table per op):
+//  - FLOPs count the arithmetic an op needs, not the instructions a kernel issues. A
+//    multiply-add is 2. Every elementwise function is 1 per result element, whether it is an
+//    add or a transcendental (exp, tanh, erf in gelu): these ops are memory bound, and pricing
+//    exp at 1 or 20 does not move them off the memory roof.
+//  - Data movement is free of FLOPs: shape ops, cast, inference dropout.
+//  - Bytes: every distinct operand is read once and every result written once, at its dtype's
+//    size times its element count (perfect caching inside a kernel, none between kernels).
+//  - A fused `kernel` node: the FLOPs of its body nodes, and the bytes of the kernel node's own
+//    operands and results, since what passes between body nodes stays on chip.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "ir/graph.h"
+
+namespace kiln::codegen {
+
+struct NodeCost {
+  int64_t flops = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+
+  int64_t bytes() const { return bytes_read + bytes_written; }
+};
+
+NodeCost node_cost(const ir::Node& node);
+
+// The DRAM bytes the node would move had each of its source nodes run as a kernel of its own:
+// the sum of the body nodes' own bytes for a fused kernel, node_cost(node).bytes() otherwise.
+int64_t unfused_bytes(const ir::Node& node);
+
+// Whether node_cost has a rule written for `op`. Ops without one fall back to a rule by op kind
+// (1 FLOP per result element, 0 for injective ops); a unit test keeps the registry covered.
+bool has_cost_rule(std::string_view op);
+
+// A roofline: a kernel takes the longer of its compute time and its memory time.
+struct Roofline {
+  const char* device;
+  double flops_per_second;
+  double dram_bytes_per_second;
+
+  double compute_seconds(int64_t flops) const { return static_cast<double>(flops) / flops_per_second; }
+  double memory_seconds(int64_t bytes) const { return static_cast<double>(bytes) / dram_bytes_per_second; }
+  double seconds(int64_t flops, int64_t bytes) const {
+    return compute_seconds(flops) > memory_seconds(bytes) ? compute_seconds(flops) : memory_seconds(bytes);
+  }
+  // "compute" when the FLOPs take longer than the bytes, else "memory".
+  std::string_view bound(int64_t flops, int64_t bytes) const {
+    return compute_seconds(flops) > memory_seconds(bytes) ? "compute" : "memory";
+  }
+};
+
+// NVIDIA H100 SXM5: 3.35 TB/s of HBM3 and 66.9 TFLOP/s of f32 on the CUDA cores (no tensor
+// cores: kiln's generated kernels do not use them).
+inline constexpr Roofline kH100{"H100 SXM", 66.9e12, 3.35e12};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,426 @@
+// Matching kernels to vendor library routines. A kernel is read as
+//
+//   anchor (conv2d | dense | matmul)  ->  bias, residual add, one activation, in any order
+//                                         with the activation last  ->  reshape-like ops
+//
+// and accepted only when the library's fixed formula computes the same thing: cuDNN's
+// y = act(conv(x) + z + bias) (cudnnConvolutionBiasActivationForward, cuDNN API reference) and
+// cuBLASLt's D = epilogue(A B + C) with the bias added before the activation (cublasLtMatmul,
+// cuBLAS docs, "cublasLtEpilogue_t"). Sums commute, so bias and residual may come in either
+// order; nothing may follow the activation except ops that only rename the shape.
+//
+// cuBLASLt is column-major; row-major Y = A B is computed as the column-major Y^T = B^T A^T,
+// which reads the same bytes (library_runner.cpp), so the call here stays row-major.
+#include "codegen/library_dispatch.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ir/diagnostic.h"
+#include "ir/kernel_region.h"
+
+namespace kiln::codegen {
+
+std::string_view library_activation_name(LibraryActivation activation) {
+  switch (activation) {
+    case LibraryActivation::None: return "none";
+    case LibraryActivation::Relu: return "relu";
+    case LibraryActivation::GeluTanh: return "gelu_tanh";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+// cuDNN's FFT and Winograd algorithms need scratch on the order of the tensors they transform;
+// implicit GEMM needs little. Twice the tensors, within these bounds, lets the heuristics pick
+// freely for small layers without a large layer reserving hundreds of megabytes.
+constexpr int64_t kConvWorkspaceMin = 1 * kMiB;
+constexpr int64_t kConvWorkspaceMax = 64 * kMiB;
+// NVIDIA's recommended cuBLASLt workspace: 32 MiB on Hopper, 4 MiB elsewhere (cuBLAS docs,
+// "cublasSetWorkspace"). The arch is unknown here, so only large problems, where split-K and
+// stream-K pay off, reserve the larger size.
+constexpr int64_t kMatmulWorkspaceSmall = 4 * kMiB;
+constexpr int64_t kMatmulWorkspaceLarge = 32 * kMiB;
+constexpr int64_t kLargeMatmulFlops = int64_t{1} << 30;
+// cuDNN's legacy API describes tensors with int dims and indexes them with int.
+constexpr int64_t kCudnnMaxElements = std::numeric_limits<int32_t>::max();
+
+int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
+  int64_t result = 1;
+  for (size_t i = begin; i < end; ++i) result *= shape[i];
+  return result;
+}
+
+// What the kernel computes, read off the node: the anchor, the operand positions it reads and
+// the epilogue after it. A refusal sets `why`.
+struct Pattern {
+  const ir::Node* anchor = nullptr;
+  const ir::Value* value = nullptr;  // the anchor's result through the epilogue, pre-reshape
+  int x = -1, weight = -1, bias = -1, residual = -1;
+  LibraryActivation activation = LibraryActivation::None;
+  std::string activation_op;  // the op that set `activation`, for messages
+  std::string why;
+};
+
+bool refuse(Pattern& p, std::string why) {
+  p.why = std::move(why);
+  return false;
+}
+Pattern refused(Pattern& p, std::string why) {
+  p.why = std::move(why);
+  return p;
+}
+
+int operand_position(const std::vector<ir::Value*>& operands, const ir::Value* value) {
+  auto it = std::find(operands.begin(), operands.end(), value);
+  return it == operands.end() ? -1 : static_cast<int>(it - operands.begin());
+}
+
+// Whether a broadcast operand of `shape` adds one value per channel along `axis` of `out`.
+bool per_channel(const ir::Shape& shape, const ir::Shape& out, int axis) {
+  if (shape.empty() || shape.size() > out.size()) return false;
+  const size_t offset = out.size() - shape.size();  // NumPy aligns trailing dims
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const size_t dim = i + offset;
+    const int64_t expected = static_cast<int>(dim) == axis ? out[dim] : 1;
+    if (shape[i] != expected) return false;
+  }
+  return static_cast<int>(offset) <= axis;
+}
+
+double float_attr(const ir::Node& node, const char* name) {
+  return std::get<double>(node.attrs.at(name));
+}
+
+// One epilogue node after the anchor; false (with `pattern.why`) when it does not fit.
+bool absorb(Pattern& p, const ir::Node& node, const std::vector<ir::Value*>& operands,
+            int channel_axis) {
+  const std::string& op = node.op;
+  const std::string after = fmt::format("{} after {}", op, p.anchor->op);
+  if (!p.activation_op.empty())
+    return refuse(p, fmt::format("{} after {}: the library applies its activation last", op,
+                                 p.activation_op));
+  if (op == "relu" || op == "gelu" || op == "clip") {
+    if (node.inputs[0] != p.value) return refuse(p, after + ": reads another value");
+    if (op == "gelu") {
+      const auto& form = std::get<std::string>(node.attrs.at("approximate"));
+      if (form != "tanh") {
+        return refuse(p, after + ": this gelu is exact (erf); cuBLASLt's GELU epilogue is the "
+                                 "tanh approximation");
+      }
+      p.activation = LibraryActivation::GeluTanh;
+    } else if (op == "clip") {
+      // clip to [0, inf) is relu; any other bound has no library epilogue.
+      if (float_attr(node, "min") != 0.0 || !std::isinf(float_attr(node, "max")))
+        return refuse(p, after + ": only clip to [0, inf) (relu) has a library epilogue");
+      p.activation = LibraryActivation::Relu;
+    } else {
+      p.activation = LibraryActivation::Relu;
+    }
+    p.activation_op = op;
+    p.value = node.results[0];
+    return true;
+  }
+  if (op != "bias_add" && op != "add")
+    return refuse(p, after + ": no library epilogue computes it");
+  // bias_add(v, b) or add(v, p) / add(p, v): exactly one operand is the running value.
+  const bool first = node.inputs[0] == p.value;
+  const bool second = node.inputs[1] == p.value;
+  if (first == second) return refuse(p, after + ": must read the running value once");
+  if (op == "bias_add" && !first) return refuse(p, after + ": reads another value");
+  const ir::Value* other = first ? node.inputs[1] : node.inputs[0];
+  const int position = operand_position(operands, other);
+  if (position < 0) return refuse(p, after + ": its operand is computed inside the kernel");
+  if (other->type.dtype != ir::DType::F32) return refuse(p, after + ": operand is not f32");
+  const ir::Shape& out = p.value->type.shape;
+  bool is_bias = false;
+  if (op == "bias_add") {
+    const auto axis = ir::normalize_axis(std::get<int64_t>(node.attrs.at("axis")),
+                                         static_cast<int>(out.size()));
+    if (axis != channel_axis)
+      return refuse(p, after + ": the bias is not along the output channels");
+    is_bias = true;
+  } else if (other->type.shape != out) {
+    if (!per_channel(other->type.shape, out, channel_axis)) {
+      return refuse(p, fmt::format("{}: operand {} is neither a residual of shape {} nor one "
+                                   "value per output channel",
+                                   after, other->type.to_string(), ir::shape_to_string(out)));
+    }
+    is_bias = true;
+  }
+  int& slot = is_bias ? p.bias : p.residual;
+  if (slot >= 0)
+    return refuse(p, fmt::format("{}: a second {}", after, is_bias ? "bias" : "residual"));
+  slot = position;
+  p.value = node.results[0];
+  return true;
+}
+
+// The anchor's operands: x, weight and an optional bias operand, as kernel operand positions.
+bool read_anchor(Pattern& p, const std::vector<ir::Value*>& operands) {
+  const ir::Node& anchor = *p.anchor;
+  p.x = operand_position(operands, anchor.inputs[0]);
+  p.weight = operand_position(operands, anchor.inputs[1]);
+  if (anchor.inputs.size() > 2) p.bias = operand_position(operands, anchor.inputs[2]);
+  if (p.x < 0 || p.weight < 0 || (anchor.inputs.size() > 2 && p.bias < 0))
+    return refuse(p, anchor.op + " reads a value computed inside the kernel");
+  p.value = anchor.results[0];
+  return true;
+}
+
+Pattern match(const ir::Node& node) {
+  Pattern p;
+  if (!node.is_kernel()) {
+    if (node.op != "conv2d" && node.op != "dense" && node.op != "matmul") {
+      p.why = node.op + ": no library routine";
+      return p;
+    }
+    p.anchor = &node;
+    read_anchor(p, node.inputs);
+    return p;
+  }
+  const ir::Graph& body = *node.body;
+  if (ir::kernel_kind(node) != ir::kEpilogueKernel) {
+    p.why = "a " + ir::kernel_kind(node) + " kernel: only epilogue kernels map to libraries";
+    return p;
+  }
+  if (body.nodes().empty() || body.outputs.size() != 1 || node.results.size() != 1) {
+    p.why = "the kernel has more than one result";
+    return p;
+  }
+  const ir::Node& anchor = *body.nodes().front();
+  if (anchor.op != "conv2d" && anchor.op != "dense" && anchor.op != "matmul") {
+    p.why = "the kernel starts with " + anchor.op + ", not conv2d, dense or matmul";
+    return p;
+  }
+  p.anchor = &anchor;
+  if (!read_anchor(p, body.inputs)) return p;
+  const int rank = p.value->type.rank();
+  const int channel_axis = anchor.op == "conv2d" ? 1 : rank - 1;
+  const ir::Value* result = p.value;
+  for (size_t i = 1; i < body.nodes().size(); ++i) {
+    const ir::Node& step = *body.nodes()[i];
+    if (ir::is_reshape_like(step.op)) {
+      // Shape-only: the bytes of the result are the bytes of the operand.
+      if (step.inputs[0] != result) return refused(p, step.op + " of another value");
+      result = step.results[0];
+      continue;
+    }
+    if (result != p.value) return refused(p, step.op + " after a reshape");
+    if (!absorb(p, step, body.inputs, channel_axis)) return p;
+    result = p.value;
+  }
+  if (body.outputs[0] != result) p.why = "the kernel returns an intermediate value";
+  return p;
+}
+
+bool all_f32(const ir::Node& node) {
+  for (const ir::Value* value : node.inputs)
+    if (value->type.dtype != ir::DType::F32) return false;
+  return node.results[0]->type.dtype == ir::DType::F32;
+}
+
+std::string epilogue_text(const LibraryCall& call) {
+  std::string text;
+  if (call.bias) text += " + bias";
+  if (call.residual) text += " + residual";
+  if (call.activation != LibraryActivation::None)
+    text += fmt::format(" + {}", library_activation_name(call.activation));
+  return text;
+}
+
+std::optional<LibraryCall> conv_call(const Pattern& p, LibraryCall call, std::string& why) {
+  const ir::Node& conv = *p.anchor;
+  const ir::Shape& x = conv.inputs[0]->type.shape;
+  const ir::Shape& w = conv.inputs[1]->type.shape;
+  const ir::Shape& y = conv.results[0]->type.shape;
+  const auto& pad = std::get<std::vector<int64_t>>(conv.attrs.at("pad"));
+  const auto& stride = std::get<std::vector<int64_t>>(conv.attrs.at("stride"));
+  const auto& dilation = std::get<std::vector<int64_t>>(conv.attrs.at("dilation"));
+  if (pad[0] != pad[2] || pad[1] != pad[3]) {
+    why = fmt::format("conv2d pad [{}]: cuDNN pads both sides alike", fmt::join(pad, ","));
+    return std::nullopt;
+  }
+  for (const ir::Shape* shape : {&x, &w, &y}) {
+    if (ir::num_elements(*shape) > kCudnnMaxElements) {
+      why = "a conv2d tensor has 2^31 elements or more: beyond cuDNN's legacy API";
+      return std::nullopt;
+    }
+  }
+  if (!call.bias && (call.residual || call.activation != LibraryActivation::None)) {
+    why = "conv2d without bias: cuDNN's fused routine takes a bias";
+    return std::nullopt;
+  }
+  if (call.activation == LibraryActivation::GeluTanh) {
+    why = p.activation_op + " after conv2d: cuDNN's fused routine applies relu or nothing";
+    return std::nullopt;
+  }
+  ConvCall c{x[0], x[1], x[2], x[3], w[0], w[2], w[3],
+             std::get<int64_t>(conv.attrs.at("groups")),
+             pad[0], pad[1], stride[0], stride[1], dilation[0], dilation[1], y[2], y[3]};
+  call.library = std::string(kCudnnLibrary);
+  call.routine = call.bias ? "cudnnConvolutionBiasActivationForward" : "cudnnConvolutionForward";
+  std::string text = fmt::format("conv f32 {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
+                                 c.n, c.c, c.h, c.w, c.k, c.c / c.groups, c.r, c.s, c.pad_h,
+                                 c.pad_w, c.stride_h, c.stride_w);
+  if (c.dilation_h != 1 || c.dilation_w != 1)
+    text += fmt::format(" dilation {},{}", c.dilation_h, c.dilation_w);
+  if (c.groups != 1) text += fmt::format(" groups {}", c.groups);
+  call.descriptor = text + epilogue_text(call);
+  const int64_t tensor_bytes = (ir::num_elements(x) + ir::num_elements(y)) * 4;
+  call.workspace_bytes = std::clamp(2 * tensor_bytes, kConvWorkspaceMin, kConvWorkspaceMax);
+  call.op = c;
+  return call;
+}
+
+// The strided-batch stride of one operand with batch dims `dims` against the output's `out`:
+// its matrix size when it has every batch, 0 when it has one matrix for all, else nullopt
+// (a partial broadcast, which one stride cannot express).
+std::optional<int64_t> batch_stride(const ir::Shape& shape, const ir::Shape& out_batch) {
+  const ir::Shape dims(shape.begin(), shape.end() - 2);
+  const int64_t matrix = shape[shape.size() - 2] * shape.back();
+  if (product(dims, 0, dims.size()) == 1) return 0;
+  ir::Shape padded(out_batch.size() - std::min(out_batch.size(), dims.size()), 1);
+  padded.insert(padded.end(), dims.begin(), dims.end());
+  if (padded != out_batch) return std::nullopt;
+  return matrix;
+}
+
+std::optional<LibraryCall> matmul_call(const Pattern& p, LibraryCall call, std::string& why) {
+  const ir::Node& anchor = *p.anchor;
+  const ir::Shape& a = anchor.inputs[0]->type.shape;
+  const ir::Shape& b = anchor.inputs[1]->type.shape;
+  const ir::Shape& y = anchor.results[0]->type.shape;
+  MatmulCall m;
+  if (anchor.op == "dense") {
+    // x [..., K] @ weight[N, K]^T: the leading dims are rows of one matrix.
+    m.m = product(a, 0, a.size() - 1);
+    m.k = a.back();
+    m.n = b[0];
+    m.transpose_b = true;
+  } else {
+    m.transpose_a = std::get<bool>(anchor.attrs.at("transpose_a"));
+    m.transpose_b = std::get<bool>(anchor.attrs.at("transpose_b"));
+    m.m = y[y.size() - 2];
+    m.n = y.back();
+    m.k = m.transpose_a ? a[a.size() - 2] : a.back();
+    const ir::Shape out_batch(y.begin(), y.end() - 2);
+    m.batch = product(out_batch, 0, out_batch.size());
+    const std::optional<int64_t> stride_a = batch_stride(a, out_batch);
+    const std::optional<int64_t> stride_b = batch_stride(b, out_batch);
+    if (!stride_a || !stride_b) {
+      why = fmt::format("matmul of {} and {}: a partial batch broadcast is no strided batch",
+                        ir::shape_to_string(a), ir::shape_to_string(b));
+      return std::nullopt;
+    }
+    m.batch_stride_a = *stride_a;
+    m.batch_stride_b = *stride_b;
+    // Every batch against one b, a untransposed: the batches of a are rows of one matrix, and
+    // one large GEMM beats a batch of small ones.
+    if (m.batch > 1 && m.batch_stride_b == 0 && m.batch_stride_a != 0 && !m.transpose_a) {
+      m.m *= m.batch;
+      m.batch = 1;
+      m.batch_stride_a = 0;
+    }
+    if (m.batch == 1) m.batch_stride_a = m.batch_stride_b = 0;
+  }
+  call.library = std::string(kCublasLtLibrary);
+  call.routine = "cublasLtMatmul";
+  const std::string a_text =
+      m.transpose_a ? fmt::format("({}x{})^T", m.k, m.m) : fmt::format("{}x{}", m.m, m.k);
+  const std::string b_text =
+      m.transpose_b ? fmt::format("({}x{})^T", m.n, m.k) : fmt::format("{}x{}", m.k, m.n);
+  std::string batch_text;
+  if (m.batch > 1) {
+    batch_text = fmt::format("{} x ", m.batch);
+    if (m.batch_stride_a == 0) batch_text += "(a shared) ";
+    if (m.batch_stride_b == 0) batch_text += "(b shared) ";
+  }
+  call.descriptor = fmt::format("{} f32 {}{} * {}{}", anchor.op, batch_text, a_text, b_text,
+                                epilogue_text(call));
+  const int64_t flops = 2 * m.batch * m.m * m.n * m.k;
+  call.workspace_bytes = flops >= kLargeMatmulFlops ? kMatmulWorkspaceLarge : kMatmulWorkspaceSmall;
+  call.op = m;
+  return call;
+}
+
+std::optional<LibraryCall> select(const ir::Node& node, const LibrarySelection& selection,
+                                  std::string& why) {
+  const Pattern p = match(node);
+  const bool conv = p.why.empty() && p.anchor->op == "conv2d";
+  if (!p.why.empty())
+    why = p.why;
+  else if (conv && !selection.cudnn)
+    why = "conv2d: cuDNN not selected (--library)";
+  else if (!conv && !selection.cublaslt)
+    why = p.anchor->op + ": cuBLASLt not selected (--library)";
+  else if (!all_f32(node) || !all_f32(*p.anchor))
+    why = p.anchor->op + ": not f32 (the library calls are f32 only)";
+  if (!why.empty()) return std::nullopt;
+
+  LibraryCall call;
+  call.bias = p.bias >= 0;
+  call.residual = p.residual >= 0;
+  call.activation = p.activation;
+  call.x_arg = p.x;
+  call.weight_arg = p.weight;
+  call.bias_arg = p.bias;
+  call.residual_arg = p.residual;
+  call.out_arg = static_cast<int>(node.inputs.size());  // the first (only) result
+  return conv ? conv_call(p, std::move(call), why) : matmul_call(p, std::move(call), why);
+}
+
+}  // namespace
+
+LibrarySelection parse_library_flag(std::string_view text) {
+  const auto fail = [&](const std::string& what) -> LibrarySelection {
+    throw Error("", fmt::format("--library: {}; expected auto, none, or a comma-separated list "
+                                "of cublas and cudnn",
+                                what));
+  };
+  if (text == "auto") return LibrarySelection{true, true};
+  if (text == "none") return LibrarySelection{};
+  LibrarySelection selection;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item(text.substr(begin, end - begin));
+    if (item == "cublas" || item == "cublaslt" || item == "cublasLt") {
+      selection.cublaslt = true;
+    } else if (item == "cudnn") {
+      selection.cudnn = true;
+    } else if (item.empty()) {
+      return fail(fmt::format("empty item in '{}'", text));
+    } else if (item == "auto" || item == "none") {
+      return fail(fmt::format("'{}' cannot be combined with other items", item));
+    } else {
+      return fail(fmt::format("unknown library '{}'", item));
+    }
+    begin = end + 1;
+  }
+  return selection;
+}
+
+std::string library_flag_text(const LibrarySelection& selection) {
+  if (selection.cublaslt && selection.cudnn) return "cublas,cudnn";
+  if (selection.cublaslt) return "cublas";
+  if (selection.cudnn) return "cudnn";
+  return "none";
+}
+
+std::optional<LibraryCall> select_library_call(const ir::Node& node,
+                                               const LibrarySelection& selection,
+                                               std::string* why_not) {
+  std::string why;
+  std::optional<LibraryCall> call = select(node, selection, why);
+  if (why_not != nullptr) *why_not = call ? std::string() : why;
+  return call;
+}
+
+}  // namespace kiln::codegen

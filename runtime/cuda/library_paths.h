@@ -1,0 +1,18 @@
+// Where the CUDA backend loads the vendor libraries from (dlopen names; the sonames' major
+// versions are the ABIs kiln is built against: CUDA 13's cuBLASLt, cuDNN 9).
+#pragma once
+
+#include <string>
+
+namespace kiln::runtime::cuda {
+
+inline constexpr const char* kCublasLtLibraryFile = "libcublasLt.so.13";
+inline constexpr const char* kCudnnLibraryFile = "libcudnn.so.9";
+
+// Tests point these at mock libraries (runtime/cuda/testing/).
+struct LibraryPaths {
+  std::string cublaslt = kCublasLtLibraryFile;
+  std::string cudnn = kCudnnLibraryFile;
+};
+
+}  // namespace kiln::runtime::cuda
