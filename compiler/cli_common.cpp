@@ -1,5 +1,7 @@
 #include "compiler/cli_common.h"
 
+#include "codegen/library_dispatch.h"
+
 #include <fmt/format.h>
 #include <iostream>
 
@@ -24,9 +26,38 @@ void CacheFlags::add_to(CLI::App& command) {
   command.add_flag("-v,--verbose", verbose, "say why kernel cache lookups missed");
 }
 
+void LibraryFlag::add_to(CLI::App& command) {
+  command.add_option("--library", text,
+                     "vendor libraries the CUDA backend may use for fused conv/dense/matmul "
+                     "kernels: auto, none, or a list of cublas,cudnn (the host backend always "
+                     "runs the generated kernels)")
+      ->capture_default_str();
+}
+
+codegen::LibrarySelection LibraryFlag::selection() const {
+  return codegen::parse_library_flag(text);
+}
+
 std::unique_ptr<runtime::KernelCache> CacheFlags::open() const {
   if (no_cache) return nullptr;
   return std::make_unique<runtime::KernelCache>(runtime::KernelCache::default_directory());
+}
+
+runtime::CudaBinary CacheFlags::compile(const std::string& source, const std::string& program_name,
+                                        const std::vector<std::string>& archs) const {
+  std::unique_ptr<runtime::KernelCache> cache = open();
+  runtime::NvrtcOptions nvrtc;
+  nvrtc.archs = archs;
+  nvrtc.cache = cache.get();
+  nvrtc.verbose = verbose;
+  return runtime::compile_with_nvrtc(source, program_name, nvrtc);
+}
+
+void add_arch_option(CLI::App& command, std::vector<std::string>& archs) {
+  command.add_option("--arch", archs, "GPU architectures (sm_80, sm_90), comma separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90"}))
+      ->capture_default_str();
 }
 
 }  // namespace kiln::cli

@@ -8,7 +8,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "codegen/library_call.h"
 #include "runtime/compile/kernel_cache.h"
+#include "runtime/compile/nvrtc.h"
 
 namespace kiln::cli {
 
@@ -43,6 +45,23 @@ struct CacheFlags {
   void add_to(CLI::App& command);
   // The cache to use, or nullptr with --no-cache.
   std::unique_ptr<runtime::KernelCache> open() const;
+  // NVRTC for `archs`, through the cache these flags chose.
+  runtime::CudaBinary compile(const std::string& source, const std::string& program_name,
+                              const std::vector<std::string>& archs) const;
 };
+
+// --library=auto|none|cublas,cudnn: the vendor routines the CUDA backend may run in place of
+// generated kernels (codegen/library_dispatch.h). auto: every library kiln knows, each used
+// when it loads at run time.
+struct LibraryFlag {
+  std::string text = "auto";
+
+  void add_to(CLI::App& command);
+  // The parsed selection; kiln::Error naming the flag for a bad value.
+  codegen::LibrarySelection selection() const;
+};
+
+// --arch: the GPU architectures to compile for, comma separated (default sm_80,sm_90).
+void add_arch_option(CLI::App& command, std::vector<std::string>& archs);
 
 }  // namespace kiln::cli

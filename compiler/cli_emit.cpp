@@ -22,6 +22,7 @@ struct Options {
   std::string output;
   bool timings = false;
   CacheFlags cache;
+  LibraryFlag library;
   PipelineFlags pipeline;
 };
 
@@ -29,19 +30,14 @@ int run(const Options& options) {
   PhaseTimer timer;
   ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
   timer.time("passes", [&] { options.pipeline.run(graph); });
-  const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph); });
+  const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph, options.library.selection()); });
 
   std::string text;
   if (options.emit == "cuda") {
     text = program.source;
   } else {
-    std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
-    runtime::NvrtcOptions nvrtc;
-    nvrtc.archs = options.archs;
-    nvrtc.cache = cache.get();
-    nvrtc.verbose = options.cache.verbose;
     const runtime::CudaBinary binary = timer.time("compile", [&] {
-      return runtime::compile_with_nvrtc(program.source, graph.name + ".cu", nvrtc);
+      return options.cache.compile(program.source, graph.name + ".cu", options.archs);
     });
     text = options.emit == "ptx" ? binary.ptx
                                  : compiler::format_kernel_table(program, binary, options.archs);
@@ -66,13 +62,11 @@ Command add_emit_command(CLI::App& app) {
                   "kernels: the kernel table with registers, spills, shared memory and occupancy")
       ->check(CLI::IsMember({"cuda", "ptx", "kernels"}))
       ->capture_default_str();
-  cmd->add_option("--arch", options->archs, "GPU architectures (sm_80, sm_90), comma separated")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90"}))
-      ->capture_default_str();
+  add_arch_option(*cmd, options->archs);
   cmd->add_option("-o,--output", options->output, "write to this file instead of stdout");
   cmd->add_flag("--timings", options->timings, "print the time of each phase on stderr");
   options->cache.add_to(*cmd);
+  options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
   return {cmd, [options]() { return run(*options); }};
 }

@@ -9,6 +9,7 @@
 #include "compiler/model_loader.h"
 #include "compiler/output_file.h"
 #include "compiler/pipeline_flags.h"
+#include "compiler/safetensors.h"
 #include "ir/diagnostic.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -23,8 +24,36 @@ struct Options {
   std::string output;
   bool split_input_file = false;
   bool list_passes = false;
+  std::string params_out;
   PipelineFlags pipeline;
 };
+
+// Above this many inline parameter values, opt suggests --params-out (resnet50's folded
+// weights print as ~500 MB of text).
+constexpr size_t kLargeInlineValues = 1 << 20;
+
+// --params-out: parameters whose values are inline (computed by passes such as constant-fold
+// and fold-batch-norm, or written inline in the model) move to a safetensors file, and the IR
+// refers to them with file(...), so it stays small and still parses back.
+void move_inline_params(ir::Graph& graph, const std::string& path) {
+  const std::string absolute = std::filesystem::absolute(path).lexically_normal().string();
+  std::map<std::string, ir::Tensor> tensors;
+  for (ir::Value* param : graph.parameters) {
+    if (!param->source || !std::holds_alternative<ir::InlineData>(*param->source)) continue;
+    tensors.emplace(param->name, ir::Tensor::from_doubles(
+                                     param->type, std::get<ir::InlineData>(*param->source).values));
+    param->source = ir::ExternalData{absolute, param->name};
+  }
+  compiler::write_safetensors(path, tensors);
+}
+
+size_t inline_values(const ir::Graph& graph) {
+  size_t count = 0;
+  for (const ir::Value* param : graph.parameters)
+    if (param->source && std::holds_alternative<ir::InlineData>(*param->source))
+      count += std::get<ir::InlineData>(*param->source).values.size();
+  return count;
+}
 
 std::string read_text(const std::string& path) {
   if (path == "-") {
@@ -97,6 +126,13 @@ int run(const Options& options) {
   } else {
     ir::Graph graph = compiler::load_model(options.input);
     options.pipeline.run(graph);
+    if (!options.params_out.empty()) {
+      move_inline_params(graph, options.params_out);
+    } else if (const size_t values = inline_values(graph); values > kLargeInlineValues) {
+      std::cerr << fmt::format("kiln opt: note: {} parameter values are printed inline; "
+                               "--params-out FILE.safetensors keeps them out of the IR\n",
+                               values);
+    }
     text = ir::print_graph(graph);
   }
   if (options.output.empty() || options.output == "-") {
@@ -118,6 +154,9 @@ Command add_opt_command(CLI::App& app) {
   opt->add_flag("--split-input-file", options->split_input_file,
                 "treat '// -----' lines as separators between independent graphs (textual IR)");
   opt->add_flag("--list-passes", options->list_passes, "list every pass and the default pipeline");
+  opt->add_option("--params-out", options->params_out,
+                  "write inline parameters (such as weights folded by the passes) to this "
+                  "safetensors file and refer to them from the IR with file(...)");
   // opt prints the graph as written unless passes are asked for (-O1 or --passes).
   options->pipeline.add_to(*opt, 0);
   return {opt, [options]() { return run(*options); }};

@@ -31,6 +31,7 @@ struct Options {
   bool timings = false;
   bool no_cuda_graph = false;
   CacheFlags cache;
+  LibraryFlag library;
   PipelineFlags pipeline;
 };
 
@@ -107,7 +108,7 @@ std::string resolve_backend(const Options& options) {
 std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
                                      const std::vector<ir::Tensor>& inputs, PhaseTimer& timer) {
   options.backend = resolve_backend(options);
-  const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph); });
+  const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph, options.library.selection()); });
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   if (options.backend == "host") {
     const runtime::host::HostModule module = timer.time("compile", [&] {
@@ -131,9 +132,12 @@ std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
   });
   runtime::cuda::CudaOptions cuda_options;
   cuda_options.use_cuda_graph = !options.no_cuda_graph;
+  cuda_options.libraries = options.library.selection();
   auto executable = timer.time("load", [&] {
     return runtime::cuda::CudaExecutable::create(program, binary, parameter_tensors(graph), cuda_options);
   });
+  if (options.cache.verbose)
+    for (const std::string& line : executable->library_report()) std::cerr << "kiln: " << line << "\n";
   return timer.time("run", [&] { return executable->run(inputs); });
 }
 
@@ -189,6 +193,7 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--no-cuda-graph", options->no_cuda_graph,
                 "cuda backend: launch kernels one by one instead of replaying a captured CUDA graph");
   options->cache.add_to(*cmd);
+  options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
   return {cmd, [options]() { return run(*options); }};
 }

@@ -2,20 +2,25 @@
 
 #include <fmt/format.h>
 
-#include "runtime/compile/occupancy.h"
-
 namespace kiln::compiler {
 
-namespace {
-const runtime::KernelResources* find_resources(const runtime::CudaBinary& binary,
-                                               const std::string& kernel, const std::string& arch) {
-  for (const auto& resources : binary.resources)
-    if (resources.kernel == kernel && resources.arch == arch) return &resources;
-  return nullptr;
+std::optional<KernelArchFigures> kernel_arch_figures(const codegen::Kernel& kernel,
+                                                     const runtime::CudaBinary& binary,
+                                                     const std::string& arch) {
+  for (const runtime::KernelResources& r : binary.resources) {
+    if (r.kernel != kernel.name || r.arch != arch) continue;
+    KernelArchFigures figures;
+    figures.registers = r.registers;
+    figures.spill_bytes = r.spill_store_bytes + r.spill_load_bytes;
+    figures.shared_bytes = r.static_shared_bytes + static_cast<int>(kernel.dynamic_shared_bytes);
+    figures.occupancy = runtime::theoretical_occupancy(arch, static_cast<int>(kernel.block.count()),
+                                                       r.registers, figures.shared_bytes);
+    return figures;
+  }
+  return std::nullopt;
 }
 
 std::string dim3_text(const codegen::Dim3& d) { return fmt::format("({},{},{})", d.x, d.y, d.z); }
-}  // namespace
 
 std::string format_kernel_table(const codegen::Program& program, const runtime::CudaBinary& binary,
                                 const std::vector<std::string>& archs) {
@@ -28,17 +33,13 @@ std::string format_kernel_table(const codegen::Program& program, const runtime::
                        dim3_text(kernel.block), kernel.dynamic_shared_bytes,
                        kernel.uses_barriers ? "yes" : "no");
     for (const std::string& arch : archs) {
-      const runtime::KernelResources* r = find_resources(binary, kernel.name, arch);
-      if (r == nullptr) {
+      const std::optional<KernelArchFigures> f = kernel_arch_figures(kernel, binary, arch);
+      if (!f) {
         out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>5}", arch, "?", "?", "?", "?");
         continue;
       }
-      const int smem = r->static_shared_bytes + static_cast<int>(kernel.dynamic_shared_bytes);
-      const runtime::Occupancy occupancy = runtime::theoretical_occupancy(
-          arch, static_cast<int>(kernel.block.count()), r->registers, smem);
-      out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>4.0f}%", arch, r->registers,
-                         r->spill_store_bytes + r->spill_load_bytes, smem,
-                         100.0 * occupancy.fraction());
+      out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>4.0f}%", arch, f->registers,
+                         f->spill_bytes, f->shared_bytes, 100.0 * f->occupancy.fraction());
     }
     out += "\n";
     std::string args;
@@ -49,6 +50,11 @@ std::string format_kernel_table(const codegen::Program& program, const runtime::
     }
     out += fmt::format("    nodes: {}; kind: {}\n    args: {}\n",
                        fmt::join(kernel.source_nodes, ", "), kernel.op_kind, args);
+    // On the CUDA backend a library call replaces the generated kernel when the library loads.
+    if (kernel.library)
+      out += fmt::format("    library call: {} {} ({}), workspace {} B\n", kernel.library->library,
+                         kernel.library->routine, kernel.library->descriptor,
+                         kernel.library->workspace_bytes);
   }
   return out;
 }

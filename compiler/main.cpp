@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   app.footer("Run 'kiln SUBCOMMAND --help' for a subcommand's options. Docs: README.md, docs/.");
 
   const std::vector<Command> commands = {add_opt_command(app), add_emit_command(app),
-                                         add_run_command(app), add_cache_command(app)};
+                                         add_inspect_command(app), add_run_command(app),
+                                         add_cache_command(app)};
 
   try {
     app.parse(argc, argv);

@@ -31,6 +31,10 @@ void PipelineFlags::add_to(CLI::App& command, int default_level) {
       ->check(CLI::NonNegativeNumber);
 }
 
+std::vector<std::string> PipelineFlags::pass_names() const {
+  return passes.empty() ? passes::inference_pipeline(opt_level) : passes;
+}
+
 void PipelineFlags::run(ir::Graph& graph) const {
   passes::PassManagerOptions options = manager;
   options.debug_only.insert(debug_only.begin(), debug_only.end());
@@ -39,7 +43,7 @@ void PipelineFlags::run(ir::Graph& graph) const {
   // Names are checked before anything runs, so a typo never half-optimizes a graph.
   for (const std::string& name : print_after)
     if (!passes::find_pass(name)) manager_instance.add(name);  // throws with a did-you-mean
-  manager_instance.add_all(passes.empty() ? passes::inference_pipeline(opt_level) : passes);
+  manager_instance.add_all(pass_names());
   if (manager_instance.passes().empty()) return;
   // Folding passes compute with parameter values, so every parameter needs its data first.
   compiler::load_parameter_data(graph);

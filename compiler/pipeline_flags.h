@@ -20,6 +20,8 @@ struct PipelineFlags {
 
   // `default_level`: -O when not given (opt prints the graph as written unless asked).
   void add_to(CLI::App& command, int default_level);
+  // The passes run() runs, in order: --passes, or the default pipeline for -O.
+  std::vector<std::string> pass_names() const;
   // Runs --passes, or the default pipeline for -O. Dumps and logs go to stderr.
   void run(ir::Graph& graph) const;
 };

@@ -1,0 +1,64 @@
+// `kiln inspect FILE`: what the compiler made of a model, kernel by kernel — source nodes,
+// launch, modeled FLOPs and bytes, ptxas figures per arch, a roofline time — with totals before
+// and after fusion and the memory plan. The same pipeline, codegen and NVRTC step as
+// `kiln emit`, so what it reports is what emit and run build. docs/inspect.md explains the
+// columns and the JSON schema.
+#include <iostream>
+
+#include "codegen/emit.h"
+#include "compiler/cli.h"
+#include "compiler/cli_common.h"
+#include "compiler/inspect_report.h"
+#include "compiler/model_loader.h"
+#include "compiler/output_file.h"
+#include "compiler/pipeline_flags.h"
+
+namespace kiln::cli {
+
+namespace {
+
+struct Options {
+  std::string model;
+  std::string format = "text";
+  std::vector<std::string> archs = {"sm_80", "sm_90"};
+  std::string dot;
+  CacheFlags cache;
+  LibraryFlag library;
+  PipelineFlags pipeline;
+};
+
+int run(const Options& options) {
+  ir::Graph graph = compiler::load_model(options.model);
+  options.pipeline.run(graph);
+  const codegen::Program program = codegen::emit_program(graph, options.library.selection());
+  const runtime::CudaBinary binary = options.cache.compile(program.source, graph.name + ".cu", options.archs);
+
+  const compiler::Inspection inspection{graph, program, binary, options.archs, options.pipeline.pass_names()};
+  // The graph file first: when it cannot be written, the command fails before printing.
+  if (!options.dot.empty())
+    compiler::write_file_atomically(options.dot, compiler::format_kernel_graph_dot(graph, program));
+  std::cout << (options.format == "json" ? compiler::format_inspection_json(inspection)
+                                         : compiler::format_inspection_text(inspection));
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_inspect_command(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Per kernel: source nodes, launch, modeled FLOPs and bytes, registers, occupancy "
+                 "and a roofline time; totals before and after fusion; the memory plan");
+  cmd->add_option("FILE", options->model, "model file: .json, textual IR, or - for stdin")->required();
+  cmd->add_option("--format", options->format, "text for people, json for scripts (docs/inspect.md)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--dot", options->dot, "also write the fused kernels as a Graphviz graph to this file");
+  add_arch_option(*cmd, options->archs);
+  options->cache.add_to(*cmd);
+  options->library.add_to(*cmd);
+  options->pipeline.add_to(*cmd, 1);
+  return {cmd, [options]() { return run(*options); }};
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,308 @@
+// `kiln inspect` as text and JSON. Both read the same figures (KernelFigures, Totals,
+// MemoryFigures below), so the two formats cannot disagree; text rounds them into
+// human units, JSON keeps exact integers.
+#include "compiler/inspect_report.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "codegen/cost_model.h"
+#include "compiler/kernel_report.h"
+#include "ir/kernel_region.h"
+#include "ir/memory_plan.h"
+
+namespace kiln::compiler {
+
+std::unordered_map<std::string, std::string> source_node_ops(const ir::Graph& graph) {
+  std::unordered_map<std::string, std::string> ops;
+  for (const ir::Node* node : ir::flattened_nodes(graph)) ops.emplace(node->name, node->op);
+  return ops;
+}
+
+namespace {
+
+const codegen::Roofline& kRoofline = codegen::kH100;
+
+// Per kernel, what both formats print.
+struct KernelFigures {
+  const codegen::Kernel& kernel;
+  std::vector<std::pair<std::string, std::string>> nodes;  // source node name, op
+  std::vector<std::optional<KernelArchFigures>> archs;     // parallel to Inspection::archs
+  int64_t bytes = 0;
+  double intensity = 0;  // FLOP per byte
+  double seconds = 0;    // on the roofline
+  std::string_view bound;
+};
+
+struct Totals {
+  size_t kernels = 0;
+  size_t kernels_before_fusion = 0;  // the source nodes of all kernels
+  int64_t flops = 0;
+  int64_t bytes = 0;
+  int64_t bytes_before_fusion = 0;
+  double seconds = 0;
+};
+
+// The plan's figures, or, when plan-memory did not run, what the program does without one:
+// every intermediate in a buffer of its own (planned == naive).
+struct MemoryFigures {
+  bool planned = false;
+  int64_t naive = 0;
+  int64_t arena = 0;
+  int64_t lower_bound = 0;
+  double ratio_to_lower_bound = 1;
+  double naive_over_planned = 1;
+};
+
+std::vector<KernelFigures> kernel_figures(const Inspection& in) {
+  const auto ops = source_node_ops(in.graph);
+  std::vector<KernelFigures> figures;
+  for (const codegen::Kernel& kernel : in.program.kernels) {
+    KernelFigures f{kernel, {}, {}, 0, 0, 0, {}};
+    for (const std::string& name : kernel.source_nodes) {
+      auto it = ops.find(name);
+      f.nodes.emplace_back(name, it == ops.end() ? "?" : it->second);
+    }
+    for (const std::string& arch : in.archs) f.archs.push_back(kernel_arch_figures(kernel, in.binary, arch));
+    f.bytes = kernel.bytes_read + kernel.bytes_written;
+    f.intensity = f.bytes ? static_cast<double>(kernel.flops) / static_cast<double>(f.bytes) : 0.0;
+    f.seconds = kRoofline.seconds(kernel.flops, f.bytes);
+    f.bound = kRoofline.bound(kernel.flops, f.bytes);
+    figures.push_back(std::move(f));
+  }
+  return figures;
+}
+
+Totals totals_of(const std::vector<KernelFigures>& kernels) {
+  Totals t;
+  t.kernels = kernels.size();
+  for (const KernelFigures& f : kernels) {
+    t.kernels_before_fusion += f.kernel.source_nodes.size();
+    t.flops += f.kernel.flops;
+    t.bytes += f.bytes;
+    t.bytes_before_fusion += f.kernel.unfused_bytes;
+    t.seconds += f.seconds;
+  }
+  return t;
+}
+
+double ratio(int64_t a, int64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 1.0; }
+
+MemoryFigures memory_figures(const ir::Graph& graph) {
+  MemoryFigures m;
+  ir::MemoryPlan plan;
+  if (graph.memory_plan) {
+    plan = *graph.memory_plan;
+    m.planned = true;
+  } else {
+    ir::compute_plan_figures(graph, plan);
+    plan.arena_bytes = plan.naive_bytes;
+  }
+  m.naive = plan.naive_bytes;
+  m.arena = plan.arena_bytes;
+  m.lower_bound = plan.lower_bound_bytes;
+  m.ratio_to_lower_bound = ratio(m.arena, m.lower_bound);
+  m.naive_over_planned = ratio(m.naive, m.arena);
+  return m;
+}
+
+// ---- text ------------------------------------------------------------------------------------
+
+// Decimal units throughout (1 KB = 1000 B), like the bandwidth they are divided by.
+std::string scaled(int64_t value, std::string_view unit) {
+  static constexpr const char* kPrefixes[] = {"K", "M", "G", "T", "P"};
+  if (value < 1000) return unit.empty() ? std::to_string(value) : fmt::format("{} {}", value, unit);
+  double v = static_cast<double>(value);
+  int prefix = -1;
+  while (v >= 1000 && prefix < 4) {
+    v /= 1000;
+    ++prefix;
+  }
+  return fmt::format("{:.1f} {}{}", v, kPrefixes[prefix], unit);
+}
+std::string bytes_text(int64_t bytes) { return scaled(bytes, "B"); }
+std::string flops_text(int64_t flops) { return scaled(flops, ""); }
+// Kernels of small graphs take nanoseconds on the roofline (or less), whole graphs microseconds
+// or more: three significant digits in the unit that fits.
+std::string time_text(double seconds) {
+  const char* unit = "ns";
+  double value = seconds * 1e9;
+  if (seconds >= 1e-3) {
+    unit = "ms";
+    value = seconds * 1e3;
+  } else if (seconds >= 1e-6) {
+    unit = "µs";
+    value = seconds * 1e6;
+  }
+  const int decimals = value >= 100 ? 0 : value >= 10 ? 1 : value >= 1 ? 2 : 3;
+  return fmt::format("{:.{}f} {}", value, decimals, unit);
+}
+
+// "conv1 (conv2d), conv1_bias (bias_add)", wrapped at kWidth; past kMaxNodes the rest is
+// counted, not listed (--format=json lists every one).
+std::string nodes_text(const KernelFigures& f, const std::string& indent) {
+  constexpr size_t kWidth = 100;
+  constexpr size_t kMaxNodes = 24;
+  std::string out = indent + "nodes: ";
+  size_t line_start = 0;
+  for (size_t i = 0; i < f.nodes.size() && i < kMaxNodes; ++i) {
+    std::string item = fmt::format("{} ({})", f.nodes[i].first, f.nodes[i].second);
+    if (i + 1 < f.nodes.size()) item += ",";
+    if (i > 0 && out.size() - line_start + item.size() + 1 > kWidth) {
+      line_start = out.size() + 1;
+      out += "\n" + indent + "       ";
+    } else if (i > 0) {
+      out += " ";
+    }
+    out += item;
+  }
+  if (f.nodes.size() > kMaxNodes) out += fmt::format(" and {} more", f.nodes.size() - kMaxNodes);
+  return out + "\n";
+}
+
+std::string implementation_text(const codegen::Kernel& kernel) {
+  if (!kernel.library) return "generated";
+  return fmt::format("{}: {}", kernel.library->routine, kernel.library->descriptor);
+}
+
+std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>& kernels) {
+  size_t name_width = 20;
+  for (const KernelFigures& f : kernels) name_width = std::max(name_width, f.kernel.name.size());
+  std::string out = fmt::format("{:<{}} {:<13} {:<13} {:>9} {:>9} {:>9} {:>7}", "kernel", name_width,
+                                "grid", "block", "FLOPs", "read", "written", "FLOP/B");
+  for (const std::string& arch : in.archs)
+    out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>4}", arch, "regs", "spill", "smem", "occ");
+  out += fmt::format(" | {:>11}  {}\n", "H100 time", "bound");
+  for (const KernelFigures& f : kernels) {
+    const codegen::Kernel& k = f.kernel;
+    out += fmt::format("{:<{}} {:<13} {:<13} {:>9} {:>9} {:>9} {:>7.2f}", k.name, name_width,
+                       dim3_text(k.grid), dim3_text(k.block), flops_text(k.flops),
+                       bytes_text(k.bytes_read), bytes_text(k.bytes_written), f.intensity);
+    for (size_t a = 0; a < in.archs.size(); ++a) {
+      const std::optional<KernelArchFigures>& r = f.archs[a];
+      if (!r) {
+        out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>4}", in.archs[a], "?", "?", "?", "?");
+        continue;
+      }
+      out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>3.0f}%", in.archs[a], r->registers,
+                         r->spill_bytes, r->shared_bytes, 100.0 * r->occupancy.fraction());
+    }
+    out += fmt::format(" | {:>11}  {}\n", time_text(f.seconds), f.bound);
+    out += fmt::format("    implementation: {}\n", implementation_text(k));
+    out += nodes_text(f, "    ");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_inspection_text(const Inspection& in) {
+  const std::vector<KernelFigures> kernels = kernel_figures(in);
+  const Totals t = totals_of(kernels);
+  const MemoryFigures m = memory_figures(in.graph);
+
+  std::string out = fmt::format("graph @{}\n", in.graph.name);
+  out += fmt::format("pipeline: {}\n", in.passes.empty() ? "none (-O0)" : fmt::format("{}", fmt::join(in.passes, ", ")));
+  out += fmt::format("archs: {}\n", fmt::join(in.archs, ", "));
+  out += fmt::format("cost model: {} roofline, {:.2f} TB/s DRAM, {:.1f} TFLOP/s f32; every kernel argument "
+                     "read or written once\n\n",
+                     kRoofline.device, kRoofline.dram_bytes_per_second / 1e12, kRoofline.flops_per_second / 1e12);
+  out += kernel_table(in, kernels);
+
+  out += "\ntotals\n";
+  out += fmt::format("  kernels:           {} after fusion, {} before\n", t.kernels, t.kernels_before_fusion);
+  out += fmt::format("  FLOPs:             {}\n", flops_text(t.flops));
+  out += fmt::format("  DRAM bytes:        {} after fusion, {} before ({:.2f}x)\n", bytes_text(t.bytes),
+                     bytes_text(t.bytes_before_fusion), ratio(t.bytes_before_fusion, t.bytes));
+  out += fmt::format("  modeled {} time: {} (sum over kernels; launch gaps not modeled)\n", "H100",
+                     time_text(t.seconds));
+
+  out += m.planned ? "\nmemory plan\n"
+                   : "\nmemory plan: none (plan-memory did not run): every intermediate has a "
+                     "buffer of its own\n";
+  out += fmt::format("  naive:             {} (every intermediate in a buffer of its own)\n", bytes_text(m.naive));
+  out += fmt::format("  planned:           {} ({})\n", bytes_text(m.arena),
+                     m.planned ? "the activation arena" : "no arena: the same as naive");
+  out += fmt::format("  lower bound:       {} (the most bytes live at once)\n", bytes_text(m.lower_bound));
+  out += fmt::format("  planned / lower bound: {:.2f}\n", m.ratio_to_lower_bound);
+  out += fmt::format("  naive / planned:       {:.2f}\n", m.naive_over_planned);
+  return out;
+}
+
+std::string format_inspection_json(const Inspection& in) {
+  using Json = nlohmann::ordered_json;
+  const std::vector<KernelFigures> kernels = kernel_figures(in);
+  const Totals t = totals_of(kernels);
+  const MemoryFigures m = memory_figures(in.graph);
+  auto dim3 = [](const codegen::Dim3& d) { return Json::array({d.x, d.y, d.z}); };
+
+  Json json;
+  json["graph"] = in.graph.name;
+  json["pipeline"] = in.passes;
+  json["archs"] = in.archs;
+  json["roofline"] = {{"device", kRoofline.device},
+                      {"dram_bytes_per_second", kRoofline.dram_bytes_per_second},
+                      {"flops_per_second", kRoofline.flops_per_second}};
+  Json list = Json::array();
+  for (const KernelFigures& f : kernels) {
+    const codegen::Kernel& k = f.kernel;
+    Json kernel;
+    kernel["name"] = k.name;
+    if (k.library) {
+      kernel["implementation"] = {{"kind", "library"},
+                                  {"library", k.library->library},
+                                  {"routine", k.library->routine},
+                                  {"descriptor", k.library->descriptor},
+                                  {"workspace_bytes", k.library->workspace_bytes}};
+    } else {
+      kernel["implementation"] = {{"kind", "generated"}};
+    }
+    kernel["op_kind"] = k.op_kind;
+    kernel["source_nodes"] = Json::array();
+    for (const auto& [name, op] : f.nodes) kernel["source_nodes"].push_back({{"name", name}, {"op", op}});
+    kernel["grid"] = dim3(k.grid);
+    kernel["block"] = dim3(k.block);
+    kernel["dynamic_shared_bytes"] = k.dynamic_shared_bytes;
+    kernel["flops"] = k.flops;
+    kernel["bytes_read"] = k.bytes_read;
+    kernel["bytes_written"] = k.bytes_written;
+    kernel["unfused_bytes"] = k.unfused_bytes;
+    kernel["arithmetic_intensity"] = f.intensity;
+    kernel["modeled_seconds"] = f.seconds;
+    kernel["bound"] = f.bound;
+    Json resources = Json::object();
+    for (size_t a = 0; a < in.archs.size(); ++a) {
+      const std::optional<KernelArchFigures>& r = f.archs[a];
+      if (!r) {
+        resources[in.archs[a]] = nullptr;
+        continue;
+      }
+      resources[in.archs[a]] = {{"registers", r->registers},
+                                {"spill_bytes", r->spill_bytes},
+                                {"shared_bytes", r->shared_bytes},
+                                {"occupancy", r->occupancy.fraction()},
+                                {"active_blocks_per_sm", r->occupancy.active_blocks_per_sm},
+                                {"limiter", r->occupancy.limiter}};
+    }
+    kernel["resources"] = std::move(resources);
+    list.push_back(std::move(kernel));
+  }
+  json["kernels"] = std::move(list);
+  json["totals"] = {{"kernels", t.kernels},
+                    {"kernels_before_fusion", t.kernels_before_fusion},
+                    {"flops", t.flops},
+                    {"dram_bytes", t.bytes},
+                    {"dram_bytes_before_fusion", t.bytes_before_fusion},
+                    {"modeled_seconds", t.seconds}};
+  json["memory"] = {{"planned", m.planned},
+                    {"naive_bytes", m.naive},
+                    {"planned_bytes", m.arena},
+                    {"lower_bound_bytes", m.lower_bound},
+                    {"ratio_to_lower_bound", m.ratio_to_lower_bound},
+                    {"naive_over_planned", m.naive_over_planned}};
+  return json.dump(2) + "\n";
+}
+
+}  // namespace kiln::compiler

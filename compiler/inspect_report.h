@@ -1,0 +1,36 @@
+// What `kiln inspect` prints about a compiled graph: per kernel its source nodes, launch,
+// modeled cost (codegen/cost_model.h) and ptxas figures; totals before and after fusion; the
+// memory plan. As text for people, JSON for scripts (docs/inspect.md has the schema), and a
+// Graphviz picture of the kernels.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/program.h"
+#include "ir/graph.h"
+#include "runtime/compile/nvrtc.h"
+
+namespace kiln::compiler {
+
+struct Inspection {
+  const ir::Graph& graph;  // after the pipeline
+  const codegen::Program& program;
+  const runtime::CudaBinary& binary;
+  std::vector<std::string> archs;
+  std::vector<std::string> passes;  // the pipeline that ran, in order
+};
+
+std::string format_inspection_text(const Inspection& inspection);
+std::string format_inspection_json(const Inspection& inspection);
+
+// A Graphviz digraph: one box per kernel listing its source nodes, an edge per tensor passed
+// from kernel to kernel, graph inputs and outputs as ellipses (parameters are listed in the
+// box of the kernel that reads them; see kernel_dot.cpp for why).
+std::string format_kernel_graph_dot(const ir::Graph& graph, const codegen::Program& program);
+
+// node name -> op, for every node a kernel can list as a source node (kernel bodies expanded).
+std::unordered_map<std::string, std::string> source_node_ops(const ir::Graph& graph);
+
+}  // namespace kiln::compiler

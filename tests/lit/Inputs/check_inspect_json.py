@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Reads `kiln inspect --format=json` from stdin and checks its schema (docs/inspect.md) and
+that its figures agree with each other: totals are the sums over kernels, the memory figures
+are ordered lower bound <= planned <= naive, the roofline time is max(compute, memory).
+usage: check_inspect_json.py [--kernels N] [--before N] [--archs sm_80,sm_90]"""
+import argparse
+import json
+import math
+import sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--kernels", type=int)
+parser.add_argument("--before", type=int)
+parser.add_argument("--archs", default="sm_80,sm_90")
+args = parser.parse_args()
+report = json.load(sys.stdin)
+
+
+def check(condition, message):
+    if not condition:
+        sys.exit(f"check_inspect_json: {message}")
+
+
+def keys(obj, names, where):
+    check(isinstance(obj, dict), f"{where} is not an object")
+    missing = [name for name in names if name not in obj]
+    check(not missing, f"{where} lacks {missing}")
+
+
+def integer(value, where):
+    check(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+          f"{where} = {value!r} is not a non-negative integer")
+
+
+keys(report, ["graph", "pipeline", "archs", "roofline", "kernels", "totals", "memory"], "report")
+check(report["archs"] == args.archs.split(","), f"archs {report['archs']}")
+roofline = report["roofline"]
+keys(roofline, ["device", "dram_bytes_per_second", "flops_per_second"], "roofline")
+check(roofline["dram_bytes_per_second"] == 3.35e12 and roofline["flops_per_second"] == 66.9e12,
+      f"roofline constants {roofline}")
+
+kernels = report["kernels"]
+check(kernels, "no kernels")
+for kernel in kernels:
+    where = f"kernel {kernel.get('name')}"
+    keys(kernel, ["name", "implementation", "op_kind", "source_nodes", "grid", "block",
+                  "dynamic_shared_bytes", "flops", "bytes_read", "bytes_written", "unfused_bytes",
+                  "arithmetic_intensity", "modeled_seconds", "bound", "resources"], where)
+    check(kernel["implementation"]["kind"] in ("generated", "library"), f"{where}: implementation")
+    check(kernel["source_nodes"], f"{where}: no source nodes")
+    for node in kernel["source_nodes"]:
+        keys(node, ["name", "op"], f"{where} source node")
+    for field in ("flops", "bytes_read", "bytes_written", "unfused_bytes", "dynamic_shared_bytes"):
+        integer(kernel[field], f"{where}.{field}")
+    check(len(kernel["grid"]) == 3 and len(kernel["block"]) == 3, f"{where}: grid/block")
+    bytes_moved = kernel["bytes_read"] + kernel["bytes_written"]
+    check(kernel["unfused_bytes"] >= bytes_moved, f"{where}: fusion cannot add traffic")
+    seconds = max(kernel["flops"] / roofline["flops_per_second"],
+                  bytes_moved / roofline["dram_bytes_per_second"])
+    check(math.isclose(kernel["modeled_seconds"], seconds, rel_tol=1e-9), f"{where}: roofline time")
+    check(kernel["bound"] in ("memory", "compute"), f"{where}: bound")
+    for arch in report["archs"]:
+        resources = kernel["resources"][arch]
+        keys(resources, ["registers", "spill_bytes", "shared_bytes", "occupancy", "limiter"],
+             f"{where} on {arch}")
+        check(resources["spill_bytes"] == 0, f"{where} spills on {arch}")
+        check(0 < resources["occupancy"] <= 1, f"{where}: occupancy on {arch}")
+
+totals = report["totals"]
+keys(totals, ["kernels", "kernels_before_fusion", "flops", "dram_bytes",
+              "dram_bytes_before_fusion", "modeled_seconds"], "totals")
+check(totals["kernels"] == len(kernels), "totals.kernels")
+check(totals["kernels_before_fusion"] == sum(len(k["source_nodes"]) for k in kernels),
+      "totals.kernels_before_fusion")
+check(totals["flops"] == sum(k["flops"] for k in kernels), "totals.flops")
+check(totals["dram_bytes"] == sum(k["bytes_read"] + k["bytes_written"] for k in kernels),
+      "totals.dram_bytes")
+check(totals["dram_bytes_before_fusion"] == sum(k["unfused_bytes"] for k in kernels),
+      "totals.dram_bytes_before_fusion")
+if args.kernels is not None:
+    check(totals["kernels"] == args.kernels, f"{totals['kernels']} kernels, expected {args.kernels}")
+if args.before is not None:
+    check(totals["kernels_before_fusion"] == args.before,
+          f"{totals['kernels_before_fusion']} kernels before fusion, expected {args.before}")
+
+memory = report["memory"]
+keys(memory, ["planned", "naive_bytes", "planned_bytes", "lower_bound_bytes",
+              "ratio_to_lower_bound"], "memory")
+for field in ("naive_bytes", "planned_bytes", "lower_bound_bytes"):
+    integer(memory[field], f"memory.{field}")
+check(memory["lower_bound_bytes"] <= memory["planned_bytes"] <= memory["naive_bytes"],
+      f"memory figures out of order: {memory}")
+check(math.isclose(memory["ratio_to_lower_bound"],
+                   memory["planned_bytes"] / memory["lower_bound_bytes"]), "ratio_to_lower_bound")
+print(f"{len(kernels)} kernels, {totals['kernels_before_fusion']} before fusion: schema ok")

@@ -1,0 +1,150 @@
+// The per-op cost model (codegen/cost_model.h): FLOP rules by hand for each family, bytes with
+// each distinct operand once, fused kernels, the roofline, and that every registered op has a
+// rule of its own and codegen copies the figures into the kernel table.
+#include <gtest/gtest.h>
+
+#include "codegen/cost_model.h"
+#include "codegen/emit.h"
+#include "ir/op_registry.h"
+#include "ir/parser.h"
+
+namespace kiln::codegen {
+namespace {
+
+// The graph of `text`; node(graph, i) is its i-th node.
+ir::Graph parse(std::string_view text) { return ir::parse_graph(text, "cost_model_test.ir"); }
+const ir::Node& node(const ir::Graph& graph, size_t i) { return *graph.nodes().at(i); }
+
+TEST(CostModel, Conv2dIsTwoFlopsPerMultiplyAddPlusBias) {
+  const ir::Graph g = parse(R"(graph @g(%x: f32[2,4,8,8], %w: f32[6,2,3,3], %b: f32[6]) -> (f32[2,6,6,6], f32[2,6,6,6]) {
+  %c = conv2d(%x, %w, %b) {groups = 2} : f32[2,6,6,6]
+  %d = conv2d(%x, %w) {groups = 2} : f32[2,6,6,6]
+  return %c, %d
+})");
+  const int64_t out = 2 * 6 * 6 * 6;
+  // Each output element is a dot product over C/groups * R * S = 2 * 3 * 3 weights.
+  EXPECT_EQ(node_cost(node(g, 0)).flops, 2 * out * 2 * 3 * 3 + out);
+  EXPECT_EQ(node_cost(node(g, 1)).flops, 2 * out * 2 * 3 * 3);
+  const NodeCost cost = node_cost(node(g, 0));
+  EXPECT_EQ(cost.bytes_read, (2 * 4 * 8 * 8 + 6 * 2 * 3 * 3 + 6) * 4);
+  EXPECT_EQ(cost.bytes_written, out * 4);
+}
+
+TEST(CostModel, DenseAndMatmulAreTwoMNK) {
+  const ir::Graph g = parse(R"(graph @g(%x: f32[4,784], %w: f32[128,784], %b: f32[128], %a: f32[3,8,5], %m: f32[3,8,7]) -> (f32[4,128], f32[3,5,7]) {
+  %y = dense(%x, %w, %b) : f32[4,128]
+  %p = matmul(%a, %m) {transpose_a = true} : f32[3,5,7]
+  return %y, %p
+})");
+  EXPECT_EQ(node_cost(node(g, 0)).flops, 2 * 4 * 128 * 784 + 4 * 128);
+  // a^T is [3,5,8]: K = 8, read from the second-last dim of a as written.
+  EXPECT_EQ(node_cost(node(g, 1)).flops, 2 * 3 * 5 * 7 * 8);
+}
+
+TEST(CostModel, ElementwiseIsOnePerResultElementTranscendentalsIncluded) {
+  const ir::Graph g = parse(R"(graph @g(%x: f32[4,8], %v: f32[8]) -> (f32[4,8], f32[4,8], f32[4,8], f32[4,8]) {
+  %s = add(%x, %v) : f32[4,8]
+  %e = exp(%x) : f32[4,8]
+  %q = gelu(%x) {approximate = "tanh"} : f32[4,8]
+  %m = mul(%x, %x) : f32[4,8]
+  return %s, %e, %q, %m
+})");
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(node_cost(node(g, i)).flops, 32) << node(g, i).op;
+  // A broadcast operand is read once at its own size.
+  EXPECT_EQ(node_cost(node(g, 0)).bytes_read, (32 + 8) * 4);
+  // An operand passed twice is read once.
+  EXPECT_EQ(node_cost(node(g, 3)).bytes_read, 32 * 4);
+}
+
+TEST(CostModel, DataMovementHasNoFlopsButBytesAtEachDtype) {
+  const ir::Graph g = parse(R"(graph @g(%x: f32[2,3,4]) -> (f32[4,3,2], f16[2,3,4], f32[6,4], f32[2,3,4]) {
+  %t = transpose(%x) : f32[4,3,2]
+  %h = cast(%x) {to = "f16"} : f16[2,3,4]
+  %r = reshape(%x) {shape = [6,4]} : f32[6,4]
+  %d = dropout(%x) {rate = 0.5} : f32[2,3,4]
+  return %t, %h, %r, %d
+})");
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(node_cost(node(g, i)).flops, 0) << node(g, i).op;
+  EXPECT_EQ(node_cost(node(g, 1)).bytes_read, 24 * 4);
+  EXPECT_EQ(node_cost(node(g, 1)).bytes_written, 24 * 2);
+}
+
+TEST(CostModel, ReductionsNormalizationsAndPools) {
+  const ir::Graph g = parse(R"(graph @g(%x: f32[2,3,4,4], %s: f32[4], %b: f32[4]) -> (f32[2,3], f32[2,3,4,4], f32[2,3,4,4], f32[2,3,2,2], f32[2,3,1,1], f32[2,3,4,4]) {
+  %m = reduce_mean(%x) {axes = [2,3]} : f32[2,3]
+  %p = softmax(%x) : f32[2,3,4,4]
+  %l = layer_norm(%x, %s, %b) : f32[2,3,4,4]
+  %k = max_pool2d(%x) {kernel = [2,2]} : f32[2,3,2,2]
+  %a = global_avg_pool(%x) : f32[2,3,1,1]
+  %o = log_softmax(%x) {axis = 1} : f32[2,3,4,4]
+  return %m, %p, %l, %k, %a, %o
+})");
+  const int64_t in = 2 * 3 * 4 * 4;
+  EXPECT_EQ(node_cost(node(g, 0)).flops, in + 6);  // an add per input, a divide per result
+  EXPECT_EQ(node_cost(node(g, 1)).flops, 5 * in);
+  EXPECT_EQ(node_cost(node(g, 2)).flops, 8 * in);
+  EXPECT_EQ(node_cost(node(g, 3)).flops, 2 * 3 * 2 * 2 * 4);  // the window per result
+  EXPECT_EQ(node_cost(node(g, 4)).flops, in + 6);
+  EXPECT_EQ(node_cost(node(g, 5)).flops, 5 * in);
+}
+
+TEST(CostModel, FusedKernelSumsBodyFlopsAndMovesOnlyItsOwnOperands) {
+  const ir::Graph g = parse(R"(graph @g(%x: f32[1,3,8,8], %w: f32[4,3,3,3], %b: f32[4]) -> (f32[1,4,6,6]) {
+  %r = kernel @conv2d_bias_relu_0(%x, %w, %b) {kind = "epilogue"} : f32[1,4,6,6] {
+    %c = conv2d(%x, %w) : f32[1,4,6,6] loc("conv")
+    %cb = bias_add(%c, %b) : f32[1,4,6,6] loc("conv_bias")
+    %r = relu(%cb) : f32[1,4,6,6] loc("act")
+    return %r
+  }
+  return %r
+})");
+  const ir::Node& kernel = node(g, 0);
+  ASSERT_TRUE(kernel.is_kernel());
+  const int64_t out = 4 * 6 * 6;
+  const NodeCost cost = node_cost(kernel);
+  EXPECT_EQ(cost.flops, 2 * out * 3 * 3 * 3 + out + out);
+  const int64_t operands = (3 * 8 * 8 + 4 * 3 * 3 * 3 + 4) * 4;
+  EXPECT_EQ(cost.bytes_read, operands);
+  EXPECT_EQ(cost.bytes_written, out * 4);
+  // Unfused, the operands are read as before and five tensors of the result's size move:
+  // conv writes %c, bias_add reads it and writes %cb, relu reads %cb and writes %r.
+  EXPECT_EQ(unfused_bytes(kernel), operands + 5 * out * 4);
+  EXPECT_GT(unfused_bytes(kernel), cost.bytes());
+}
+
+TEST(CostModel, EveryRegisteredOpHasARuleOfItsOwn) {
+  for (const ir::OpDef& def : ir::OpRegistry::instance().all())
+    EXPECT_TRUE(has_cost_rule(def.name)) << "add a FLOP rule for '" << def.name
+                                         << "' to codegen/cost_model.cpp (and docs/inspect.md)";
+}
+
+TEST(CostModel, RooflinePicksTheSlowerRoof) {
+  // 1 MB at 3.35 TB/s takes longer than 1 MFLOP at 66.9 TFLOP/s.
+  EXPECT_EQ(kH100.bound(1'000'000, 1'000'000), "memory");
+  EXPECT_DOUBLE_EQ(kH100.seconds(1'000'000, 1'000'000), 1e6 / 3.35e12);
+  // A large GEMM is compute bound.
+  EXPECT_EQ(kH100.bound(2LL * 4096 * 4096 * 4096, 3LL * 4096 * 4096 * 4), "compute");
+}
+
+TEST(CostModel, CodegenFillsTheKernelTable) {
+  const ir::Graph g = parse(R"(graph @g(%x: f32[4,16], %w: f32[8,16]) -> (f32[4,8]) {
+  %y = dense(%x, %w) : f32[4,8]
+  %r = relu(%y) : f32[4,8]
+  return %r
+})");
+  const Program program = emit_program(g);
+  ASSERT_EQ(program.kernels.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const NodeCost cost = node_cost(node(g, i));
+    const Kernel& kernel = program.kernels[i];
+    EXPECT_EQ(kernel.flops, cost.flops);
+    EXPECT_EQ(kernel.bytes_read, cost.bytes_read);
+    EXPECT_EQ(kernel.bytes_written, cost.bytes_written);
+    // One node per kernel: nothing saved by fusion.
+    EXPECT_EQ(kernel.unfused_bytes, cost.bytes());
+  }
+  EXPECT_EQ(program.kernels[0].flops, 2 * 4 * 8 * 16);
+}
+
+}  // namespace
+}  // namespace kiln::codegen
