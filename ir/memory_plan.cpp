@@ -14,6 +14,8 @@
 // against the lower bound (the most bytes live at one step), which no plan can beat.
 #include "ir/memory_plan.h"
 
+#include "ir/kernel_region.h"
+
 #include <algorithm>
 #include <fmt/format.h>
 #include <functional>
@@ -58,54 +60,63 @@ void log_decision(const PlanMemoryHooks& hooks, const std::string& message) {
   if (hooks.log) hooks.log(message);
 }
 
-// Step 1: which elementwise results overwrite their operand.
+// The operands `node` may overwrite: the single operand of an elementwise node, or the
+// operands of a fused loop kernel with the result's shape and dtype. A loop reads all its
+// operands at element i before it stores element i, and an operand of the result's shape is
+// read at i only (broadcast operands are read elsewhere, so they never qualify).
+std::vector<const Value*> in_place_candidates(const Node& node) {
+  if (node.results.size() != 1) return {};
+  if (node.def && node.def->kind == OpKind::Elementwise && node.inputs.size() == 1)
+    return {node.inputs[0]};
+  if (!node.is_kernel() || kernel_kind(node) != kLoopKernel) return {};
+  std::vector<const Value*> candidates;
+  for (const Value* operand : node.inputs)
+    if (operand->type == node.results[0]->type) candidates.push_back(operand);
+  return candidates;
+}
+
+// Why `node` (at `index`) may not write its result over `operand`; nullopt if it may.
+std::optional<std::string> in_place_refusal(const Graph& graph, const Node& node, size_t index,
+                                            const Value* operand,
+                                            const std::unordered_map<const Value*, int64_t>& last_read) {
+  const Value* result = node.results[0];
+  if (graph.is_output(result)) return "its result is a graph output, which has a buffer of its own";
+  if (operand->role == ValueRole::Input) return ref(operand) + " is a graph input";
+  if (operand->role == ValueRole::Parameter) return ref(operand) + " is a parameter";
+  if (graph.is_output(operand)) return ref(operand) + " is a graph output";
+  const int64_t last = last_read.at(operand);
+  if (last != static_cast<int64_t>(index))
+    return fmt::format("{} is still read later, by {}", ref(operand),
+                       graph.nodes()[static_cast<size_t>(last)]->describe());
+  const int64_t result_bytes = tensor_bytes(result->type);
+  const int64_t operand_bytes = tensor_bytes(operand->type);
+  if (result_bytes != operand_bytes)
+    return fmt::format("the result has {} B, {} has {} B", result_bytes, ref(operand), operand_bytes);
+  return std::nullopt;
+}
+
+// Step 1: which elementwise results overwrite an operand.
 InPlace choose_in_place(const Graph& graph, const PlanMemoryHooks& hooks) {
   const auto& nodes = graph.nodes();
   const auto last_read = last_readers(graph);
   InPlace in_place;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = *nodes[i];
-    if (!node.def || node.def->kind != OpKind::Elementwise) continue;
-    if (node.inputs.size() != 1 || node.results.size() != 1) continue;
-    const Value* operand = node.inputs[0];
-    const Value* result = node.results[0];
-    auto refuse = [&](const std::string& reason) {
-      log_decision(hooks, fmt::format("not in place: {} ({}): {}", node.describe(), ref(result), reason));
-    };
-    if (graph.is_output(result)) {
-      refuse("its result is a graph output, which has a buffer of its own");
-      continue;
+    for (const Value* operand : in_place_candidates(node)) {
+      const Value* result = node.results[0];
+      if (auto reason = in_place_refusal(graph, node, i, operand, last_read)) {
+        log_decision(hooks, fmt::format("not in place: {} ({}): {}", node.describe(), ref(result),
+                                        *reason));
+        continue;
+      }
+      const std::string what = fmt::format("in place: {} writes {} over {} ({} B)",
+                                           node.describe(), ref(result), ref(operand),
+                                           tensor_bytes(result->type));
+      if (hooks.allow_in_place && !hooks.allow_in_place(what)) continue;
+      if (!hooks.allow_in_place) log_decision(hooks, what);
+      in_place[result] = operand;
+      break;
     }
-    if (operand->role == ValueRole::Input) {
-      refuse(ref(operand) + " is a graph input");
-      continue;
-    }
-    if (operand->role == ValueRole::Parameter) {
-      refuse(ref(operand) + " is a parameter");
-      continue;
-    }
-    if (graph.is_output(operand)) {
-      refuse(ref(operand) + " is a graph output");
-      continue;
-    }
-    const int64_t last = last_read.at(operand);
-    if (last != static_cast<int64_t>(i)) {
-      refuse(fmt::format("{} is still read later, by {}", ref(operand),
-                         nodes[static_cast<size_t>(last)]->describe()));
-      continue;
-    }
-    const int64_t result_bytes = tensor_bytes(result->type);
-    const int64_t operand_bytes = tensor_bytes(operand->type);
-    if (result_bytes != operand_bytes) {
-      refuse(fmt::format("the result has {} B, {} has {} B", result_bytes, ref(operand),
-                         operand_bytes));
-      continue;
-    }
-    const std::string what = fmt::format("in place: {} writes {} over {} ({} B)",
-                                         node.describe(), ref(result), ref(operand), result_bytes);
-    if (hooks.allow_in_place && !hooks.allow_in_place(what)) continue;
-    if (!hooks.allow_in_place) log_decision(hooks, what);
-    in_place[result] = operand;
   }
   return in_place;
 }
@@ -300,17 +311,17 @@ void check_memory_plan(const Graph& graph) {
       << "the plan has " << plan.slices.size() << " slices for " << planned.size()
       << " planned values (a graph output, input, parameter or stale value has one)";
 
-  // In-place pairs: an elementwise node overwriting the single operand it reads last.
+  // In-place pairs: an elementwise node or loop kernel overwriting an operand it reads last.
   const auto last_read = last_readers(graph);
   const auto index_of = node_indices(graph);
   for (const auto& [result, operand] : plan.in_place) {
     KILN_CHECK(planned.count(result) && planned.count(operand))
         << "an in-place pair names a value that is not planned";
     const Node* node = result->producer;
-    KILN_CHECK(node->def && node->def->kind == OpKind::Elementwise && node->inputs.size() == 1 &&
-               node->inputs[0] == operand)
+    const auto candidates = in_place_candidates(*node);
+    KILN_CHECK(std::find(candidates.begin(), candidates.end(), operand) != candidates.end())
         << "%" << result->name << " is in place over %" << operand->name << ", but "
-        << node->describe() << " is not an elementwise node reading only it";
+        << node->describe() << " may not overwrite it";
     const auto read = last_read.find(operand);
     KILN_CHECK(read != last_read.end() && read->second == index_of.at(node))
         << "%" << result->name << " overwrites %" << operand->name << ", which is read later";
