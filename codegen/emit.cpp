@@ -180,7 +180,10 @@ class ProgramBuilder {
     Kernel kernel;
     kernel.name = request.kernel_name;
     if (node.is_kernel()) {
-      for (const auto& inner : node.body->nodes()) kernel.source_nodes.push_back(inner->name);
+      // Unnamed nodes (textual IR without loc) go by their first result.
+      for (const auto& inner : node.body->nodes())
+        kernel.source_nodes.push_back(inner->name.empty() ? "%" + inner->results[0]->name
+                                                          : inner->name);
       kernel.op_kind = ir::kernel_kind(node);
     } else {
       kernel.source_nodes = {node.name};

@@ -21,10 +21,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <unordered_map>
 
 #include "codegen/kernels/elementwise_util.h"
 #include "codegen/kernels/gemm.h"
+#include "codegen/kernels/optimizer.h"
 #include "ir/kernel_region.h"
 #include "ir/op_registry.h"
 
@@ -64,57 +66,86 @@ BodyPlan plan_body(const ir::Node& kernel) {
   return plan;
 }
 
-// Per value of the body: how the generated code names it.
+// Per value of the body: how the generated code names it. Distinct IR names may make one C
+// identifier ("conv1/out" and "conv1_out"), so computed values get one each, numbered on a clash.
 class Names {
  public:
   Names(const ir::Node& kernel, const std::vector<std::string>& input_params) {
     for (size_t i = 0; i < kernel.inputs.size(); ++i) param_[kernel.body->inputs[i]] = input_params[i];
+    std::set<std::string> taken;
+    for (const auto& node : kernel.body->nodes())
+      for (const ir::Value* result : node->results) {
+        const std::string base = c_identifier(result->name);
+        std::string id = base;
+        for (int n = 2; taken.count(id); ++n) id = fmt::format("{}_{}", base, n);
+        taken.insert(id);
+        id_[result] = id;
+      }
   }
   // The kernel parameter of a body input; empty for values computed in the body.
   std::string param(const ir::Value* value) const {
     auto it = param_.find(value);
     return it == param_.end() ? "" : it->second;
   }
-  static std::string variable(const ir::Value* value) { return "v_" + c_identifier(value->name); }
-  static std::string function(const ir::Node& node) {
-    return "f_" + c_identifier(node.results[0]->name);
+  // Whether `name` is one of the kernel's input parameters.
+  bool is_param(const std::string& name) const {
+    for (const auto& [value, param] : param_)
+      if (param == name) return true;
+    return false;
   }
+  std::string variable(const ir::Value* value) const { return "v_" + id_.at(value); }
+  std::string function(const ir::Node& node) const { return "f_" + id_.at(node.results[0]); }
 
  private:
   std::unordered_map<const ir::Value*, std::string> param_;
+  std::unordered_map<const ir::Value*, std::string> id_;  // computed values
 };
 
-// The request for one body node's own emitter: its operands' kernel parameters. A node may
-// read one value twice (sub(%x, %x), once canonicalize has dropped an identity transpose), but
-// the kernel has one parameter per value, and emitters name locals after their operands'
-// parameters (`in_x4`, `in_x_v`): a repeated operand reads through an alias, declared by the
-// lines returned in `aliases`.
+// The name an op's own kernel gives operand `i` (emit.cpp's convention): the registry's input
+// name, numbered when the op is variadic.
+std::string operand_name(const ir::Node& node, size_t i) {
+  const auto& names = node.def->input_names;
+  if (node.def->max_inputs < 0 || names.empty())
+    return (names.empty() ? std::string("in") : names.back()) + std::to_string(i);
+  return names[std::min(i, names.size() - 1)];
+}
+
+// The request for one body node's own emitter (a single kernel's op, a reduce kernel's
+// reduction). Emitters name locals after their operand pointers (`x4`, `x_v`, `x_index`), which
+// is safe for the names of an unfused kernel but not for the kernel parameters here: in_x4 may
+// be a parameter too, and sub(%x, %x) passes in_x twice. So each operand read from memory goes
+// through an alias named as in the op's own kernel (`const float* __restrict__ a = in_x;`);
+// `aliases` gets one declaration per alias, for with_aliases.
+using Aliases = std::vector<std::pair<std::string, std::string>>;  // alias, declaration
+
 KernelRequest inner_request(const ir::Node& node, const KernelRequest& request, const Names& names,
-                            std::string& aliases) {
+                            Aliases& aliases) {
   KernelRequest inner{node, request.kernel_name, {}, request.output_params, {}};
-  BodyWriter w;
-  std::vector<std::string> taken = request.input_params;
-  taken.insert(taken.end(), request.output_params.begin(), request.output_params.end());
   for (size_t i = 0; i < node.inputs.size(); ++i) {
-    std::string param = names.param(node.inputs[i]);
-    const auto& earlier = inner.input_params;
-    if (!param.empty() && std::find(earlier.begin(), earlier.end(), param) != earlier.end()) {
-      std::string alias = fmt::format("{}_operand{}", param, i);
-      while (std::find(taken.begin(), taken.end(), alias) != taken.end()) alias += "_";
-      w.line("const {}* __restrict__ {} = {};  // operand {} is operand {} again",
-             c_type(node.inputs[i]->type.dtype), alias, param, i,
-             std::find(earlier.begin(), earlier.end(), param) - earlier.begin());
-      taken.push_back(alias);
-      param = alias;
+    const std::string param = names.param(node.inputs[i]);
+    if (param.empty()) {  // computed in the kernel (fused_x)
+      inner.input_params.push_back("");
+      continue;
     }
-    inner.input_params.push_back(param);
+    const std::string alias = operand_name(node, i);
+    BodyWriter w;
+    w.line("const {}* __restrict__ {} = {};", c_type(node.inputs[i]->type.dtype), alias, param);
+    aliases.push_back({alias, w.take()});
+    inner.input_params.push_back(alias);
   }
-  aliases = w.take();
   return inner;
 }
 
+// `body` after the declarations of the aliases it uses (an unused local draws warnings).
+std::string with_aliases(const Aliases& aliases, const std::string& body) {
+  std::string text;
+  for (const auto& [alias, declaration] : aliases)
+    if (mentions(body, alias)) text += declaration;
+  return text + body;
+}
+
 // `const auto f_relu1 = [](float value) -> float { ... };` for an elementwise body node.
-void emit_element_lambda(BodyWriter& w, const ir::Node& node) {
+void emit_element_lambda(BodyWriter& w, const ir::Node& node, const Names& names) {
   const std::optional<ElementFn> fn = element_fn(node);
   if (!fn)
     throw Error(node.loc.render(), node.describe() + ": codegen cannot fuse op '" + node.op +
@@ -129,7 +160,7 @@ void emit_element_lambda(BodyWriter& w, const ir::Node& node) {
   const std::string prefix = node.op + ": ";
   w.comment(node.describe() + ": " +
             (fn->summary.rfind(prefix, 0) == 0 ? fn->summary.substr(prefix.size()) : fn->summary));
-  w.open("const auto {} = []({}) -> {}", Names::function(node), params,
+  w.open("const auto {} = []({}) -> {}", names.function(node), params,
          compute_type(node.results[0]->type.dtype));
   for (const std::string& statement : fn->statements) w.line(statement);
   w.close(";");
@@ -147,39 +178,79 @@ ir::Shape view_shape(const ir::Value* input, const ir::Node& user, const ir::Sha
 }
 
 // Evaluates `nodes` (elementwise, in order) at flat index `flat` of `loop`: loads each kernel
-// input once through its broadcast map, then one `const T v_x = f_x(...)` per node. Returns
-// the variable holding the last result.
+// input once per view it is read with (a bias_add's bias is indexed by one axis, the same
+// tensor as an operand of add by NumPy rules: two loads), then one `const T v_x = f_x(...)`
+// per node. Returns the variable holding the last result.
 std::string emit_element_chain(BodyWriter& w, const std::vector<const ir::Node*>& nodes,
                                const ir::Shape& loop, const Names& names,
                                const std::string& flat, const std::string& type) {
   IndexMap map;
   map.dims = loop;
-  std::vector<std::pair<const ir::Value*, std::string>> loads;  // input -> operand name
-  std::unordered_map<const ir::Value*, std::string> variable;
+  // The view with leading 1s up to the loop's rank: views that broadcast alike compare equal.
+  auto view_of = [&](const ir::Value* input, const ir::Node& user) {
+    ir::Shape view = view_shape(input, user, loop);
+    view.insert(view.begin(), loop.size() - view.size(), 1);
+    return view;
+  };
+  struct Load {
+    const ir::Value* input;
+    std::string param;
+    ir::Shape view;
+    std::string variable;
+  };
+  std::vector<Load> loads;  // one per map operand, in order
+  auto find_load = [&](const ir::Value* input, const ir::Shape& view) -> const Load* {
+    for (const Load& l : loads)
+      if (l.input == input && l.view == view) return &l;
+    return nullptr;
+  };
   for (const ir::Node* node : nodes)
     for (const ir::Value* input : node->inputs) {
       const std::string param = names.param(input);
-      if (param.empty() || variable.count(input)) continue;
-      map.operands.push_back(broadcast_operand(param, view_shape(input, *node, loop), loop));
-      variable[input] = "x_" + param;
-      loads.push_back({input, param});
+      if (param.empty()) continue;
+      const ir::Shape view = view_of(input, *node);
+      if (find_load(input, view)) continue;
+      const auto views = std::count_if(loads.begin(), loads.end(),
+                                       [&](const Load& l) { return l.input == input; });
+      // The map names the operand's index and constants (in_x_index, kInXStrides) after it:
+      // after its parameter, or for a second view of one input in_x_view1, and numbered when
+      // those names would clash (in_x_index may be a parameter too; in_a_b and in_a_b_, the
+      // parameters of %a.b and %a_b, both make kInABStrides). The pointer stays `param`.
+      const std::string base = param + (views ? fmt::format("_view{}", views) : "");
+      std::string name = base;
+      auto clashes = [&](const std::string& candidate) {
+        for (const StridedOperand& operand : map.operands)
+          if (operand.name == candidate ||
+              constant_suffix(operand.name) == constant_suffix(candidate))
+            return true;
+        return names.is_param(candidate + "_index");
+      };
+      for (int n = 2; clashes(name); ++n) name = fmt::format("{}_{}", base, n);
+      map.operands.push_back(broadcast_operand(name, view, loop));
+      loads.push_back({input, param, view, "x_" + name});
     }
   map = collapse(map);
   emit_index_constants(w, map, type);
   emit_operand_indices(w, map, flat, type);
   for (size_t k = 0; k < loads.size(); ++k) {
-    const auto& [input, param] = loads[k];
-    w.line("const {} {} = {};", compute_type(input->type.dtype), variable.at(input),
-           load(input->type.dtype, param + "[" + operand_index(map, map.operands[k], flat) + "]"));
+    const Load& l = loads[k];
+    const std::string index = operand_index(map, map.operands[k], flat);
+    w.line("const {} {} = {};", compute_type(l.input->type.dtype), l.variable,
+           load(l.input->type.dtype, l.param + "[" + index + "]"));
   }
+  std::unordered_map<const ir::Value*, std::string> variable;  // values computed so far
   std::string last;
   for (const ir::Node* node : nodes) {
     std::string args;
-    for (size_t i = 0; i < node->inputs.size(); ++i)
-      args += (i ? ", " : "") + variable.at(node->inputs[i]);
-    last = Names::variable(node->results[0]);
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      const ir::Value* input = node->inputs[i];
+      const Load* loaded =
+          names.param(input).empty() ? nullptr : find_load(input, view_of(input, *node));
+      args += (i ? ", " : "") + (loaded ? loaded->variable : variable.at(input));
+    }
+    last = names.variable(node->results[0]);
     w.line("const {} {} = {}({});", compute_type(node->results[0]->type.dtype), last,
-           Names::function(*node), args);
+           names.function(*node), args);
     variable[node->results[0]] = last;
   }
   return last;
@@ -206,7 +277,7 @@ KernelSpec emit_loop(const KernelRequest& request, const BodyPlan& plan) {
                                           ir::shape_to_string(loop));
 
   BodyWriter w;
-  for (const ir::Node* node : plan.compute) emit_element_lambda(w, *node);
+  for (const ir::Node* node : plan.compute) emit_element_lambda(w, *node, names);
   w.line("constexpr {} kCount = {};", type, int_literal(count, type));
   open_grid_stride_loop(w, "i", type, "kCount");
   const std::string last = emit_element_chain(w, plan.compute, loop, names, "i", type);
@@ -229,7 +300,7 @@ KernelSpec emit_reduce(const KernelRequest& request, const BodyPlan& plan) {
   const KernelEmitter* emitter = find_kernel_emitter(reduction.op);
   KILN_CHECK(emitter) << "no emitter for " << reduction.op;
 
-  std::string aliases;
+  Aliases aliases;
   KernelRequest inner = inner_request(reduction, request, names, aliases);
   for (const ir::Value* input : reduction.inputs)
     inner.fused_inputs.push_back(names.param(input).empty() ? "fused_x" : "");
@@ -241,7 +312,7 @@ KernelSpec emit_reduce(const KernelRequest& request, const BodyPlan& plan) {
   const ir::Shape& loop = reduction.inputs[0]->type.shape;
   const std::string type = index_type(ir::num_elements(loop));
   BodyWriter w;
-  for (const ir::Node* node : producers) emit_element_lambda(w, *node);
+  for (const ir::Node* node : producers) emit_element_lambda(w, *node, names);
   w.comment(fmt::format("Element i of {}'s input, computed from the kernel's inputs.",
                         reduction.describe()));
   w.open("const auto fused_x = [&]({} i) -> float", type);
@@ -249,7 +320,7 @@ KernelSpec emit_reduce(const KernelRequest& request, const BodyPlan& plan) {
   w.line("return {};", last);
   w.close(";");
   KernelSpec spec = (*emitter)(inner);
-  spec.body = aliases + w.take() + spec.body;
+  spec.body = w.take() + with_aliases(aliases, spec.body);
   spec.note += "; reads its input through the fused " + source_list(producers);
   return spec;
 }
@@ -283,7 +354,7 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan) {
   const ir::Shape& out = running->type.shape;
   for (size_t n = 1; n < plan.compute.size(); ++n) {
     const ir::Node& node = *plan.compute[n];
-    emit_element_lambda(prelude, node);
+    emit_element_lambda(prelude, node, names);
     std::string args;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ir::Value* input = node.inputs[i];
@@ -295,7 +366,7 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan) {
       }
       args += (i ? ", " : "") + arg;
     }
-    epilogue.line("value = {}({});  // {}", Names::function(node), args, node.describe());
+    epilogue.line("value = {}({});  // {}", names.function(node), args, node.describe());
     running = node.results[0];
   }
   spec.prelude = prelude.take();
@@ -315,15 +386,21 @@ KernelSpec emit_single(const KernelRequest& request, const BodyPlan& plan) {
     throw Error(node.loc.render(), node.describe() + ": codegen has no CUDA kernel for op '" +
                                        node.op + "' yet");
   const Names names(request.node, request.input_params);
-  std::string aliases;
+  Aliases aliases;
   const KernelRequest inner = inner_request(node, request, names, aliases);
   KernelSpec spec = (*emitter)(inner);
-  spec.body = aliases + spec.body;
+  spec.body = with_aliases(aliases, spec.body);
   spec.note += "; the result is stored as " + request.node.results[0]->type.to_string();
   return spec;
 }
 
 KernelSpec emit_fused_kernel(const KernelRequest& request) {
+  // Many results, one per updated tensor: dispatched before plan_body, which expects one.
+  if (ir::kernel_kind(request.node) == ir::kMultiUpdateKernel) {
+    std::vector<const ir::Node*> updates;
+    for (const auto& node : request.node.body->nodes()) updates.push_back(node.get());
+    return emit_multi_tensor_update(request, updates);
+  }
   const BodyPlan plan = plan_body(request.node);
   if (plan.compute.size() == 1) return emit_single(request, plan);
   const std::string& kind = ir::kernel_kind(request.node);
