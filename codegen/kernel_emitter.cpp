@@ -13,6 +13,7 @@ const KernelEmitter* find_kernel_emitter(std::string_view op) {
     add_shape_emitters(t);
     add_reduce_emitters(t);
     add_nn_emitters(t);
+    add_optimizer_emitters(t);
     add_fused_emitters(t);
     return t;
   }();

@@ -68,6 +68,7 @@ void add_shape_emitters(EmitterTable& table);
 void add_reduce_emitters(EmitterTable& table);
 void add_nn_emitters(EmitterTable& table);         // calls add_pool_norm_emitters
 void add_pool_norm_emitters(EmitterTable& table);  // pooling, bias_add, batch_norm
+void add_optimizer_emitters(EmitterTable& table);  // sgd_update, adam_update, adamw_update
 void add_fused_emitters(EmitterTable& table);      // "kernel" nodes (ir/kernel_region.h)
 
 // The parameter names of a fused kernel's operands, after its body's inputs: "in_conv1_weight".

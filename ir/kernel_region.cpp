@@ -11,7 +11,7 @@ namespace kiln::ir {
 
 bool is_kernel_kind(std::string_view kind) {
   return kind == kEpilogueKernel || kind == kLoopKernel || kind == kReduceKernel ||
-         kind == kSingleKernel;
+         kind == kSingleKernel || kind == kMultiUpdateKernel;
 }
 
 const std::string& kernel_kind(const Node& kernel) {

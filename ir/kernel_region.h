@@ -20,8 +20,12 @@
 //   reduce    a reduction (softmax, layer_norm, reduce_*) that reads its input through a chain
 //             of elementwise producers, recomputed per load instead of stored
 //   single    one node of any other kind (a pool, a transpose) computed by its own kernel
-// Any kind may end in reshape-like ops (reshape, flatten, squeeze, unsqueeze), which change
-// only the type of the row-major result, not its bytes.
+//   multi_update
+//             optimizer updates (sgd_update, adam_update, adamw_update) of many parameters
+//             with one op, attributes and dtype, applied by one multi-tensor kernel; operands
+//             are all the params, grads and states, results all the updated tensors
+// Any kind but multi_update may end in reshape-like ops (reshape, flatten, squeeze, unsqueeze),
+// which change only the type of the row-major result, not its bytes.
 #pragma once
 
 #include <string>
@@ -36,11 +40,12 @@ inline constexpr std::string_view kEpilogueKernel = "epilogue";
 inline constexpr std::string_view kLoopKernel = "loop";
 inline constexpr std::string_view kReduceKernel = "reduce";
 inline constexpr std::string_view kSingleKernel = "single";
+inline constexpr std::string_view kMultiUpdateKernel = "multi_update";
 
 // Whether `kind` is one of the kinds above.
 bool is_kernel_kind(std::string_view kind);
 
-// The kernel's kind attribute ("epilogue", "loop", "reduce", "single").
+// The kernel's kind attribute ("epilogue", "loop", "reduce", "single", "multi_update").
 const std::string& kernel_kind(const Node& kernel);
 
 // Whether `op` only reinterprets a row-major tensor's shape (reshape, flatten, squeeze,

@@ -375,7 +375,7 @@ class Parser {
     const auto kind = attrs.find("kind");
     if (kind == attrs.end() || !std::holds_alternative<std::string>(kind->second) ||
         !is_kernel_kind(std::get<std::string>(kind->second)) || attrs.size() != 1)
-      fail(name, "a kernel takes one attribute, kind = \"epilogue\", \"loop\", \"reduce\" or \"single\"");
+      fail(name, "a kernel takes one attribute, kind = \"epilogue\", \"loop\", \"reduce\", \"single\" or \"multi_update\"");
     expect(Tok::Colon, "':' and the result types");
     std::vector<std::pair<Token, TensorType>> written;
     do written.push_back({token_, parse_type()});

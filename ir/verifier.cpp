@@ -113,7 +113,7 @@ class Verifier {
     if (node.attrs.size() != 1 || kind == node.attrs.end() ||
         !std::holds_alternative<std::string>(kind->second) ||
         !is_kernel_kind(std::get<std::string>(kind->second)))
-      throw Error(where, who + ": a kernel takes one attribute, kind (epilogue, loop, reduce or single)");
+      throw Error(where, who + ": a kernel takes one attribute, kind (epilogue, loop, reduce, single or multi_update)");
     const Graph& body = *node.body;
     if (!body.parameters.empty()) throw Error(where, who + ": a kernel's body has no parameters");
     if (body.inputs.size() != operands.size())

@@ -40,20 +40,28 @@ def kiln_dtype(t):
 
 
 def add_case(name, op, attrs, inputs, oracle, out_dtype=None):
-    """Saves `inputs` and oracle(*inputs_in_float64) rounded to out_dtype (default: input 0's)."""
+    """Saves `inputs` and oracle(*inputs_in_float64) rounded to out_dtype (default: input 0's).
+
+    An oracle of a multi-result op returns a tuple: the manifest's "expected" is then a list of
+    files, <name>.out.npy for result 0 and <name>.out<i>.npy for result i.
+    """
     assert all(c["name"] != name for c in CASES), f"duplicate case name {name}"
     wide = [t.double() if t.dtype in FLOAT_DTYPES else t for t in inputs]
     result = oracle(*wide)
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
     out_dtype = out_dtype or kiln_dtype(inputs[0])
-    # Contiguous copies: NumPy saves a transposed view in Fortran order, which kiln rejects.
-    expected = result.to(TORCH_DTYPES[out_dtype]).contiguous().numpy()
+    outputs = []
+    for i, r in enumerate(results):
+        outputs.append(f"{name}.out{i if i else ''}.npy")
+        # Contiguous copies: NumPy saves a transposed view in Fortran order, which kiln rejects.
+        expected = r.to(TORCH_DTYPES[out_dtype]).contiguous().numpy()
+        np.save(os.path.join(OUT_DIR, outputs[-1]), expected)
     files = []
     for i, t in enumerate(inputs):
         files.append(f"{name}.in{i}.npy")
         np.save(os.path.join(OUT_DIR, files[-1]), t.contiguous().numpy())
-    np.save(os.path.join(OUT_DIR, f"{name}.out.npy"), expected)
     CASES.append({"name": name, "op": op, "attrs": attrs, "inputs": files,
-                  "expected": f"{name}.out.npy"})
+                  "expected": outputs if len(outputs) > 1 else outputs[0]})
 
 
 def randn(*shape, scale=1.0):

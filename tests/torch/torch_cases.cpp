@@ -32,7 +32,10 @@ std::vector<TorchCase> load_torch_cases(const fs::path& dir) {
     }
     for (const nlohmann::json& file : spec.at("inputs"))
       test_case.inputs.push_back(compiler::read_npy((dir / file.get<std::string>()).string()));
-    test_case.expected = compiler::read_npy((dir / spec.at("expected").get<std::string>()).string());
+    // One file, or a list of files for a multi-result op (gen_cases.py).
+    const nlohmann::json& expected = spec.at("expected");
+    for (const nlohmann::json& file : expected.is_array() ? expected : nlohmann::json::array({expected}))
+      test_case.expected.push_back(compiler::read_npy((dir / file.get<std::string>()).string()));
     cases.push_back(std::move(test_case));
   }
   return cases;

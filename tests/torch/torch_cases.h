@@ -16,14 +16,16 @@ struct TorchCase {
   std::string op;
   ir::AttrMap attrs;
   std::vector<ir::Tensor> inputs;
-  ir::Tensor expected;             // PyTorch's float64 answer rounded to the result dtype
+  // PyTorch's float64 answer rounded to the result dtype, one tensor per result of the op.
+  std::vector<ir::Tensor> expected;
 };
 
 // Reads DIR/cases.json and every .npy it names. Throws std::runtime_error on a broken manifest.
 std::vector<TorchCase> load_torch_cases(const std::filesystem::path& dir);
 
 // Adds the case to `graph` as one node whose operands are new graph inputs named
-// "<prefix>in0", "<prefix>in1", ... and whose result is named "<prefix>out". Returns the node;
+// "<prefix>in0", "<prefix>in1", ... and whose results are named "<prefix>out", "<prefix>out1",
+// ... Returns the node;
 // throws std::runtime_error when shape inference rejects the case.
 ir::Node* add_case_node(ir::Graph& graph, const TorchCase& test_case, const std::string& prefix);
 

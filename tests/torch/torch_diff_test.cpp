@@ -48,13 +48,15 @@ void run_case(const TorchCase& test_case) {
   } catch (const Error& error) {
     FAIL() << test_case.name << ": " << error.what();
   }
-  ASSERT_EQ(got.size(), 1u) << test_case.name;
-  double relative = 0;
-  const std::string mismatch = testing_support::compare_tensors(
-      got[0], test_case.expected, testing_support::rounding_tolerance(test_case.expected.dtype()),
-      &relative);
-  if (relative > g_worst.error) g_worst = {relative, test_case.name};
-  EXPECT_TRUE(mismatch.empty()) << test_case.name << ": " << mismatch;
+  ASSERT_EQ(got.size(), test_case.expected.size()) << test_case.name;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const ir::Tensor& want = test_case.expected[i];
+    double relative = 0;
+    const std::string mismatch = testing_support::compare_tensors(
+        got[i], want, testing_support::rounding_tolerance(want.dtype()), &relative);
+    if (relative > g_worst.error) g_worst = {relative, test_case.name};
+    EXPECT_TRUE(mismatch.empty()) << test_case.name << " result " << i << ": " << mismatch;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,250 @@
+// Kernels for the optimizer updates (ir/ops/optimizer.cpp), in two shapes:
+//   - one op, one kernel: a grid-stride map over the parameter's elements;
+//   - many ops, one kernel (emit_multi_tensor_update): the parameters' element ranges are laid
+//     end to end, one grid-stride loop walks the concatenation, and each index finds its
+//     parameter in a constexpr table of segment offsets. A training step then launches once per
+//     (optimizer, dtype) instead of once per parameter, which is what apex's
+//     multi_tensor_apply and PyTorch's fused/foreach optimizers do for the many small tensors
+//     (biases, norms) of a model. Pointers stay ordinary kernel parameters, so the kernel table
+//     and both backends see nothing new; a switch on the segment picks them.
+// Both shapes write the per-element arithmetic with emit_element below, in float whatever the
+// storage dtype; the attributes are compile-time constants, so terms that vanish (no weight
+// decay, no momentum) are not emitted at all.
+#include "codegen/kernels/optimizer.h"
+
+#include <algorithm>
+
+#include "codegen/kernels/emit_util.h"
+#include "ir/op_registry.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::DType;
+
+bool is_adam(const ir::Node& node) { return node.op == "adam_update" || node.op == "adamw_update"; }
+
+double attr_float(const ir::Node& node, const char* name) { return attr<double>(node, name); }
+
+std::string f32(double value) { return literal(DType::F32, value); }
+
+// Constants and per-launch scalars, before any loop. `step` is the name of the step pointer
+// (Adam only).
+void emit_prologue(BodyWriter& w, const ir::Node& node, const std::string& step) {
+  w.line("constexpr float kLr = {};", f32(attr_float(node, "lr")));
+  const double weight_decay = attr_float(node, "weight_decay");
+  if (!is_adam(node)) {
+    const double momentum = attr_float(node, "momentum");
+    if (weight_decay != 0) w.line("constexpr float kWeightDecay = {};", f32(weight_decay));
+    if (momentum != 0) {
+      w.line("constexpr float kMomentum = {};", f32(momentum));
+      w.line("constexpr float kOneMinusDampening = {};",
+             f32(1 - attr_float(node, "dampening")));
+    }
+    return;
+  }
+  const double beta1 = attr_float(node, "beta1");
+  const double beta2 = attr_float(node, "beta2");
+  w.line("constexpr float kBeta1 = {};", f32(beta1));
+  w.line("constexpr float kBeta2 = {};", f32(beta2));
+  // 1 - beta is a literal of its own: computed in float from beta2 = 0.999f it would carry a
+  // relative error of ~3e-5, which bias correction then multiplies into every update.
+  w.line("constexpr float kOneMinusBeta1 = {};", f32(1 - beta1));
+  w.line("constexpr float kOneMinusBeta2 = {};", f32(1 - beta2));
+  w.line("constexpr float kEps = {};", f32(attr_float(node, "eps")));
+  if (weight_decay != 0 && node.op == "adamw_update")
+    w.line("constexpr float kDecay = {};  // 1 - lr * weight_decay", f32(1 - attr_float(node, "lr") * weight_decay));
+  else if (weight_decay != 0)
+    w.line("constexpr float kWeightDecay = {};", f32(weight_decay));
+  const DType step_dtype = node.inputs[4]->type.dtype;
+  w.comment("The step count is read at run time, so bias correction needs no recompilation.");
+  // Named step_count: the one-op kernel's pointer parameter is `step`.
+  w.line("const float step_count = static_cast<float>({});", load(step_dtype, step + "[0]"));
+  w.comment("1 - beta^step as -expm1(step * log1p(-(1 - beta))): no cancellation for beta near 1.");
+  w.line("const float bias_correction1 = -expm1f(step_count * log1pf(-kOneMinusBeta1));");
+  w.line("const float bias_correction2 = -expm1f(step_count * log1pf(-kOneMinusBeta2));");
+  w.line("const float step_size = kLr / bias_correction1;");
+  w.line("const float inv_sqrt_bias_correction2 = 1.0f / sqrtf(bias_correction2);");
+}
+
+// The update of element `j`: `in` names the operand pointers (param, grad, then the state),
+// `out` the result pointers (param, then the state), in the op's order.
+void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::string>& in,
+                  const std::vector<std::string>& out, const std::string& j) {
+  const DType dtype = node.inputs[0]->type.dtype;
+  auto at = [&](const std::string& pointer) { return load(dtype, pointer + "[" + j + "]"); };
+  auto put = [&](const std::string& pointer, const std::string& value) {
+    w.line("{}[{}] = {};", pointer, j, store(dtype, value));
+  };
+  const double weight_decay = attr_float(node, "weight_decay");
+  w.line("float p_val = {};", at(in[0]));
+  w.line("float g_val = {};", at(in[1]));
+  if (!is_adam(node)) {
+    if (weight_decay != 0) w.line("g_val += kWeightDecay * p_val;");
+    if (node.inputs.size() == 3) {
+      w.line("const float buf_val = kMomentum * {} + kOneMinusDampening * g_val;", at(in[2]));
+      put(out[1], "buf_val");
+      w.line(attr<bool>(node, "nesterov") ? "g_val += kMomentum * buf_val;  // Nesterov"
+                                          : "g_val = buf_val;");
+    }
+    put(out[0], "p_val - kLr * g_val");
+    return;
+  }
+  if (weight_decay != 0)
+    w.line(node.op == "adamw_update" ? "p_val *= kDecay;  // decoupled weight decay"
+                                     : "g_val += kWeightDecay * p_val;  // L2 penalty");
+  w.line("const float m_val = kBeta1 * {} + kOneMinusBeta1 * g_val;", at(in[2]));
+  w.line("const float v_val = kBeta2 * {} + kOneMinusBeta2 * g_val * g_val;", at(in[3]));
+  put(out[1], "m_val");
+  put(out[2], "v_val");
+  w.line("const float denom = sqrtf(v_val) * inv_sqrt_bias_correction2 + kEps;");
+  put(out[0], "p_val - step_size * m_val / denom");
+}
+
+std::vector<std::string> state_inputs(const std::vector<std::string>& params, bool adam) {
+  return adam ? std::vector<std::string>(params.begin(), params.begin() + 4) : params;
+}
+
+KernelSpec emit_update(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const int64_t count = ir::num_elements(node.inputs[0]->type.shape);
+  const std::string type = index_type(count);
+  const bool adam = is_adam(node);
+  BodyWriter w;
+  emit_prologue(w, node, adam ? request.input_params[4] : "");
+  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  open_grid_stride_loop(w, "i", type, "kCount");
+  emit_element(w, node, state_inputs(request.input_params, adam), request.output_params, "i");
+  w.close();
+  KernelSpec spec = grid_stride_spec(count);
+  spec.body = w.take();
+  spec.note = "grid-stride map: one parameter's update, arithmetic in float";
+  return spec;
+}
+
+// --- multi-tensor ----------------------------------------------------------------------------
+
+[[noreturn]] void reject(const ir::Node& kernel, const std::string& why) {
+  throw Error(kernel.loc.render(), kernel.describe() + ": a multi_update kernel " + why);
+}
+
+// The kernel parameter of every body value that is a kernel operand or result.
+struct Binding {
+  std::vector<std::string> in;   // per operand of the update
+  std::vector<std::string> out;  // per result of the update
+};
+
+Binding bind(const KernelRequest& request, const ir::Node& update) {
+  const ir::Graph& body = *request.node.body;
+  Binding binding;
+  for (const ir::Value* operand : update.inputs) {
+    const auto it = std::find(body.inputs.begin(), body.inputs.end(), operand);
+    if (it == body.inputs.end())
+      reject(request.node, "reads only its operands; " + update.describe() + " reads '" +
+                               operand->name + "', computed in the kernel");
+    binding.in.push_back(request.input_params[it - body.inputs.begin()]);
+  }
+  for (const ir::Value* result : update.results) {
+    const auto it = std::find(body.outputs.begin(), body.outputs.end(), result);
+    if (it == body.outputs.end())
+      reject(request.node, "returns every updated tensor; '" + result->name + "' of " +
+                               update.describe() + " is not returned");
+    binding.out.push_back(request.output_params[it - body.outputs.begin()]);
+  }
+  return binding;
+}
+
+// Lambda parameter names, after the op's operand names: the arithmetic reads the same as in
+// the one-op kernel.
+std::vector<std::string> lambda_names(const std::vector<std::string>& names, const char* prefix) {
+  std::vector<std::string> out;
+  for (const std::string& name : names) out.push_back(prefix + name);
+  return out;
+}
+
+}  // namespace
+
+KernelSpec emit_multi_tensor_update(const KernelRequest& request,
+                                    const std::vector<const ir::Node*>& updates) {
+  const ir::Node& kernel = request.node;
+  if (updates.empty()) reject(kernel, "needs at least one update node");
+  const ir::Node& first = *updates.front();
+  const DType dtype = first.inputs[0]->type.dtype;
+  const bool adam = is_adam(first);
+  for (const ir::Node* update : updates) {
+    if (update->op != "sgd_update" && !is_adam(*update))
+      reject(kernel, "holds only sgd_update, adam_update or adamw_update nodes, not " +
+                         update->describe());
+    if (update->op != first.op || update->attrs != first.attrs ||
+        update->inputs.size() != first.inputs.size() || update->inputs[0]->type.dtype != dtype)
+      reject(kernel, "updates with one op, one set of attributes and one dtype; " +
+                         update->describe() + " differs from " + first.describe());
+    if (adam && update->inputs[4] != first.inputs[4])
+      reject(kernel, "reads one step count; " + update->describe() + " and " +
+                         first.describe() + " read different ones");
+  }
+
+  std::vector<Binding> bindings;
+  std::vector<int64_t> offsets{0};  // segment s is [offsets[s], offsets[s + 1])
+  for (const ir::Node* update : updates) {
+    bindings.push_back(bind(request, *update));
+    offsets.push_back(offsets.back() + ir::num_elements(update->inputs[0]->type.shape));
+  }
+  const int64_t total = offsets.back();
+  const std::string type = index_type(total);
+  const std::string element(c_type(dtype));
+
+  // The lambda's pointer names: the registry's operand names (param, grad, ...) and new_*.
+  const ir::OpDef& def = *ir::OpRegistry::instance().find(first.op);
+  std::vector<std::string> operand_names(def.input_names.begin(),
+                                         def.input_names.begin() + (adam ? 4 : first.inputs.size()));
+  std::vector<std::string> result_names = lambda_names(
+      std::vector<std::string>(operand_names.begin(), operand_names.end()), "new_");
+  result_names.erase(result_names.begin() + 1);  // no result for grad
+
+  BodyWriter w;
+  emit_prologue(w, first, adam ? bindings.front().in[4] : "");
+  w.line("constexpr int kSegments = {};", updates.size());
+  w.line("constexpr {} kTotal = {};", type, int_literal(total, type));
+  w.comment("Parameter s owns elements [kSegmentOffset[s], kSegmentOffset[s + 1]) of the loop.");
+  w.line("constexpr {} kSegmentOffset[kSegments + 1] = {};", type, array_literal(offsets, type));
+  std::string signature;
+  for (const std::string& name : operand_names)
+    signature += fmt::format("const {}* __restrict__ {}, ", element, name);
+  for (const std::string& name : result_names)
+    signature += fmt::format("{}* __restrict__ {}, ", element, name);
+  w.open("const auto update = [&]({}{} j)", signature, type);
+  emit_element(w, first, operand_names, result_names, "j");
+  w.close(";");
+  w.line("int segment = 0;");
+  open_grid_stride_loop(w, "i", type, "kTotal");
+  w.comment("A thread's indices only grow, so its segment only moves forward.");
+  w.open("while (i >= kSegmentOffset[segment + 1])");
+  w.line("++segment;");
+  w.close();
+  w.line("const {} j = i - kSegmentOffset[segment];", type);
+  w.open("switch (segment)");
+  for (size_t s = 0; s < updates.size(); ++s) {
+    std::string args;
+    for (size_t k = 0; k < operand_names.size(); ++k) args += bindings[s].in[k] + ", ";
+    for (const std::string& out : bindings[s].out) args += out + ", ";
+    w.line("case {}: update({}j); break;  // {} {}", s, args, updates[s]->describe(),
+           updates[s]->inputs[0]->type.to_string());
+  }
+  w.close();
+  w.close();
+  KernelSpec spec = grid_stride_spec(total);
+  spec.body = w.take();
+  spec.note = fmt::format("multi-tensor {}: {} parameters, {} elements, one grid-stride loop over "
+                          "their concatenation",
+                          first.op, updates.size(), total);
+  return spec;
+}
+
+void add_optimizer_emitters(EmitterTable& table) {
+  table.emplace_back("sgd_update", emit_update);
+  table.emplace_back("adam_update", emit_update);
+  table.emplace_back("adamw_update", emit_update);
+}
+
+}  // namespace kiln::codegen
