@@ -73,6 +73,22 @@ int64_t softmax_cross_entropy_flops(const ir::Node& node) {
 // A subtract, a square and an add per element, one divide for the mean.
 int64_t mse_loss_flops(const ir::Node& node) { return 3 * operand_elements(node, 0) + 1; }
 
+// Per parameter element: p - lr * d (2), weight decay d += wd * p (2), momentum
+// buf = momentum * buf + (1 - dampening) * d (3) and Nesterov's d + momentum * buf (2).
+int64_t sgd_update_flops(const ir::Node& node) {
+  int64_t per_element = 2;
+  if (attr<double>(node, "weight_decay") != 0) per_element += 2;
+  if (node.inputs.size() == 3) per_element += attr<bool>(node, "nesterov") ? 5 : 3;
+  return per_element * result_elements(node);
+}
+
+// Per parameter element: the two moments (3 and 4), sqrt(v) * c + eps (3), the step
+// p - step_size * m / denom (3), weight decay (2); the bias corrections are per launch.
+int64_t adam_update_flops(const ir::Node& node) {
+  const int64_t decay = attr<double>(node, "weight_decay") != 0 ? 2 : 0;
+  return (13 + decay) * result_elements(node);
+}
+
 int64_t node_flops(const ir::Node& node);
 
 int64_t kernel_flops(const ir::Node& node) {
@@ -112,6 +128,19 @@ constexpr Rule kRules[] = {
     {"softmax", per_result<5>}, {"log_softmax", per_result<5>},
     {"softmax_cross_entropy", softmax_cross_entropy_flops},
     {"mse_loss", mse_loss_flops},
+    // Optimizer updates: a fixed count per parameter element.
+    {"sgd_update", sgd_update_flops}, {"adam_update", adam_update_flops},
+    {"adamw_update", adam_update_flops},
+    // Backward ops (ir/ops/grad_ops.cpp). Elementwise derivatives: a few operations per
+    // element (gelu's is the costliest: an erf or tanh and a handful of multiply-adds).
+    {"broadcast_to", no_flops}, {"scale", per_result<1>},
+    {"relu_grad", per_result<1>}, {"leaky_relu_grad", per_result<1>},
+    {"sigmoid_grad", per_result<3>}, {"tanh_grad", per_result<3>}, {"gelu_grad", per_result<8>},
+    {"abs_grad", per_result<1>}, {"clip_grad", per_result<2>},
+    // A row sum of dy (times y for softmax), then a multiply-subtract per element.
+    {"softmax_grad", per_result<4>}, {"log_softmax_grad", per_result<4>},
+    // The forward softmax of each row again (5), then subtract the one-hot and scale (2).
+    {"softmax_cross_entropy_grad", per_result<7>},
     // A fused kernel: the sum over the nodes of its body.
     {"kernel", kernel_flops},
 };

@@ -62,7 +62,10 @@ const OpRegistry& OpRegistry::instance() {
     register_shape_ops(r);
     register_reduce_ops(r);
     register_loss_ops(r);
+    register_optimizer_ops(r);
     register_kernel_op(r);
+    register_grad_ops(r);
+    register_gradient_rules(r);
     return r;
   }();
   return registry;
@@ -93,6 +96,12 @@ void OpRegistry::add(OpDef def) {
 
 const OpDef* OpRegistry::find(std::string_view name) const {
   for (const OpDef& def : ops_)
+    if (def.name == name) return &def;
+  return nullptr;
+}
+
+OpDef* OpRegistry::find_mutable(std::string_view name) {
+  for (OpDef& def : ops_)
     if (def.name == name) return &def;
   return nullptr;
 }

@@ -52,6 +52,16 @@ struct OpError {
 
 using InferFn = std::function<std::vector<TensorType>(const InferContext&)>;
 
+class GradBuilder;  // ir/grad_builder.h
+class Node;
+class Value;
+// A gradient rule (reverse mode): given a forward node and the gradient of each of its results
+// (nullptr for a result nothing downstream differentiates), appends the backward nodes through
+// `builder` and returns one gradient per operand, of the operand's type (nullptr for an operand
+// that has none: integer labels, or one the op does not depend on smoothly).
+using GradFn = std::function<std::vector<Value*>(GradBuilder& builder, const Node& node,
+                                                 const std::vector<Value*>& result_grads)>;
+
 struct OpDef {
   std::string name;
   std::string summary;                  // one line, for docs and --help
@@ -61,6 +71,7 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   OpKind kind = OpKind::Opaque;
   InferFn infer;
+  GradFn grad = nullptr;                // nullptr: not differentiable (yet); see passes/autodiff
 
   const AttrSpec* find_attr(std::string_view attr_name) const;
 };
@@ -72,6 +83,8 @@ class OpRegistry {
 
   void add(OpDef def);
   const OpDef* find(std::string_view name) const;
+  // For attaching gradient rules after every op is registered (register_gradient_rules).
+  OpDef* find_mutable(std::string_view name);
   const std::vector<OpDef>& all() const { return ops_; }
   // The registered name closest to `unknown` (edit distance), if one is close enough.
   std::optional<std::string> suggest(std::string_view unknown) const;
@@ -95,6 +108,11 @@ void register_nn_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
 void register_reduce_ops(OpRegistry& registry);
 void register_loss_ops(OpRegistry& registry);
+void register_optimizer_ops(OpRegistry& registry);
+// Backward ops (ir/ops/grad_ops.cpp) and the gradient rules of every differentiable op
+// (ir/gradients/*.cpp); the rules attach last, once every op they name exists.
+void register_grad_ops(OpRegistry& registry);
+void register_gradient_rules(OpRegistry& registry);
 // The fused-kernel op, "kernel" (ir/kernel_region.h).
 inline constexpr std::string_view kKernelOp = "kernel";
 void register_kernel_op(OpRegistry& registry);

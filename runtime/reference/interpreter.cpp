@@ -22,6 +22,8 @@ const KernelTable& kernel_table() {
     add_nn_kernels(t);
     add_shape_kernels(t);
     add_reduce_kernels(t);
+    add_grad_kernels(t);
+    add_optimizer_kernels(t);
     t.emplace(std::string(ir::kKernelOp), run_kernel_body);
     return t;
   }();

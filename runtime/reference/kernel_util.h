@@ -28,6 +28,8 @@ void add_elementwise_kernels(KernelTable& table);
 void add_nn_kernels(KernelTable& table);
 void add_shape_kernels(KernelTable& table);
 void add_reduce_kernels(KernelTable& table);
+void add_grad_kernels(KernelTable& table);  // backward ops (kernels_grad*.cpp)
+void add_optimizer_kernels(KernelTable& table);
 
 namespace ref {
 

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "codegen/emit.h"
+#include "codegen/kernel_emitter.h"
 #include "ir/diagnostic.h"
 #include "ir/verifier.h"
 #include "runtime/compile/nvrtc.h"
@@ -39,10 +40,40 @@ const std::set<std::string> kAccumulatingOps = {
     "mse_loss"};
 
 double tolerance_for(const TorchCase& test_case) {
-  const double rounding = testing_support::rounding_tolerance(test_case.expected.dtype());
+  const ir::DType dtype = test_case.expected.at(0).dtype();
+  const double rounding = testing_support::rounding_tolerance(dtype);
   if (kAccumulatingOps.count(test_case.op)) return std::max(rounding, 1e-4);
   // Transcendental functions: device and host libm are within a few ulps of the exact value.
-  return std::max(rounding, ir::is_floating(test_case.expected.dtype()) ? 1e-5 : 0.0);
+  return std::max(rounding, ir::is_floating(dtype) ? 1e-5 : 0.0);
+}
+
+// Backward ops (ir/ops/grad_ops.cpp) that codegen does not emit yet: their cases are skipped
+// here, by name and visibly; their reference kernels are still checked by torch_diff_test.
+// Any OTHER op without an emitter fails the sweep.
+const std::set<std::string> kBackwardOpsWithoutEmitters = {
+    "broadcast_to", "scale", "relu_grad", "leaky_relu_grad", "sigmoid_grad", "tanh_grad",
+    "gelu_grad", "abs_grad", "clip_grad", "softmax_grad", "log_softmax_grad",
+    "softmax_cross_entropy_grad"};
+
+// Drops the cases of kBackwardOpsWithoutEmitters (printing each op once); throws for any other
+// op without an emitter, and for a listed op that has one (the list must shrink with codegen).
+std::vector<TorchCase> emittable_cases(std::vector<TorchCase> cases) {
+  std::vector<TorchCase> kept;
+  std::set<std::string> skipped;
+  for (TorchCase& c : cases) {
+    const bool has_emitter = codegen::find_kernel_emitter(c.op) != nullptr;
+    const bool listed = kBackwardOpsWithoutEmitters.count(c.op) > 0;
+    if (has_emitter && listed)
+      throw std::runtime_error("op '" + c.op + "' has an emitter now: remove it from "
+                               "kBackwardOpsWithoutEmitters");
+    if (!has_emitter && !listed)
+      throw std::runtime_error("codegen has no emitter for op '" + c.op + "'");
+    if (listed) skipped.insert(c.op);
+    else kept.push_back(std::move(c));
+  }
+  for (const std::string& op : skipped)
+    std::cout << "sweep: SKIPPED op " << op << " (backward op without a codegen emitter yet)\n";
+  return kept;
 }
 
 struct Sweep {
@@ -51,6 +82,7 @@ struct Sweep {
   codegen::Program program;
   std::unique_ptr<runtime::host::HostModule> module;
   std::vector<ir::Tensor> inputs;      // graph order
+  std::vector<size_t> first_output;    // per case: the graph output of its result 0
 };
 
 Sweep* g_sweep = nullptr;
@@ -100,9 +132,13 @@ void check_case(size_t schedule, size_t index) {
   const ScheduleRun& run = outputs_for(schedule);
   ASSERT_TRUE(run.error.empty()) << run.error;
   const TorchCase& test_case = g_sweep->cases[index];
-  const std::string mismatch = testing_support::compare_tensors(
-      run.outputs.at(index), test_case.expected, tolerance_for(test_case));
-  EXPECT_TRUE(mismatch.empty()) << test_case.name << " (" << run.name << "): " << mismatch;
+  for (size_t i = 0; i < test_case.expected.size(); ++i) {
+    const std::string mismatch = testing_support::compare_tensors(
+        run.outputs.at(g_sweep->first_output[index] + i), test_case.expected[i],
+        tolerance_for(test_case));
+    EXPECT_TRUE(mismatch.empty()) << test_case.name << " result " << i << " (" << run.name
+                                  << "): " << mismatch;
+  }
 }
 
 void check_nvrtc() {
@@ -147,12 +183,14 @@ int main(int argc, char** argv) {
   static Sweep sweep;
   g_sweep = &sweep;
   try {
-    sweep.cases = testing_support::load_torch_cases(argv[1]);
+    sweep.cases = emittable_cases(testing_support::load_torch_cases(argv[1]));
     sweep.graph.name = "sweep";
     for (size_t i = 0; i < sweep.cases.size(); ++i) {
       ir::Node* node = testing_support::add_case_node(sweep.graph, sweep.cases[i],
                                                       "c" + std::to_string(i) + "_");
-      sweep.graph.outputs.push_back(node->results.at(0));
+      // Every result (an optimizer update returns the parameter and its state).
+      sweep.first_output.push_back(sweep.graph.outputs.size());
+      for (ir::Value* result : node->results) sweep.graph.outputs.push_back(result);
       for (const ir::Tensor& input : sweep.cases[i].inputs) sweep.inputs.push_back(input);
     }
     ir::verify(sweep.graph);

@@ -8,6 +8,7 @@ broadcasting, negative axes, padding and the other attributes. Each case is writ
 DIR/<name>.in<i>.npy (float inputs as f32; labels and integer inputs as i32/i64; bool as bool),
 DIR/<name>.out.npy (the expected result) and one entry of DIR/cases.json:
   {"name": ..., "op": ..., "attrs": {...}, "inputs": [...], "expected": "<name>.out.npy"}
+(a multi-result op lists its results: "expected": ["<name>.out.npy", "<name>.out1.npy", ...]).
 tests/torch/torch_diff_test.cpp builds each case as a one-node graph and compares.
 
 The oracle: PyTorch evaluates each op IN FLOAT64 on the same f32 inputs, and the answer is
@@ -16,7 +17,8 @@ compute in double, round once), so a correct kernel agrees to about an ulp, and 
 tolerance can tell a real bug from float32 rounding noise. Comparing against float32 PyTorch
 would leave us comparing two different rounding paths and force a loose tolerance.
 
-The neural-network cases live in nn_cases.py; case_writer.py writes the files.
+The neural-network cases live in nn_cases.py, the optimizer steps in optimizer_cases.py;
+case_writer.py writes the files.
 """
 import argparse
 import math
@@ -28,7 +30,9 @@ import torch.nn.functional as F
 sys.dont_write_bytecode = True  # importing the sibling modules must not leave __pycache__ here
 import case_writer
 from case_writer import TORCH_DTYPES, add_case, kiln_dtype, positive, randint, randn, shape_tag
+from grad_cases import backward_op_cases
 from nn_cases import conv_cases, matmul_cases, norm_cases, pool_cases
+from optimizer_cases import optimizer_cases
 
 
 # --- elementwise --------------------------------------------------------------------------------
@@ -254,7 +258,8 @@ def main():
     case_writer.start(parser.parse_args().out)
     torch.manual_seed(0)
     for generate in (elementwise_cases, conv_cases, matmul_cases, pool_cases, norm_cases,
-                     shape_cases, reduce_cases, loss_cases, f16_cases):
+                     shape_cases, reduce_cases, loss_cases, f16_cases, optimizer_cases,
+                     backward_op_cases):
         generate()
     count = case_writer.finish()
     print(f"wrote {count} cases to {case_writer.OUT_DIR}", file=sys.stderr)

@@ -1,0 +1,98 @@
+// Gradient rules of the elementwise ops (ir/ops/elementwise.cpp).
+//
+// Binary ops broadcast, so each operand's gradient is summed back to its own shape
+// (GradBuilder::sum_to). Unary rules read whichever forward value makes the derivative
+// cheapest: y for exp, sigmoid, tanh and sqrt, x for the rest. Where one existing op says it,
+// the rule uses it; otherwise a backward op from ir/ops/grad_ops.cpp.
+#include <string>
+
+#include "ir/diagnostic.h"
+#include "ir/gradients/gradients.h"
+
+namespace kiln::ir::gradients {
+namespace {
+
+using Grads = std::vector<Value*>;
+
+Value* x_of(const Node& node) { return node.inputs[0]; }
+Value* y_of(const Node& node) { return node.results[0]; }
+const Shape& shape_of(const Node& node, int i) { return node.inputs[i]->type.shape; }
+
+// A unary op whose gradient is one backward op of (dy, saved) with some of the forward attrs.
+GradFn unary_backward_op(std::string op, bool saves_result, std::vector<std::string> attrs = {}) {
+  return [op, saves_result, attrs](GradBuilder& b, const Node& node, const Grads& dy) -> Grads {
+    AttrMap copied;
+    for (const std::string& name : attrs) copied[name] = node.attrs.at(name);
+    return {b.op(op, {dy[0], saves_result ? y_of(node) : x_of(node)}, std::move(copied))};
+  };
+}
+
+}  // namespace
+
+void add_elementwise_rules(OpRegistry& registry) {
+  set_rule(registry, "add", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.sum_to(dy[0], shape_of(n, 0)), b.sum_to(dy[0], shape_of(n, 1))};
+  });
+  set_rule(registry, "sub", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.sum_to(dy[0], shape_of(n, 0)), b.op("neg", {b.sum_to(dy[0], shape_of(n, 1))})};
+  });
+  set_rule(registry, "mul", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.sum_to(b.op("mul", {dy[0], n.inputs[1]}), shape_of(n, 0)),
+            b.sum_to(b.op("mul", {dy[0], n.inputs[0]}), shape_of(n, 1))};
+  });
+  // d(a/b)/db = -a/b^2 = -(1/b) * y: reuses the quotient dy/b and the forward result.
+  set_rule(registry, "div", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    Value* quotient = b.op("div", {dy[0], n.inputs[1]});
+    return {b.sum_to(quotient, shape_of(n, 0)),
+            b.sum_to(b.op("neg", {b.op("mul", {quotient, y_of(n)})}), shape_of(n, 1))};
+  });
+
+  set_rule(registry, "relu", unary_backward_op("relu_grad", false));
+  set_rule(registry, "leaky_relu", unary_backward_op("leaky_relu_grad", false, {"alpha"}));
+  set_rule(registry, "sigmoid", unary_backward_op("sigmoid_grad", true));
+  set_rule(registry, "tanh", unary_backward_op("tanh_grad", true));
+  set_rule(registry, "gelu", unary_backward_op("gelu_grad", false, {"approximate"}));
+  set_rule(registry, "abs", unary_backward_op("abs_grad", false));
+  set_rule(registry, "clip", unary_backward_op("clip_grad", false, {"min", "max"}));
+
+  set_rule(registry, "exp", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op("mul", {dy[0], y_of(n)})};
+  });
+  set_rule(registry, "log", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op("div", {dy[0], x_of(n)})};
+  });
+  // sqrt' = 1 / (2 sqrt(x)) = 0.5 / y.
+  set_rule(registry, "sqrt", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op("div", {b.scale(dy[0], 0.5), y_of(n)})};
+  });
+  // rsqrt' = -0.5 x^(-3/2) = -0.5 * y / x.
+  set_rule(registry, "rsqrt", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.scale(b.op("mul", {dy[0], b.op("div", {y_of(n), x_of(n)})}), -0.5)};
+  });
+  set_rule(registry, "neg", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op("neg", {dy[0]})};
+  });
+  // pow' = p * x^(p-1). p = 0 is constant: a zero gradient, which also avoids 0 * inf at x = 0.
+  set_rule(registry, "pow", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const double p = std::get<double>(n.attrs.at("exponent"));
+    if (p == 0.0) return {b.scale(dy[0], 0.0)};
+    if (p == 1.0) return {dy[0]};
+    Value* power = b.op("pow", {x_of(n)}, {{"exponent", p - 1.0}});
+    return {b.scale(b.op("mul", {dy[0], power}), p)};
+  });
+  // A float-to-float cast's gradient is cast back; integer operands get none.
+  set_rule(registry, "cast", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    if (!is_floating(x_of(n)->type.dtype)) return {nullptr};
+    return {b.op("cast", {dy[0]}, {{"to", std::string(dtype_name(x_of(n)->type.dtype))}})};
+  });
+  // Inference dropout is the identity. Training dropout's mask is not a value of the graph
+  // yet, so its rule must wait for the random-number ops.
+  set_rule(registry, "dropout", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    if (std::get<bool>(n.attrs.at("training")))
+      throw Error(n.loc.render(), n.describe() + ": dropout in training mode has no gradient "
+                                                 "rule yet (its mask is not a graph value)");
+    return {dy[0]};
+  });
+}
+
+}  // namespace kiln::ir::gradients

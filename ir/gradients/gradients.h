@@ -1,0 +1,17 @@
+// Gradient rules, one file per op family; register_gradient_rules (op_registry.h) attaches
+// them all. See OpDef::grad for the contract and ir/grad_builder.h for the helpers.
+#pragma once
+
+#include "ir/grad_builder.h"
+#include "ir/op_registry.h"
+
+namespace kiln::ir::gradients {
+
+// Sets the rule of the (already registered) op `op`.
+void set_rule(OpRegistry& registry, std::string_view op, GradFn rule);
+
+void add_elementwise_rules(OpRegistry& registry);
+void add_shape_reduce_rules(OpRegistry& registry);
+void add_nn_rules(OpRegistry& registry);
+
+}  // namespace kiln::ir::gradients

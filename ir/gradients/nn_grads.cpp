@@ -1,0 +1,95 @@
+// Gradient rules of the neural-network ops and losses (ir/ops/nn.cpp, ir/ops/loss.cpp).
+//
+// Products differentiate into products (dense and matmul into matmuls with a transposed
+// operand, as in any autograd); softmax and the losses into their backward ops, which read the
+// forward result (softmax, log_softmax) or recompute from the logits (cross entropy: the
+// softmax of the logits is not a forward value).
+#include "ir/gradients/gradients.h"
+
+namespace kiln::ir::gradients {
+namespace {
+
+using Grads = std::vector<Value*>;
+using Ints = std::vector<int64_t>;
+
+bool bool_attr(const Node& node, const char* name) { return std::get<bool>(node.attrs.at(name)); }
+
+// All axes of a rank-`rank` tensor except `keep`.
+Ints axes_except(int rank, int keep) {
+  Ints axes;
+  for (int d = 0; d < rank; ++d)
+    if (d != keep) axes.push_back(d);
+  return axes;
+}
+
+// dense: y = x W^T + b over x [..., K], W [N, K]. With the leading dims flattened to M rows:
+// dx = dy W, dW = dy^T x, db = column sums of dy.
+Grads dense_rule(GradBuilder& b, const Node& n, const Grads& dy) {
+  const Shape& x_shape = n.inputs[0]->type.shape;
+  const Shape& w_shape = n.inputs[1]->type.shape;
+  const int64_t rows = num_elements(x_shape) / x_shape.back();
+  Value* dy2 = b.reshape(dy[0], {rows, w_shape[0]});
+  Value* x2 = b.reshape(n.inputs[0], {rows, w_shape[1]});
+  Grads grads = {b.reshape(b.op("matmul", {dy2, n.inputs[1]}), x_shape),
+                 b.op("matmul", {dy2, x2}, {{"transpose_a", true}})};
+  if (n.inputs.size() == 3) grads.push_back(b.op("reduce_sum", {dy2}, {{"axes", Ints{0}}}));
+  return grads;
+}
+
+// matmul: Y = A B with A = a or a^T, B = b or b^T. dA = dY B^T and dB = A^T dY, each written
+// as one matmul on the stored operands (transposing the product where the operand is stored
+// transposed), then summed over the batch dims that broadcasting added.
+Grads matmul_rule(GradBuilder& b, const Node& n, const Grads& dy) {
+  Value* a = n.inputs[0];
+  Value* bv = n.inputs[1];
+  const bool ta = bool_attr(n, "transpose_a");
+  const bool tb = bool_attr(n, "transpose_b");
+  auto mm = [&](Value* lhs, Value* rhs, bool tl, bool tr) {
+    return b.op("matmul", {lhs, rhs}, {{"transpose_a", tl}, {"transpose_b", tr}});
+  };
+  Value* da = ta ? mm(bv, dy[0], tb, true) : mm(dy[0], bv, false, !tb);
+  Value* db = tb ? mm(dy[0], a, true, ta) : mm(a, dy[0], !ta, false);
+  return {b.sum_to(da, a->type.shape), b.sum_to(db, bv->type.shape)};
+}
+
+Grads softmax_like_rule(const char* backward, GradBuilder& b, const Node& n, const Grads& dy) {
+  return {b.op(backward, {dy[0], n.results[0]}, {{"axis", n.attrs.at("axis")}})};
+}
+
+}  // namespace
+
+void add_nn_rules(OpRegistry& registry) {
+  set_rule(registry, "bias_add", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const int rank = n.inputs[0]->type.rank();
+    const int axis = *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), rank);
+    Ints axes = axes_except(rank, axis);
+    return {dy[0], axes.empty() ? dy[0] : b.op("reduce_sum", {dy[0]}, {{"axes", axes}})};
+  });
+  set_rule(registry, "dense", dense_rule);
+  set_rule(registry, "matmul", matmul_rule);
+  set_rule(registry, "softmax", [](GradBuilder& b, const Node& n, const Grads& dy) {
+    return softmax_like_rule("softmax_grad", b, n, dy);
+  });
+  set_rule(registry, "log_softmax", [](GradBuilder& b, const Node& n, const Grads& dy) {
+    return softmax_like_rule("log_softmax_grad", b, n, dy);
+  });
+  set_rule(registry, "global_avg_pool", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const Shape& x = n.inputs[0]->type.shape;
+    return {b.scale(b.broadcast_to(dy[0], x), 1.0 / static_cast<double>(x[2] * x[3]))};
+  });
+
+  set_rule(registry, "softmax_cross_entropy",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+             return {b.op("softmax_cross_entropy_grad", {dy[0], n.inputs[0], n.inputs[1]}),
+                     nullptr};
+           });
+  // mean((p - t)^2): dp = 2 (p - t) dy / count, dt = -dp.
+  set_rule(registry, "mse_loss", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const double count = static_cast<double>(num_elements(n.inputs[0]->type.shape));
+    Value* diff = b.op("sub", {n.inputs[0], n.inputs[1]});
+    Value* dp = b.scale(b.op("mul", {diff, dy[0]}), 2.0 / count);
+    return {dp, b.op("neg", {dp})};
+  });
+}
+
+}  // namespace kiln::ir::gradients

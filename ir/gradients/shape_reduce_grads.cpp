@@ -1,0 +1,77 @@
+// Gradient rules of the shape ops and reductions (ir/ops/shape_ops.cpp, ir/ops/reduce.cpp).
+//
+// Shape ops only move elements, so their gradients move dy back: reshape undoes reshape, the
+// inverse permutation undoes transpose, slices of dy undo concat, and a zero-padded scatter
+// (slice_grad) undoes slice. Sum and mean spread dy evenly over the elements they reduced.
+#include "ir/gradients/gradients.h"
+
+namespace kiln::ir::gradients {
+namespace {
+
+using Grads = std::vector<Value*>;
+using Ints = std::vector<int64_t>;
+
+const Ints& ints_attr(const Node& node, const char* name) {
+  return std::get<Ints>(node.attrs.at(name));
+}
+
+// x's shape with the reduced axes kept as 1, and how many elements each result element sums.
+std::pair<Shape, int64_t> keepdims_shape(const Node& node) {
+  Shape shape = node.inputs[0]->type.shape;
+  const Ints& axes = ints_attr(node, "axes");
+  int64_t count = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    bool reduced = axes.empty();
+    for (int64_t axis : axes) reduced |= *normalize_axis(axis, static_cast<int>(shape.size())) == static_cast<int>(d);
+    if (!reduced) continue;
+    count *= shape[d];
+    shape[d] = 1;
+  }
+  return {shape, count};
+}
+
+Grads reshape_back(GradBuilder& b, const Node& n, const Grads& dy) {
+  return {b.reshape(dy[0], n.inputs[0]->type.shape)};
+}
+
+}  // namespace
+
+void add_shape_reduce_rules(OpRegistry& registry) {
+  set_rule(registry, "reshape", reshape_back);
+  set_rule(registry, "flatten", reshape_back);
+  set_rule(registry, "transpose", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const int rank = n.inputs[0]->type.rank();
+    Ints perm = ints_attr(n, "perm");
+    if (perm.empty())
+      for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
+    Ints inverse(rank);
+    for (int d = 0; d < rank; ++d) inverse[perm[d]] = d;
+    return {b.op("transpose", {dy[0]}, {{"perm", inverse}})};
+  });
+  set_rule(registry, "concat", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const int rank = n.inputs[0]->type.rank();
+    const int64_t axis = *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), rank);
+    Grads grads;
+    int64_t offset = 0;
+    for (const Value* input : n.inputs) {
+      const int64_t size = input->type.shape[axis];
+      grads.push_back(n.inputs.size() == 1
+                          ? dy[0]
+                          : b.op("slice", {dy[0]},
+                                 {{"starts", Ints{offset}}, {"ends", Ints{offset + size}},
+                                  {"axes", Ints{axis}}}));
+      offset += size;
+    }
+    return grads;
+  });
+  set_rule(registry, "reduce_sum", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.expand_reduced(dy[0], keepdims_shape(n).first, n.inputs[0]->type.shape)};
+  });
+  set_rule(registry, "reduce_mean", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    auto [keep, count] = keepdims_shape(n);
+    Value* spread = b.expand_reduced(dy[0], keep, n.inputs[0]->type.shape);
+    return {b.scale(spread, 1.0 / static_cast<double>(count))};
+  });
+}
+
+}  // namespace kiln::ir::gradients
