@@ -2,7 +2,10 @@
 // model given, cold (empty kernel cache) and warm (cache hit), plus the host compiler.
 // A program, not a test: it prints figures and asserts nothing.
 //
-//   build/kiln_compile_latency examples/*.json
+//   build/kiln_compile_latency [-O1] examples/*.json
+//
+// Without -O1 each graph is compiled as written (one kernel per node); with it, after the
+// default inference pipeline (fusion included), timing the passes too.
 #include <chrono>
 #include <filesystem>
 #include <fmt/format.h>
@@ -11,7 +14,9 @@
 
 #include "codegen/emit.h"
 #include "compiler/model_loader.h"
+#include "compiler/parameters.h"
 #include "ir/diagnostic.h"
+#include "passes/pass_manager.h"
 #include "runtime/compile/nvrtc.h"
 #include "runtime/host/host_module.h"
 
@@ -24,15 +29,23 @@ double ms_since(Clock::time_point start) {
 }
 
 struct Figures {
-  double parse = 0, codegen = 0, nvrtc_cold = 0, nvrtc_warm = 0, host_cold = 0, host_warm = 0;
+  double parse = 0, passes = 0, codegen = 0, nvrtc_cold = 0, nvrtc_warm = 0, host_cold = 0, host_warm = 0;
   size_t kernels = 0, source_bytes = 0;
 };
 
-Figures measure(const std::string& path, const std::string& cache_dir) {
+Figures measure(const std::string& path, const std::string& cache_dir, int opt_level) {
   Figures f;
   auto start = Clock::now();
-  const kiln::ir::Graph graph = kiln::compiler::load_model(path);
+  kiln::ir::Graph graph = kiln::compiler::load_model(path);
   f.parse = ms_since(start);
+  if (opt_level > 0) {
+    start = Clock::now();
+    kiln::compiler::load_parameter_data(graph);  // folding needs the weights
+    kiln::passes::PassManager manager(kiln::passes::PassManagerOptions{}, std::cerr);
+    manager.add_all(kiln::passes::inference_pipeline(opt_level));
+    manager.run(graph);
+    f.passes = ms_since(start);
+  }
   start = Clock::now();
   const kiln::codegen::Program program = kiln::codegen::emit_program(graph);
   f.codegen = ms_since(start);
@@ -64,25 +77,33 @@ Figures measure(const std::string& path, const std::string& cache_dir) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> models;
-  for (int i = 1; i < argc; ++i) models.push_back(argv[i]);
+  int opt_level = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "-O1") {
+      opt_level = 1;
+      continue;
+    }
+    models.push_back(argv[i]);
+  }
   if (models.empty()) {
-    std::cerr << "usage: kiln_compile_latency MODEL.json...\n";
+    std::cerr << "usage: kiln_compile_latency [-O1] MODEL.json...\n";
     return 2;
   }
   const std::string cache_dir =
       (std::filesystem::temp_directory_path() / ("kiln-bench-cache-" + std::to_string(::getpid()))).string();
   std::cout << fmt::format("machine: {} hardware threads; {}\n", std::thread::hardware_concurrency(),
                            kiln::runtime::nvrtc_version());
-  std::cout << fmt::format("{:<16} {:>7} {:>9} {:>9} {:>9} {:>12} {:>11} {:>11} {:>10}\n", "model",
-                           "kernels", "src KiB", "parse ms", "codegen", "nvrtc cold", "nvrtc warm",
-                           "host cold", "host warm");
+  std::cout << fmt::format("pipeline: -O{}\n", opt_level);
+  std::cout << fmt::format("{:<16} {:>7} {:>9} {:>9} {:>9} {:>9} {:>12} {:>11} {:>11} {:>10}\n",
+                           "model", "kernels", "src KiB", "parse ms", "passes", "codegen",
+                           "nvrtc cold", "nvrtc warm", "host cold", "host warm");
   int status = 0;
   for (const std::string& model : models) {
     try {
-      const Figures f = measure(model, cache_dir);
-      std::cout << fmt::format("{:<16} {:>7} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.0f} {:>11.1f} {:>11.0f} {:>10.1f}\n",
+      const Figures f = measure(model, cache_dir, opt_level);
+      std::cout << fmt::format("{:<16} {:>7} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.0f} {:>11.1f} {:>11.0f} {:>10.1f}\n",
                                std::filesystem::path(model).stem().string(), f.kernels,
-                               f.source_bytes / 1024.0, f.parse, f.codegen, f.nvrtc_cold,
+                               f.source_bytes / 1024.0, f.parse, f.passes, f.codegen, f.nvrtc_cold,
                                f.nvrtc_warm, f.host_cold, f.host_warm);
     } catch (const std::exception& error) {
       std::cerr << model << ": " << error.what() << "\n";
