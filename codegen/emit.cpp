@@ -38,16 +38,8 @@ namespace {
 // variadic or a name repeats.
 std::vector<std::string> operand_params(const ir::Node& node) {
   if (node.is_kernel()) return fused_kernel_params(node);
-  const auto& names = node.def->input_names;
   std::vector<std::string> params;
-  const bool numbered = node.def->max_inputs < 0;
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
-    if (numbered || names.empty()) {
-      params.push_back((names.empty() ? std::string("in") : names.back()) + std::to_string(i));
-    } else {
-      params.push_back(names[std::min(i, names.size() - 1)]);
-    }
-  }
+  for (size_t i = 0; i < node.inputs.size(); ++i) params.push_back(operand_name(node, i));
   return params;
 }
 

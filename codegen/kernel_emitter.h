@@ -71,6 +71,10 @@ void add_pool_norm_emitters(EmitterTable& table);  // pooling, bias_add, batch_n
 void add_optimizer_emitters(EmitterTable& table);  // sgd_update, adam_update, adamw_update
 void add_fused_emitters(EmitterTable& table);      // "kernel" nodes (ir/kernel_region.h)
 
+// The parameter name of operand `i` in an op's own kernel: the registry's input name, numbered
+// when the op is variadic ("x", "weight", "x0", "x1").
+std::string operand_name(const ir::Node& node, size_t i);
+
 // The parameter names of a fused kernel's operands, after its body's inputs: "in_conv1_weight".
 std::vector<std::string> fused_kernel_params(const ir::Node& kernel);
 

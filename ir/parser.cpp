@@ -275,6 +275,39 @@ class Parser {
     expect(Tok::RParen, "')' to close the result types");
   }
 
+  // "(%a, %b)": the operands of a node or kernel, each a defined value; `tokens` for locations.
+  std::vector<Value*> parse_operands(std::vector<Token>& tokens) {
+    expect(Tok::LParen, "'(' to open the operands");
+    std::vector<Value*> operands;
+    if (token_.kind != Tok::RParen) {
+      do {
+        tokens.push_back(expect(Tok::ValueName, "an operand such as %x"));
+        operands.push_back(use(tokens.back()));
+      } while (accept(Tok::Comma));
+    }
+    expect(Tok::RParen, "')' to close the operands");
+    return operands;
+  }
+
+  // "{name = value, ...}", when present.
+  AttrMap parse_optional_attrs() {
+    AttrMap attrs;
+    if (accept(Tok::LBrace)) {
+      attrs = parse_attr_entries(Tok::RBrace);
+      expect(Tok::RBrace, "'}' to close the attributes");
+    }
+    return attrs;
+  }
+
+  // ": f32[1,4], i32[2]": the written result types, each with its token for errors.
+  std::vector<std::pair<Token, TensorType>> parse_result_types() {
+    expect(Tok::Colon, "':' and the result type");
+    std::vector<std::pair<Token, TensorType>> written;
+    do written.push_back({token_, parse_type()});
+    while (accept(Tok::Comma));
+    return written;
+  }
+
   void parse_node() {
     std::vector<Token> result_names;
     do result_names.push_back(expect(Tok::ValueName, "a result such as %y, or 'return'"));
@@ -289,25 +322,10 @@ class Parser {
         message += "; did you mean '" + *hint + "'?";
       fail(op_token, message);
     }
-    expect(Tok::LParen, "'(' to open the operands");
-    std::vector<Value*> operands;
     std::vector<Token> operand_tokens;
-    if (token_.kind != Tok::RParen) {
-      do {
-        operand_tokens.push_back(expect(Tok::ValueName, "an operand such as %x"));
-        operands.push_back(use(operand_tokens.back()));
-      } while (accept(Tok::Comma));
-    }
-    expect(Tok::RParen, "')' to close the operands");
-    AttrMap attrs;
-    if (accept(Tok::LBrace)) {
-      attrs = parse_attr_entries(Tok::RBrace);
-      expect(Tok::RBrace, "'}' to close the attributes");
-    }
-    expect(Tok::Colon, "':' and the result type");
-    std::vector<std::pair<Token, TensorType>> written;
-    do written.push_back({token_, parse_type()});
-    while (accept(Tok::Comma));
+    std::vector<Value*> operands = parse_operands(operand_tokens);
+    AttrMap attrs = parse_optional_attrs();
+    const std::vector<std::pair<Token, TensorType>> written = parse_result_types();
     std::string node_name;
     if (at_keyword("loc")) {
       advance();
@@ -356,30 +374,15 @@ class Parser {
   void parse_kernel(const std::vector<Token>& result_names, const Token& op_token) {
     if (depth_ > 0) fail(op_token, "kernels do not nest: a kernel's body holds plain ops");
     const Token name = expect(Tok::GraphName, "the kernel's name, such as @conv2d_bias_relu_0");
-    expect(Tok::LParen, "'(' to open the operands");
-    std::vector<Value*> operands;
     std::vector<Token> operand_tokens;
-    if (token_.kind != Tok::RParen) {
-      do {
-        operand_tokens.push_back(expect(Tok::ValueName, "an operand such as %x"));
-        operands.push_back(use(operand_tokens.back()));
-      } while (accept(Tok::Comma));
-    }
-    expect(Tok::RParen, "')' to close the operands");
+    std::vector<Value*> operands = parse_operands(operand_tokens);
     if (operands.empty()) fail(name, "a kernel needs at least one operand");
-    AttrMap attrs;
-    if (accept(Tok::LBrace)) {
-      attrs = parse_attr_entries(Tok::RBrace);
-      expect(Tok::RBrace, "'}' to close the attributes");
-    }
+    AttrMap attrs = parse_optional_attrs();
     const auto kind = attrs.find("kind");
     if (kind == attrs.end() || !std::holds_alternative<std::string>(kind->second) ||
         !is_kernel_kind(std::get<std::string>(kind->second)) || attrs.size() != 1)
       fail(name, "a kernel takes one attribute, kind = \"epilogue\", \"loop\", \"reduce\", \"single\" or \"multi_update\"");
-    expect(Tok::Colon, "':' and the result types");
-    std::vector<std::pair<Token, TensorType>> written;
-    do written.push_back({token_, parse_type()});
-    while (accept(Tok::Comma));
+    const std::vector<std::pair<Token, TensorType>> written = parse_result_types();
     if (written.size() != result_names.size())
       fail(result_names.front(), "kernel: " + std::to_string(result_names.size()) +
                                      " result(s) named, " + std::to_string(written.size()) +

@@ -24,10 +24,6 @@ namespace {
 
 constexpr std::string_view kPass = "fuse-conv-bias-relu";
 
-bool is_gemm(const ir::Node& node) {
-  return !node.is_kernel() && (node.op == "conv2d" || node.op == "dense" || node.op == "matmul");
-}
-
 // The anchor and the consumers its epilogue takes, in order.
 std::vector<ir::Node*> epilogue_chain(const ir::Graph& graph, ir::Node& anchor,
                                       PassContext& context) {
@@ -72,7 +68,7 @@ std::string describe_chain(const std::vector<ir::Node*>& chain) {
 bool FuseConvBiasRelu::run(ir::Graph& graph, PassContext& context) {
   std::vector<ir::Node*> anchors;
   for (const auto& node : graph.nodes())
-    if (is_gemm(*node)) anchors.push_back(node.get());
+    if (fusion::is_gemm(*node)) anchors.push_back(node.get());
 
   bool changed = false;
   for (ir::Node* anchor : anchors) {

@@ -42,10 +42,6 @@ namespace {
 constexpr std::string_view kPass = "fuse-elementwise";
 using fusion::ref;
 
-bool is_gemm(const ir::Node& node) {
-  return node.op == "conv2d" || node.op == "dense" || node.op == "matmul";
-}
-
 bool is_kind(const ir::Node& node, std::string_view kind) {
   return node.is_kernel() && ir::kernel_kind(node) == kind;
 }
@@ -168,8 +164,7 @@ class ElementwiseFusion {
                                           node.results[0]->type.to_string()));
         continue;
       }
-      if ((producer->is_kernel() && is_kind(*producer, ir::kEpilogueKernel)) ||
-          (!producer->is_kernel() && is_gemm(*producer))) {
+      if (is_kind(*producer, ir::kEpilogueKernel) || fusion::is_gemm(*producer)) {
         const ir::Node& gemm = gemm_of(*producer);
         if (auto reason = fusion::epilogue_refusal(gemm, operand, node, false)) {
           refuse(operand, node, *reason);
@@ -218,7 +213,7 @@ class ElementwiseFusion {
     const ir::Value* operand = reshape.inputs[0];
     ir::Node* producer = joinable_producer(operand, reshape);
     if (!producer) return;
-    std::string_view kind = is_gemm(*producer) ? ir::kEpilogueKernel : ir::kSingleKernel;
+    std::string_view kind = fusion::is_gemm(*producer) ? ir::kEpilogueKernel : ir::kSingleKernel;
     if (producer->is_kernel())
       kind = ir::kernel_kind(*producer);
     else if (producer->def && producer->def->kind == ir::OpKind::Reduce)

@@ -57,6 +57,10 @@ std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir:
   return std::nullopt;
 }
 
+bool is_gemm(const ir::Node& node) {
+  return !node.is_kernel() && (node.op == "conv2d" || node.op == "dense" || node.op == "matmul");
+}
+
 int channel_axis(const ir::Node& gemm) {
   const int rank = static_cast<int>(gemm.results[0]->type.shape.size());
   return gemm.op == "conv2d" ? 1 : rank - 1;

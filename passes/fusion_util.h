@@ -20,6 +20,9 @@ std::string ref(const ir::Node& node);
 // fuse_elementwise.cpp). nullopt when it has exactly one user.
 std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir::Value* value);
 
+// Whether `node` is a plain conv2d, dense or matmul: a GEMM whose epilogue can take ops.
+bool is_gemm(const ir::Node& node);
+
 // The axis of a conv2d/dense/matmul result that a bias indexes: 1 for conv2d (NCHW), the last
 // for dense and matmul. What the GEMM template calls the channel.
 int channel_axis(const ir::Node& gemm);

@@ -101,15 +101,6 @@ class Names {
   std::unordered_map<const ir::Value*, std::string> id_;  // computed values
 };
 
-// The name an op's own kernel gives operand `i` (emit.cpp's convention): the registry's input
-// name, numbered when the op is variadic.
-std::string operand_name(const ir::Node& node, size_t i) {
-  const auto& names = node.def->input_names;
-  if (node.def->max_inputs < 0 || names.empty())
-    return (names.empty() ? std::string("in") : names.back()) + std::to_string(i);
-  return names[std::min(i, names.size() - 1)];
-}
-
 // The request for one body node's own emitter (a single kernel's op, a reduce kernel's
 // reduction). Emitters name locals after their operand pointers (`x4`, `x_v`, `x_index`), which
 // is safe for the names of an unfused kernel but not for the kernel parameters here: in_x4 may
@@ -410,6 +401,13 @@ KernelSpec emit_fused_kernel(const KernelRequest& request) {
 }
 
 }  // namespace
+
+std::string operand_name(const ir::Node& node, size_t i) {
+  const auto& names = node.def->input_names;
+  if (node.def->max_inputs < 0 || names.empty())
+    return (names.empty() ? std::string("in") : names.back()) + std::to_string(i);
+  return names[std::min(i, names.size() - 1)];
+}
 
 std::vector<std::string> fused_kernel_params(const ir::Node& kernel) {
   std::vector<std::string> params;
