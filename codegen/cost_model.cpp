@@ -50,6 +50,18 @@ int64_t pool_flops(const ir::Node& node) {
   return result_elements(node) * kernel[0] * kernel[1];
 }
 
+// The window backward ops do the forward's multiply-adds (conv2d) or taps (pools) per dy
+// element, with the weight shape read from the weight operand or the dweight result.
+int64_t conv2d_grad_flops(const ir::Node& node) {
+  const ir::Shape& w = node.op == "conv2d_grad_input" ? operand_shape(node, 1)
+                                                      : node.results.at(0)->type.shape;
+  return 2 * operand_elements(node, 0) * w[1] * w[2] * w[3];
+}
+int64_t pool_grad_flops(const ir::Node& node) {
+  const std::vector<int64_t>& kernel = attr<std::vector<int64_t>>(node, "kernel");
+  return operand_elements(node, 0) * kernel[0] * kernel[1];
+}
+
 // Reductions: one add or comparison per input element; a mean adds a divide per result.
 int64_t reduce_flops(const ir::Node& node) { return operand_elements(node, 0); }
 int64_t mean_flops(const ir::Node& node) { return operand_elements(node, 0) + result_elements(node); }
@@ -133,14 +145,23 @@ constexpr Rule kRules[] = {
     {"adamw_update", adam_update_flops},
     // Backward ops (ir/ops/grad_ops.cpp). Elementwise derivatives: a few operations per
     // element (gelu's is the costliest: an erf or tanh and a handful of multiply-adds).
-    {"broadcast_to", no_flops}, {"scale", per_result<1>},
+    {"broadcast_to", no_flops}, {"slice_grad", no_flops}, {"scale", per_result<1>},
     {"relu_grad", per_result<1>}, {"leaky_relu_grad", per_result<1>},
     {"sigmoid_grad", per_result<3>}, {"tanh_grad", per_result<3>}, {"gelu_grad", per_result<8>},
     {"abs_grad", per_result<1>}, {"clip_grad", per_result<2>},
+    // Two comparisons per element.
+    {"maximum_share", per_result<2>}, {"minimum_share", per_result<2>},
     // A row sum of dy (times y for softmax), then a multiply-subtract per element.
     {"softmax_grad", per_result<4>}, {"log_softmax_grad", per_result<4>},
     // The forward softmax of each row again (5), then subtract the one-hot and scale (2).
     {"softmax_cross_entropy_grad", per_result<7>},
+    // Normalization in training (per element of x). batch_norm_train: as batch_norm training.
+    // Backward: the statistics again where not saved (layer_norm_grad: 4), xhat (2), the two
+    // sums (3), dx (4) and layer_norm_grad's dy * xhat (1).
+    {"conv2d_grad_input", conv2d_grad_flops}, {"conv2d_grad_weight", conv2d_grad_flops},
+    {"max_pool2d_grad", pool_grad_flops}, {"avg_pool2d_grad", pool_grad_flops},
+    {"batch_norm_train", per_result<7>}, {"batch_norm_train_grad", per_result<9>},
+    {"layer_norm_grad", per_result<14>},
     // A fused kernel: the sum over the nodes of its body.
     {"kernel", kernel_flops},
 };

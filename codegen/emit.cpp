@@ -26,6 +26,24 @@ std::string_view buffer_role_name(BufferRole role) {
   return "?";
 }
 
+std::vector<int> Program::buffer_ids(BufferRole role) const {
+  std::vector<int> ids;
+  for (size_t id = 0; id < buffers.size(); ++id) {
+    const Buffer& buffer = buffers[id];
+    if (buffer.role != role) continue;
+    KILN_CHECK(buffer.index >= 0) << "buffer '" << buffer.name << "' has no index";
+    if (static_cast<size_t>(buffer.index) >= ids.size())
+      ids.resize(static_cast<size_t>(buffer.index) + 1, -1);
+    KILN_CHECK(ids[buffer.index] == -1)
+        << "buffers '" << buffers[ids[buffer.index]].name << "' and '" << buffer.name
+        << "' have the same index " << buffer.index;
+    ids[buffer.index] = static_cast<int>(id);
+  }
+  for (size_t index = 0; index < ids.size(); ++index)
+    KILN_CHECK(ids[index] != -1) << "no buffer has index " << index;
+  return ids;
+}
+
 const Kernel* Program::find_kernel(std::string_view name) const {
   for (const Kernel& kernel : kernels)
     if (kernel.name == name) return &kernel;
@@ -89,6 +107,15 @@ class ProgramBuilder {
         buffer.role = BufferRole::Output;
         buffer.index = static_cast<int>(i);
       }
+      const std::string& name = graph_.output_name(i);
+      if (const ir::Value* param = state_parameter(name)) {
+        program_.state_updates.push_back({id, buffer_of_.at(param)});
+        continue;
+      }
+      if (!program_.state_updates.empty())
+        throw Error("", fmt::format("graph @{}: output {} comes after the state outputs next.*; "
+                                    "state outputs must be the last outputs",
+                                    graph_.name, name));
       program_.outputs.push_back(id);
     }
 
@@ -124,6 +151,14 @@ class ProgramBuilder {
     }
   }
 
+  // The parameter P an output named "next.P" carries the next value of (the training step's
+  // contract, passes/append_optimizer.cpp), or nullptr.
+  const ir::Value* state_parameter(const std::string& output_name) const {
+    if (output_name.rfind("next.", 0) != 0) return nullptr;
+    const ir::Value* value = graph_.find_value(output_name.substr(5));
+    return value != nullptr && value->role == ir::ValueRole::Parameter ? value : nullptr;
+  }
+
   // Whether `value` shares its storage with another operand or result of `node` (an
   // elementwise node working in place): then neither pointer may be declared __restrict__.
   bool aliased(const ir::Node& node, const ir::Value* value) const {
@@ -155,6 +190,12 @@ class ProgramBuilder {
   }
 
   void emit_node(const ir::Node& node, std::string& kernels_text, std::string& entries_text) {
+    for (const auto* values : {&node.inputs, &node.results})
+      for (const ir::Value* value : *values)
+        if (value->type.dtype == ir::DType::F64)
+          throw Error(node.loc.render(), node.describe() + ": codegen has no f64 kernels (%" +
+                                             value->name + " is " + value->type.to_string() +
+                                             "); f64 graphs run on --backend=reference");
     const KernelEmitter* emitter = find_kernel_emitter(node.op);
     if (emitter == nullptr)
       throw Error(node.loc.render(), node.describe() + ": codegen has no CUDA kernel for op '" +

@@ -13,7 +13,9 @@ const KernelEmitter* find_kernel_emitter(std::string_view op) {
     add_shape_emitters(t);
     add_reduce_emitters(t);
     add_nn_emitters(t);
+    add_norm_train_emitters(t);
     add_optimizer_emitters(t);
+    add_grad_emitters(t);
     add_fused_emitters(t);
     return t;
   }();
@@ -30,6 +32,7 @@ std::string_view c_type(ir::DType dtype) {
     case ir::DType::I32: return "int";
     case ir::DType::I64: return "long long";
     case ir::DType::Bool: return "unsigned char";
+    case ir::DType::F64: return "double";  // never emitted: emit_program refuses f64
   }
   return "?";
 }
@@ -39,6 +42,7 @@ std::string_view compute_type(ir::DType dtype) {
     case ir::DType::F32: case ir::DType::F16: case ir::DType::BF16: return "float";
     case ir::DType::I64: return "long long";
     case ir::DType::I32: case ir::DType::Bool: return "int";
+    case ir::DType::F64: return "double";
   }
   return "?";
 }

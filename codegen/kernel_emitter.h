@@ -68,7 +68,11 @@ void add_shape_emitters(EmitterTable& table);
 void add_reduce_emitters(EmitterTable& table);
 void add_nn_emitters(EmitterTable& table);         // calls add_pool_norm_emitters
 void add_pool_norm_emitters(EmitterTable& table);  // pooling, bias_add, batch_norm
+void add_nn_grad_emitters(EmitterTable& table);    // conv2d/pool backward ops
+void add_norm_train_emitters(EmitterTable& table);  // batch_norm_train, norm backward ops
 void add_optimizer_emitters(EmitterTable& table);  // sgd_update, adam_update, adamw_update
+void add_grad_emitters(EmitterTable& table);       // backward ops of ir/ops/grad_ops.cpp
+void add_grad_shape_emitters(EmitterTable& table); // slice_grad; add_grad_emitters calls it
 void add_fused_emitters(EmitterTable& table);      // "kernel" nodes (ir/kernel_region.h)
 
 // The parameter name of operand `i` in an op's own kernel: the registry's input name, numbered

@@ -67,10 +67,21 @@ struct Program {
   std::string source;              // the translation unit (see codegen/emit.h)
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;     // launch order
-  std::vector<int> outputs;        // buffer id of each graph output, in order
+  std::vector<int> outputs;        // buffer id of each graph output, in order (but state)
+  // Training state carried between runs: graph outputs named "next.P" hold the value parameter
+  // P takes for the next run. They are the graph's last outputs; a backend copies each into
+  // its parameter's buffer after every run and does not return it.
+  struct StateUpdate {
+    int output;     // buffer id of the next.P output
+    int parameter;  // buffer id of parameter P
+  };
+  std::vector<StateUpdate> state_updates;
   int64_t arena_bytes = 0;         // the activation arena (0 when the graph was not planned)
 
   const Kernel* find_kernel(std::string_view name) const;
+  // The buffer id of each input (or parameter, ...) in graph order; a gap or a repeated
+  // index is an internal error.
+  std::vector<int> buffer_ids(BufferRole role) const;
 };
 
 }  // namespace kiln::codegen

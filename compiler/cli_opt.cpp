@@ -7,6 +7,8 @@
 
 #include "compiler/cli.h"
 #include "compiler/model_loader.h"
+#include "compiler/parameters.h"
+#include "compiler/training_graph.h"
 #include "compiler/output_file.h"
 #include "compiler/pipeline_flags.h"
 #include "compiler/safetensors.h"
@@ -25,6 +27,8 @@ struct Options {
   bool split_input_file = false;
   bool list_passes = false;
   std::string params_out;
+  int64_t training_batch = 0;  // --training-graph
+  uint64_t training_seed = 0;
   PipelineFlags pipeline;
 };
 
@@ -125,6 +129,10 @@ int run(const Options& options) {
     status = run_split(options, text);
   } else {
     ir::Graph graph = compiler::load_model(options.input);
+    if (options.training_batch != 0) {
+      compiler::load_parameter_data(graph);
+      compiler::make_training_graph(graph, {options.training_batch, options.training_seed});
+    }
     options.pipeline.run(graph);
     if (!options.params_out.empty()) {
       move_inline_params(graph, options.params_out);
@@ -154,6 +162,14 @@ Command add_opt_command(CLI::App& app) {
   opt->add_flag("--split-input-file", options->split_input_file,
                 "treat '// -----' lines as separators between independent graphs (textual IR)");
   opt->add_flag("--list-passes", options->list_passes, "list every pass and the default pipeline");
+  opt->add_option("--training-graph", options->training_batch,
+                  "first rewrite the model into the forward graph of a training step at this "
+                  "batch size, as kiln train does (loss and label input from the final softmax, "
+                  "dropout in training mode); then e.g. --passes=autodiff")
+      ->check(CLI::PositiveNumber);
+  opt->add_option("--training-seed", options->training_seed,
+                  "with --training-graph: the seed of the dropout streams")
+      ->capture_default_str();
   opt->add_option("--params-out", options->params_out,
                   "write inline parameters (such as weights folded by the passes) to this "
                   "safetensors file and refer to them from the IR with file(...)");

@@ -139,7 +139,7 @@ class Frontend {
       const std::string dtype = get_string(item["dtype"], at + "/dtype");
       auto parsed = ir::parse_dtype(dtype);
       if (!parsed)
-        fail(at + "/dtype", "unknown dtype '" + dtype + "'; expected one of f32, f16, bf16, i32, i64, bool");
+        fail(at + "/dtype", "unknown dtype '" + dtype + "'; expected one of f32, f16, bf16, i32, i64, bool, f64");
       type.dtype = *parsed;
     }
     if (!item.contains("shape")) fail(at, "missing \"shape\"");

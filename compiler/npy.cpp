@@ -33,6 +33,7 @@ struct NpyDType {
 constexpr NpyDType kNpyDTypes[] = {
     {"<f4", ir::DType::F32, 4}, {"<f2", ir::DType::F16, 2}, {"<i4", ir::DType::I32, 4},
     {"<i8", ir::DType::I64, 8}, {"|b1", ir::DType::Bool, 1}, {"<f8", ir::DType::F32, 8},
+    {"<f8", ir::DType::F64, 8},  // writing f64 (reading <f8 finds the entry before: f32)
 };
 constexpr std::string_view kSupportedList = "<f4, <f2, <f8, <i4, <i8, |b1";
 

@@ -34,6 +34,8 @@ constexpr StoredDType kStoredDTypes[] = {
     {"F32", ir::DType::F32, 4},   {"F16", ir::DType::F16, 2}, {"BF16", ir::DType::BF16, 2},
     {"I32", ir::DType::I32, 4},   {"I64", ir::DType::I64, 8}, {"BOOL", ir::DType::Bool, 1},
     {"F64", ir::DType::F32, 8},
+    // Writing an f64 tensor (reading F64 finds the entry above: weights load as f32).
+    {"F64", ir::DType::F64, 8},
 };
 
 const StoredDType* find_stored_dtype(std::string_view name) {

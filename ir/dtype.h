@@ -7,12 +7,14 @@
 
 namespace kiln::ir {
 
-enum class DType { F32, F16, BF16, I32, I64, Bool };
+// f64 is for the reference interpreter (gradient checks and oracles in double); codegen has no
+// f64 kernels and says so.
+enum class DType { F32, F16, BF16, I32, I64, Bool, F64 };
 
-inline constexpr DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16,
-                                       DType::I32, DType::I64, DType::Bool};
+inline constexpr DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::I32,
+                                       DType::I64, DType::Bool, DType::F64};
 
-// "f32", "f16", "bf16", "i32", "i64", "bool".
+// "f32", "f16", "bf16", "i32", "i64", "bool", "f64".
 std::string_view dtype_name(DType dtype);
 std::optional<DType> parse_dtype(std::string_view name);
 std::size_t dtype_size(DType dtype);  // bytes per element

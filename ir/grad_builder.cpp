@@ -15,6 +15,14 @@ GradBuilder::GradBuilder(Graph& graph, std::string base_name)
     : graph_(graph), base_name_(std::move(base_name)) {}
 
 Value* GradBuilder::op(const std::string& op, std::vector<Value*> inputs, AttrMap attrs) {
+  std::vector<Value*> results = op_results(op, std::move(inputs), std::move(attrs));
+  KILN_CHECK(results.size() == 1) << "GradBuilder::op builds single-result ops, " << op
+                                  << " has " << results.size() << " (use op_results)";
+  return results[0];
+}
+
+std::vector<Value*> GradBuilder::op_results(const std::string& op, std::vector<Value*> inputs,
+                                            AttrMap attrs) {
   const OpDef* def = OpRegistry::instance().find(op);
   KILN_CHECK(def != nullptr) << "gradient rule uses unknown op '" << op << "'";
   std::vector<TensorType> types;
@@ -28,11 +36,15 @@ Value* GradBuilder::op(const std::string& op, std::vector<Value*> inputs, AttrMa
     KILN_CHECK(false) << "gradient rule built an invalid " << op << " (" << operands
                       << ") for " << base_name_ << ": " << error.message;
   }
-  KILN_CHECK(results.size() == 1) << "gradient rules build single-result ops, " << op
-                                  << " has " << results.size();
+  // Each result needs a name no value has yet, including its siblings: unique_name only
+  // knows the values already in the graph, so later results extend the first one's name.
   const std::string name = graph_.unique_name(base_name_);
-  Node* node = graph_.add_node(op, name, std::move(inputs), std::move(attrs), {{name, results[0]}});
-  return node->results[0];
+  std::vector<std::pair<std::string, TensorType>> named;
+  for (size_t i = 0; i < results.size(); ++i)
+    named.emplace_back(i == 0 ? name : graph_.unique_name(name + "." + std::to_string(i)),
+                       results[i]);
+  Node* node = graph_.add_node(op, name, std::move(inputs), std::move(attrs), named);
+  return node->results;
 }
 
 Value* GradBuilder::reshape(Value* value, const Shape& shape) {

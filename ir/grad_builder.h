@@ -25,6 +25,10 @@ class GradBuilder {
   // Appends `op(inputs...)` with `attrs` and returns its (only) result. A rule that builds an
   // ill-typed node is a kiln bug: reported as an internal compiler error.
   Value* op(const std::string& op, std::vector<Value*> inputs, AttrMap attrs = {});
+  // The same for an op with several results (batch_norm_train_grad: dx, dscale, dbias);
+  // returns all of them, named "<base>", "<base>.1", ...
+  std::vector<Value*> op_results(const std::string& op, std::vector<Value*> inputs,
+                                 AttrMap attrs = {});
 
   // --- helpers every family needs -----------------------------------------------------------
   // `value` reshaped to `shape` (returned as is when it already has that shape).

@@ -65,6 +65,8 @@ const OpRegistry& OpRegistry::instance() {
     register_optimizer_ops(r);
     register_kernel_op(r);
     register_grad_ops(r);
+    register_norm_train_ops(r);
+    register_nn_grad_ops(r);
     register_gradient_rules(r);
     return r;
   }();

@@ -112,6 +112,8 @@ void register_optimizer_ops(OpRegistry& registry);
 // Backward ops (ir/ops/grad_ops.cpp) and the gradient rules of every differentiable op
 // (ir/gradients/*.cpp); the rules attach last, once every op they name exists.
 void register_grad_ops(OpRegistry& registry);
+void register_norm_train_ops(OpRegistry& registry);  // ir/ops/norm_train_ops.cpp
+void register_nn_grad_ops(OpRegistry& registry);  // ir/ops/nn_grad_ops.cpp (conv2d, pools)
 void register_gradient_rules(OpRegistry& registry);
 // The fused-kernel op, "kernel" (ir/kernel_region.h).
 inline constexpr std::string_view kKernelOp = "kernel";

@@ -88,7 +88,7 @@ class Parser {
     std::optional<DType> dtype = parse_dtype(dtype_token.text);
     if (!dtype)
       fail(dtype_token, "unknown dtype '" + dtype_token.text +
-                            "'; expected one of f32, f16, bf16, i32, i64, bool");
+                            "'; expected one of f32, f16, bf16, i32, i64, bool, f64");
     expect(Tok::LBracket, "'[' after the dtype");
     Shape shape;
     if (token_.kind != Tok::RBracket) {

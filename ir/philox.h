@@ -53,4 +53,18 @@ inline float uniform_from_u32(uint32_t bits) {
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
 }
 
+// Training dropout keeps element i when the top 24 bits of word i reach this threshold, so the
+// decision is an integer comparison that every backend makes identically (a float comparison
+// against a rounded rate could differ between compilers at the boundary). P(keep) = 1 - rate
+// to within 2^-24.
+inline uint32_t dropout_threshold(double rate) {
+  const double scaled = rate * 16777216.0;
+  const uint32_t floor = static_cast<uint32_t>(scaled);
+  return floor + (static_cast<double>(floor) < scaled ? 1u : 0u);  // ceil without <cmath>
+}
+
+inline bool dropout_keeps(uint64_t seed, uint64_t step, uint64_t i, uint32_t threshold) {
+  return (random_u32(seed, step, i) >> 8) >= threshold;
+}
+
 }  // namespace kiln::ir::philox

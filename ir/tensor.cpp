@@ -66,6 +66,7 @@ double Tensor::get(int64_t index) const {
     case DType::I32: return load<int32_t>(base, index);
     case DType::I64: return static_cast<double>(load<int64_t>(base, index));
     case DType::Bool: return load<uint8_t>(base, index) != 0 ? 1.0 : 0.0;
+    case DType::F64: return load<double>(base, index);
   }
   return 0;
 }
@@ -83,6 +84,7 @@ void Tensor::set(int64_t index, double value) {
     case DType::I32: store<int32_t>(base, index, to_integer<int32_t>(value)); return;
     case DType::I64: store<int64_t>(base, index, to_integer<int64_t>(value)); return;
     case DType::Bool: store<uint8_t>(base, index, value != 0 ? 1 : 0); return;
+    case DType::F64: store<double>(base, index, value); return;
   }
 }
 

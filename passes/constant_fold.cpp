@@ -49,7 +49,7 @@ std::string refusal(const ir::Node& node) {
   if (node.op == "dropout") {
     auto training = node.attrs.find("training");
     if (training != node.attrs.end() && std::get<bool>(training->second))
-      return "training-mode dropout is random";
+      return "training-mode dropout reads the step counter, which changes every step";
   }
   if (runtime::find_reference_kernel(node.op) == nullptr)
     return "the reference interpreter has no kernel for op '" + node.op + "'";

@@ -6,7 +6,9 @@
 // and a merge rewrites the uses at once, a node's operands are already merged when it is reached:
 // after a' folds into a, b(a') reads a and matches b(a), so chains collapse in the same sweep.
 // Operand order matters: add(x, y) and add(y, x) are not merged here (canonicalize orders the
-// operands of commutative ops first). Only pure nodes merge; see is_pure.
+// operands of commutative ops first). Every op is a function of its operands and
+// attributes; training dropout too: its mask is Philox(seed, step), so two dropouts merge only
+// when they share the seed attribute, operand and step.
 #include <fmt/format.h>
 #include <string>
 #include <unordered_map>
@@ -20,20 +22,6 @@ namespace kiln::passes {
 namespace {
 
 constexpr std::string_view kPass = "cse";
-
-// Whether two nodes that look alike must compute the same thing. Dropout in training mode draws
-// fresh random numbers each time it runs, so two of them on the same input are two different
-// masks: merging them would change the program. Everything else in the registry is a function
-// of its operands and attributes.
-// TODO: a "pure"/side-effect flag on OpDef once more ops need it, instead of this list.
-bool is_pure(const ir::Node& node) {
-  if (node.op == "dropout") {
-    auto it = node.attrs.find("training");
-    const bool* training = it == node.attrs.end() ? nullptr : std::get_if<bool>(&it->second);
-    return training == nullptr || !*training;
-  }
-  return true;
-}
 
 // The hash key: op, operand identities, attributes as the printer writes them (an attribute
 // equal to the op's default counts as absent, as in the printed form) and result types.
@@ -70,12 +58,6 @@ bool CommonSubexpressionElimination::run(ir::Graph& graph, PassContext& context)
   std::unordered_set<const ir::Node*> merged;
   for (const auto& node_ptr : graph.nodes()) {
     const ir::Node& node = *node_ptr;
-    if (!is_pure(node)) {
-      context.debug(kPass, fmt::format("not merging {}: training dropout is not pure, each one "
-                                       "draws its own random numbers",
-                                       describe(node)));
-      continue;
-    }
     auto [it, inserted] = first_with_key.emplace(cse_key(node), &node);
     if (inserted) continue;
     const ir::Node& first = *it->second;

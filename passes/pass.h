@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <vector>
 #include <ostream>
 #include <set>
 #include <string>
@@ -32,7 +34,20 @@ class PassContext {
 
   int64_t fuel_left() const { return fuel_; }  // < 0: unlimited
 
+  // The options the running pass was given, MLIR-style: `append-optimizer{optimizer=adam
+  // lr=0.001}` gives {optimizer: adam, lr: 0.001}. Most passes take none; a pass that takes
+  // some reads them with these and rejects keys it does not know (check_options).
+  const std::map<std::string, std::string>& options() const { return options_; }
+  void set_options(std::map<std::string, std::string> options) { options_ = std::move(options); }
+  // The option `key` as given, or `fallback` when absent.
+  std::string option(const std::string& key, const std::string& fallback) const;
+  // `key` as a number (kiln::Error naming the pass and key when it is not one).
+  double number_option(std::string_view pass, const std::string& key, double fallback) const;
+  // kiln::Error when an option key is not in `known`.
+  void check_options(std::string_view pass, const std::vector<std::string>& known) const;
+
  private:
+  std::map<std::string, std::string> options_;
   std::set<std::string> debug_only_;
   int64_t fuel_ = -1;
   std::ostream* debug_stream_ = nullptr;

@@ -1,5 +1,6 @@
 #include "passes/pass_manager.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fmt/format.h>
 
@@ -31,6 +32,58 @@ void PassContext::debug(std::string_view pass, std::string_view message) {
   if (debug_stream_ && debugging(pass)) *debug_stream_ << "[" << pass << "] " << message << "\n";
 }
 
+std::string PassContext::option(const std::string& key, const std::string& fallback) const {
+  auto it = options_.find(key);
+  return it == options_.end() ? fallback : it->second;
+}
+
+double PassContext::number_option(std::string_view pass, const std::string& key,
+                                  double fallback) const {
+  auto it = options_.find(key);
+  if (it == options_.end()) return fallback;
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != it->second.size())
+    throw Error("--passes", fmt::format("pass '{}': option {}={} is not a number", pass, key,
+                                        it->second));
+  return value;
+}
+
+void PassContext::check_options(std::string_view pass, const std::vector<std::string>& known) const {
+  for (const auto& [key, value] : options_) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string message = fmt::format("pass '{}' has no option '{}'", pass, key);
+    if (auto hint = ir::closest_name(key, known)) message += "; did you mean '" + *hint + "'?";
+    throw Error("--passes", message);
+  }
+}
+
+std::pair<std::string, std::map<std::string, std::string>> parse_pass_spec(const std::string& spec) {
+  const size_t open = spec.find('{');
+  if (open == std::string::npos) return {spec, {}};
+  if (spec.back() != '}')
+    throw Error("--passes", "pass options must end with '}': '" + spec + "'");
+  std::map<std::string, std::string> options;
+  std::string body = spec.substr(open + 1, spec.size() - open - 2);
+  size_t at = 0;
+  while (at < body.size()) {
+    const size_t end = std::min(body.find(' ', at), body.size());
+    const std::string item = body.substr(at, end - at);
+    at = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      throw Error("--passes", "pass option '" + item + "' in '" + spec + "' is not key=value");
+    options[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return {spec.substr(0, open), std::move(options)};
+}
+
 const std::vector<PassInfo>& all_passes() {
   static const std::vector<PassInfo> passes = {
 #define PASS(ClassName, name, summary) PassInfo{name, summary, &ClassName::run},
@@ -48,7 +101,8 @@ const PassInfo* find_pass(std::string_view name) {
 PassManager::PassManager(PassManagerOptions options, std::ostream& log)
     : options_(std::move(options)), log_(log) {}
 
-void PassManager::add(const std::string& name) {
+void PassManager::add(const std::string& spec) {
+  auto [name, options] = parse_pass_spec(spec);
   const PassInfo* pass = find_pass(name);
   if (pass == nullptr) {
     std::vector<std::string> known;
@@ -58,6 +112,7 @@ void PassManager::add(const std::string& name) {
     throw Error("--passes", message);
   }
   passes_.push_back(pass);
+  options_of_.push_back(std::move(options));
 }
 
 void PassManager::add_all(const std::vector<std::string>& names) {
@@ -68,7 +123,9 @@ bool PassManager::run(ir::Graph& graph) {
   PassContext context(options_.debug_only, options_.fuel, &log_);
   std::vector<std::pair<std::string_view, double>> timings;
   bool any_change = false;
-  for (const PassInfo* pass : passes_) {
+  for (size_t index = 0; index < passes_.size(); ++index) {
+    const PassInfo* pass = passes_[index];
+    context.set_options(options_of_[index]);
     const auto start = std::chrono::steady_clock::now();
     const bool changed = pass->run(graph, context);
     timings.push_back({pass->name, std::chrono::duration<double, std::milli>(
@@ -125,6 +182,22 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       // reshapes disappear into their producer.
       "fuse-elementwise",
       // Last, on the final schedule: intermediates get offsets in one arena, dead ones reused.
+      "plan-memory",
+  };
+}
+
+std::vector<std::string> training_pipeline(const std::string& optimizer) {
+  return {
+      "canonicalize",
+      // Backward graph, then the update that consumes the gradients.
+      "autodiff",
+      "append-optimizer{" + optimizer + "}",
+      // Forward and backward often compute the same thing (e.g. a transposed weight).
+      "cse",
+      "dce",
+      "fuse-conv-bias-relu",
+      "fuse-elementwise",
+      // Activations saved for the backward pass, gradients and temporaries share one arena.
       "plan-memory",
   };
 }

@@ -2,6 +2,7 @@
 // IR dumps after each pass, verification between passes, per-pass timings, fuel.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -33,9 +34,10 @@ class PassManager {
   // Dumps, debug logs and timings go to `log` (stderr in the CLI).
   PassManager(PassManagerOptions options, std::ostream& log);
 
-  // Appends a pass by name. An unknown name is a kiln::Error with a did-you-mean.
-  void add(const std::string& name);
-  void add_all(const std::vector<std::string>& names);
+  // Appends a pass by name, optionally with options: "append-optimizer{optimizer=adam
+  // lr=0.001}". An unknown name is a kiln::Error with a did-you-mean; malformed options too.
+  void add(const std::string& spec);
+  void add_all(const std::vector<std::string>& specs);
   const std::vector<const PassInfo*>& passes() const { return passes_; }
 
   // Runs every pass once, in order. Returns whether any changed the graph.
@@ -45,10 +47,19 @@ class PassManager {
   PassManagerOptions options_;
   std::ostream& log_;
   std::vector<const PassInfo*> passes_;
+  std::vector<std::map<std::string, std::string>> options_of_;  // one per entry of passes_
 };
+
+// Splits "name{key=value key=value}" into the pass name and its options (kiln::Error, naming
+// the spec, when the braces or a key=value pair are malformed).
+std::pair<std::string, std::map<std::string, std::string>> parse_pass_spec(const std::string& spec);
 
 // The default pipelines, as data. opt_level 0: no rewriting at all (the graph as written, for
 // differential tests and debugging); 1: the full inference pipeline.
 std::vector<std::string> inference_pipeline(int opt_level);
+// The training step: the gradients of the loss (the first output) and one optimizer update
+// (`optimizer`: the append-optimizer options, "optimizer=adam lr=0.001"), then the inference
+// pipeline's fusion and planning. No constant folding: parameters change every step.
+std::vector<std::string> training_pipeline(const std::string& optimizer);
 
 }  // namespace kiln::passes

@@ -258,10 +258,7 @@ KernelSpec emit_cast(const KernelRequest& request) {
 
 KernelSpec emit_dropout(const KernelRequest& request) {
   const ir::Node& node = request.node;
-  if (attr<bool>(node, "training"))
-    throw Error(
-        node.loc.render(),
-        node.describe() + ": codegen supports dropout at inference only (training = false)");
+  if (attr<bool>(node, "training")) return emit_philox_dropout(request);
   return emit_copy_kernel(request, "dropout at inference is the identity: a copy");
 }
 
@@ -282,7 +279,7 @@ std::optional<ElementFn> element_fn(const ir::Node& node) {
   if (op == "cast") return cast_fn(dtype, node.results[0]->type.dtype);
   if (op == "dropout" && !attr<bool>(node, "training"))
     return ElementFn{"dropout at inference: the identity", {"return value;"}};
-  return std::nullopt;
+  return grad_element_fn(node);
 }
 
 void add_elementwise_emitters(EmitterTable& table) {

@@ -30,6 +30,9 @@ struct ElementFn {
 // activations, unary math, clip, cast, dropout at inference), for fused kernels to compose;
 // nullopt for any other op.
 std::optional<ElementFn> element_fn(const ir::Node& node);
+// The same for the elementwise backward ops (relu_grad, ..., scale, broadcast_to:
+// grad_elementwise.cpp); element_fn falls back to it. `lhs` is dy, `rhs` the saved value.
+std::optional<ElementFn> grad_element_fn(const ir::Node& node);
 
 // A map kernel over `request.node`'s operands (1 or 2, broadcast to the result's shape).
 KernelSpec emit_map_kernel(const KernelRequest& request, const ElementFn& fn);
@@ -38,5 +41,8 @@ KernelSpec emit_map_kernel(const KernelRequest& request, const ElementFn& fn);
 // inference, a cast to the same dtype): 16-byte float4 moves whatever the element type, then
 // the leftover elements one at a time.
 KernelSpec emit_copy_kernel(const KernelRequest& request, const std::string& why);
+
+// Training dropout (operands x and the step counter): codegen/kernels/dropout.cpp.
+KernelSpec emit_philox_dropout(const KernelRequest& request);
 
 }  // namespace kiln::codegen

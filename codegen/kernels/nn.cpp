@@ -250,6 +250,7 @@ void add_nn_emitters(EmitterTable& table) {
   table.emplace_back("dense", gemm(nn::dense_gemm));
   table.emplace_back("conv2d", gemm(nn::conv2d_gemm));
   add_pool_norm_emitters(table);
+  add_nn_grad_emitters(table);
 }
 
 }  // namespace kiln::codegen

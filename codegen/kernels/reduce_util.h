@@ -26,6 +26,9 @@ enum class Combine { Sum, Max };
 // Registration of the other reduction families; add_reduce_emitters calls them.
 void add_normalize_emitters(EmitterTable& table);  // softmax, log_softmax, layer_norm
 void add_loss_emitters(EmitterTable& table);       // softmax_cross_entropy, mse_loss
+// softmax_grad, log_softmax_grad, softmax_cross_entropy_grad (grad_softmax.cpp); called by
+// add_grad_emitters.
+void add_grad_softmax_emitters(EmitterTable& table);
 
 // `const int lane = ...; const int warp = ...;` and kWarpSize / kFullMask / kWarps constants
 // (kWarps = warps per block, from `block_threads`).

@@ -46,8 +46,26 @@ void add_elementwise_rules(OpRegistry& registry) {
     return {b.sum_to(quotient, shape_of(n, 0)),
             b.sum_to(b.op("neg", {b.op("mul", {quotient, y_of(n)})}), shape_of(n, 1))};
   });
+  // dy goes to the larger (smaller) operand, split evenly on ties as torch.maximum's backward:
+  // the share ops weigh it per element, then each share is summed back to its operand's shape.
+  for (const char* op : {"maximum", "minimum"}) {
+    const std::string share = std::string(op) + "_share";
+    set_rule(registry, op, [share](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+      if (!is_floating(n.inputs[0]->type.dtype)) return {nullptr, nullptr};
+      Value* to_a = b.op("mul", {dy[0], b.op(share, {n.inputs[0], n.inputs[1]})});
+      Value* to_b = b.op("mul", {dy[0], b.op(share, {n.inputs[1], n.inputs[0]})});
+      return {b.sum_to(to_a, shape_of(n, 0)), b.sum_to(to_b, shape_of(n, 1))};
+    });
+  }
+  // scale (a backward op that forward graphs may hold too) is linear.
+  set_rule(registry, "scale", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.scale(dy[0], std::get<double>(n.attrs.at("factor")))};
+  });
 
-  set_rule(registry, "relu", unary_backward_op("relu_grad", false));
+  // relu_grad reads the result: y > 0 exactly where x > 0, and then the pre-activation has no
+  // use left in the backward pass, so the forward producer can fuse the relu (a GEMM epilogue)
+  // instead of storing both x and y.
+  set_rule(registry, "relu", unary_backward_op("relu_grad", true));
   set_rule(registry, "leaky_relu", unary_backward_op("leaky_relu_grad", false, {"alpha"}));
   set_rule(registry, "sigmoid", unary_backward_op("sigmoid_grad", true));
   set_rule(registry, "tanh", unary_backward_op("tanh_grad", true));
@@ -85,13 +103,13 @@ void add_elementwise_rules(OpRegistry& registry) {
     if (!is_floating(x_of(n)->type.dtype)) return {nullptr};
     return {b.op("cast", {dy[0]}, {{"to", std::string(dtype_name(x_of(n)->type.dtype))}})};
   });
-  // Inference dropout is the identity. Training dropout's mask is not a value of the graph
-  // yet, so its rule must wait for the random-number ops.
+  // Inference dropout is the identity. Training dropout multiplies by mask / (1 - rate), and
+  // the mask is a pure function of (seed, step, index): the gradient is the same dropout
+  // applied to dy, which redraws the identical mask instead of saving it. The step operand is
+  // an integer: no gradient.
   set_rule(registry, "dropout", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    if (std::get<bool>(n.attrs.at("training")))
-      throw Error(n.loc.render(), n.describe() + ": dropout in training mode has no gradient "
-                                                 "rule yet (its mask is not a graph value)");
-    return {dy[0]};
+    if (!std::get<bool>(n.attrs.at("training"))) return {dy[0]};
+    return {b.op("dropout", {dy[0], n.inputs[1]}, n.attrs), nullptr};
   });
 }
 

@@ -18,6 +18,7 @@ void register_gradient_rules(OpRegistry& registry) {
   gradients::add_elementwise_rules(registry);
   gradients::add_shape_reduce_rules(registry);
   gradients::add_nn_rules(registry);
+  gradients::add_norm_rules(registry);
 }
 
 }  // namespace kiln::ir

@@ -13,5 +13,6 @@ void set_rule(OpRegistry& registry, std::string_view op, GradFn rule);
 void add_elementwise_rules(OpRegistry& registry);
 void add_shape_reduce_rules(OpRegistry& registry);
 void add_nn_rules(OpRegistry& registry);
+void add_norm_rules(OpRegistry& registry);  // layer_norm, batch_norm_train
 
 }  // namespace kiln::ir::gradients

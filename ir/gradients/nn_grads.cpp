@@ -4,6 +4,8 @@
 // operand, as in any autograd); softmax and the losses into their backward ops, which read the
 // forward result (softmax, log_softmax) or recompute from the logits (cross entropy: the
 // softmax of the logits is not a forward value).
+// conv2d and the pools differentiate into the window backward ops of ir/ops/nn_grad_ops.cpp,
+// which carry the forward's attributes.
 #include "ir/gradients/gradients.h"
 
 namespace kiln::ir::gradients {
@@ -56,6 +58,27 @@ Grads softmax_like_rule(const char* backward, GradBuilder& b, const Node& n, con
   return {b.op(backward, {dy[0], n.results[0]}, {{"axis", n.attrs.at("axis")}})};
 }
 
+// The forward node's attributes named in `names`, plus 'shape' = `shape`: what the window
+// backward ops (ir/ops/nn_grad_ops.cpp) take.
+AttrMap window_attrs(const Node& n, std::initializer_list<const char*> names, const Shape* shape) {
+  AttrMap attrs;
+  for (const char* name : names) attrs[name] = n.attrs.at(name);
+  if (shape) attrs["shape"] = Ints(shape->begin(), shape->end());
+  return attrs;
+}
+
+// conv2d: dx is the transposed convolution of dy with the weight, dweight the correlation of
+// dy with x summed over the batch, dbias the sum of dy over N, H and W.
+Grads conv2d_rule(GradBuilder& b, const Node& n, const Grads& dy) {
+  const auto names = {"stride", "pad", "dilation", "groups"};
+  Value* x = n.inputs[0];
+  Value* w = n.inputs[1];
+  Grads grads = {b.op("conv2d_grad_input", {dy[0], w}, window_attrs(n, names, &x->type.shape)),
+                 b.op("conv2d_grad_weight", {dy[0], x}, window_attrs(n, names, &w->type.shape))};
+  if (n.inputs.size() == 3) grads.push_back(b.op("reduce_sum", {dy[0]}, {{"axes", Ints{0, 2, 3}}}));
+  return grads;
+}
+
 }  // namespace
 
 void add_nn_rules(OpRegistry& registry) {
@@ -72,6 +95,16 @@ void add_nn_rules(OpRegistry& registry) {
   });
   set_rule(registry, "log_softmax", [](GradBuilder& b, const Node& n, const Grads& dy) {
     return softmax_like_rule("log_softmax_grad", b, n, dy);
+  });
+  set_rule(registry, "conv2d", conv2d_rule);
+  set_rule(registry, "max_pool2d", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op("max_pool2d_grad", {dy[0], n.inputs[0]},
+                 window_attrs(n, {"kernel", "stride", "pad", "dilation"}, nullptr))};
+  });
+  set_rule(registry, "avg_pool2d", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op("avg_pool2d_grad", {dy[0]},
+                 window_attrs(n, {"kernel", "stride", "pad", "count_include_pad"},
+                              &n.inputs[0]->type.shape))};
   });
   set_rule(registry, "global_avg_pool", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const Shape& x = n.inputs[0]->type.shape;

@@ -2,7 +2,8 @@
 //
 // Shape ops only move elements, so their gradients move dy back: reshape undoes reshape, the
 // inverse permutation undoes transpose, slices of dy undo concat, and a zero-padded scatter
-// (slice_grad) undoes slice. Sum and mean spread dy evenly over the elements they reduced.
+// (slice_grad) undoes slice, and summing over the broadcast dims undoes broadcast_to. Sum and
+// mean spread dy evenly over the elements they reduced; max sends it to the maxima.
 #include "ir/gradients/gradients.h"
 
 namespace kiln::ir::gradients {
@@ -63,6 +64,30 @@ void add_shape_reduce_rules(OpRegistry& registry) {
       offset += size;
     }
     return grads;
+  });
+  // slice_grad scatters dy back into zeros of x's shape; axes and steps are spelled out.
+  set_rule(registry, "slice", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const Ints& starts = ints_attr(n, "starts");
+    Ints axes = ints_attr(n, "axes"), steps = ints_attr(n, "steps");
+    for (size_t i = axes.size(); i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    steps.resize(starts.size(), 1);
+    return {b.op("slice_grad", {dy[0]},
+                 {{"shape", Ints(n.inputs[0]->type.shape)}, {"starts", starts},
+                  {"ends", ints_attr(n, "ends")}, {"axes", axes}, {"steps", steps}})};
+  });
+  // broadcast_to's adjoint sums dy back over the broadcast dims.
+  set_rule(registry, "broadcast_to", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.sum_to(dy[0], n.inputs[0]->type.shape)};
+  });
+  // dy goes to the positions of each maximum, split evenly among ties as torch.amax's backward.
+  // maximum_share(x, max) is 1/2 at a tie with the maximum and 0 elsewhere (x < max); divided
+  // by its sum over the reduced axes (1/2 per maximum: exact, a power of two) it gives 1/count.
+  set_rule(registry, "reduce_max", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    if (!is_floating(n.inputs[0]->type.dtype)) return {nullptr};
+    const Shape keep = keepdims_shape(n).first;
+    Value* share = b.op("maximum_share", {n.inputs[0], b.reshape(n.results[0], keep)});
+    Value* count = b.op("reduce_sum", {share}, {{"axes", ints_attr(n, "axes")}, {"keepdims", true}});
+    return {b.op("mul", {share, b.op("div", {b.reshape(dy[0], keep), count})})};
   });
   set_rule(registry, "reduce_sum", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.expand_reduced(dy[0], keepdims_shape(n).first, n.inputs[0]->type.shape)};

@@ -97,15 +97,38 @@ void register_elementwise_ops(OpRegistry& registry) {
                               -1, "to"};
               return std::vector<TensorType>{TensorType{*to, ctx.inputs[0].shape}};
             });
-  add_unary(registry, "dropout", "zero elements with probability rate (identity at inference)",
-            {{"rate", AttrType::Float, 0.5}, {"training", AttrType::Bool, false}},
-            [](const InferContext& ctx) {
-              const double rate = ctx.get_float("rate");
-              if (!(rate >= 0.0 && rate < 1.0))
-                throw OpError{"attribute 'rate' must be in [0, 1), got " + float_to_string(rate),
-                              -1, "rate"};
-              return same_as_float_input(ctx);
-            });
+  // Training dropout draws its mask from Philox 4x32-10 (ir/philox.h): element i is kept when
+  // the i-th word of the stream (seed, step) is at or above rate * 2^32 (24-bit uniform, see
+  // dropout_keeps). `step` is a one-element runtime tensor (the training step counter), so
+  // every step draws a new mask without recompiling, and the backward pass (the same op on the
+  // gradient) redraws the very same mask instead of storing it.
+  registry.add(OpDef{"dropout", "zero elements with probability rate, scale the rest by 1/(1-rate) (identity at inference)",
+                     {"x", "step"}, 1, 2,
+                     {{"rate", AttrType::Float, 0.5},
+                      {"training", AttrType::Bool, false},
+                      {"seed", AttrType::Int, int64_t{0}}},
+                     OpKind::Elementwise, [](const InferContext& ctx) {
+                       const double rate = ctx.get_float("rate");
+                       if (!(rate >= 0.0 && rate < 1.0))
+                         throw OpError{"attribute 'rate' must be in [0, 1), got " +
+                                           float_to_string(rate),
+                                       -1, "rate"};
+                       const bool training = ctx.get_bool("training");
+                       if (training && ctx.inputs.size() != 2)
+                         throw OpError{"dropout in training mode needs a step operand (i32[1] "
+                                       "or i64[1]: the step counter its random stream reads)"};
+                       if (!training && ctx.inputs.size() == 2)
+                         throw OpError{"the step operand is only read in training mode", 1};
+                       if (training) {
+                         const TensorType& step = ctx.inputs[1];
+                         if (num_elements(step.shape) != 1 || step.rank() > 1 ||
+                             !(step.dtype == DType::I32 || step.dtype == DType::I64))
+                           throw OpError{"step must be one i32 or i64 element, got " +
+                                             step.to_string(),
+                                         1};
+                       }
+                       return same_as_float_input(ctx);
+                     }});
 }
 
 }  // namespace kiln::ir

@@ -3,6 +3,7 @@
 // the forward pass (the input x, or the result y where the derivative is cheaper from it).
 // They are ordinary ops: inferred, interpreted (runtime/reference/kernels_grad.cpp), costed,
 // fused and memory-planned like the forward ones.
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -43,6 +44,50 @@ std::vector<TensorType> infer_broadcast_to(const InferContext& ctx) {
   if (!out || *out != shape)
     throw OpError{ctx.inputs[0].to_string() + " does not broadcast to " + shape_to_string(shape),
                   -1, "shape"};
+  return {ops::checked_result(ctx.inputs[0].dtype, shape)};
+}
+
+// maximum_share / minimum_share: float a and b of one dtype, broadcast together.
+std::vector<TensorType> infer_share(const InferContext& ctx) {
+  require_float(ctx, 0);
+  require_same_dtype(ctx, 0, 1);
+  std::optional<Shape> out = broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape);
+  if (!out)
+    throw OpError{"shapes " + shape_to_string(ctx.inputs[0].shape) + " and " +
+                      shape_to_string(ctx.inputs[1].shape) + " cannot be broadcast together",
+                  1};
+  return {ops::checked_result(ctx.inputs[0].dtype, *out)};
+}
+
+// slice_grad: 'shape' is the forward slice's input; slicing it with the forward's attributes
+// (normalized by the forward's inference) must give dy's shape.
+std::vector<TensorType> infer_slice_grad(const InferContext& ctx) {
+  const Shape& shape = ctx.get_ints("shape");
+  const Ints& starts = ctx.get_ints("starts");
+  const Ints& ends = ctx.get_ints("ends");
+  const Ints& axes = ctx.get_ints("axes");
+  const Ints& steps = ctx.get_ints("steps");
+  const int rank = static_cast<int>(shape.size());
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size() || ctx.inputs[0].rank() != rank)
+    throw OpError{"starts, ends, axes and steps must have one value per sliced axis, and dy "
+                  "the rank of 'shape'",
+                  -1, "starts"};
+  Shape sliced = shape;
+  const std::vector<int> normalized = ops::require_axes(axes, rank, "axes");  // no repeats
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int axis = normalized[i];
+    const int64_t dim = shape[axis];
+    auto clamp = [dim](int64_t index) { return std::clamp<int64_t>(index < 0 ? index + dim : index, 0, dim); };
+    const int64_t start = clamp(starts[i]), end = clamp(ends[i]);
+    if (steps[i] < 1 || end <= start)
+      throw OpError{"slice selects nothing on axis " + std::to_string(axis), -1, "starts"};
+    sliced[axis] = (end - start - 1) / steps[i] + 1;
+  }
+  if (sliced != ctx.inputs[0].shape)
+    throw OpError{"dy " + ctx.inputs[0].to_string() + " is not the slice's result " +
+                      shape_to_string(sliced),
+                  0};
   return {ops::checked_result(ctx.inputs[0].dtype, shape)};
 }
 
@@ -96,6 +141,29 @@ void register_grad_ops(OpRegistry& registry) {
   add_elementwise_grad(registry, "clip_grad", "x", "dy where min <= x <= max, else 0",
                        {{"min", AttrType::Float, -std::numeric_limits<double>::infinity()},
                         {"max", AttrType::Float, std::numeric_limits<double>::infinity()}});
+
+  // The adjoint of slice: dy scattered into zeros of the forward input's shape. The forward's
+  // attributes are copied with axes and steps spelled out (one per start).
+  registry.add(OpDef{"slice_grad", "zeros of 'shape' with dy written at x[start:end:step]",
+                     {"dy"}, 1, 1,
+                     {{"shape", AttrType::Ints, std::nullopt},
+                      {"starts", AttrType::Ints, std::nullopt},
+                      {"ends", AttrType::Ints, std::nullopt},
+                      {"axes", AttrType::Ints, std::nullopt},
+                      {"steps", AttrType::Ints, std::nullopt}},
+                     OpKind::Injective, infer_slice_grad});
+
+  // The gradient of maximum(a, b) / minimum(a, b) with respect to a is dy times this share
+  // (with respect to b: the share of (b, a)). Ties split dy evenly and NaN passes it whole to
+  // both operands, as torch.maximum's backward does.
+  registry.add(OpDef{"maximum_share",
+                     "the share of maximum(a, b)'s gradient that flows to a: 1 where a > b, "
+                     "1/2 where a == b, 0 where a < b (1 for NaN)",
+                     {"a", "b"}, 2, 2, {}, OpKind::Broadcast, infer_share});
+  registry.add(OpDef{"minimum_share",
+                     "the share of minimum(a, b)'s gradient that flows to a: 1 where a < b, "
+                     "1/2 where a == b, 0 where a > b (1 for NaN)",
+                     {"a", "b"}, 2, 2, {}, OpKind::Broadcast, infer_share});
 
   registry.add(OpDef{"softmax_grad", "y * (dy - sum(dy * y)) along axis, y = softmax(x)",
                      {"dy", "y"}, 2, 2, {{"axis", AttrType::Int, int64_t{-1}}}, OpKind::Reduce,

@@ -103,6 +103,8 @@ class DeviceExecutable final : public CudaExecutable {
   ~DeviceExecutable() override;
 
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) override;
+  ir::Tensor parameter(int index) override;
+  void set_parameter(int index, const ir::Tensor& value) override;
   std::string device_name() const override { return device_.name; }
   std::string loaded_code() const override { return loaded_code_; }
   std::vector<std::string> library_report() const override { return library_report_; }
@@ -401,10 +403,43 @@ std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inp
     api_.check(api_.cuMemcpyDtoHAsync_v2(output.data(), address(id), output.byte_size(), stream),
                "cuMemcpyDtoHAsync", fmt::format("output '{}'", buffer.name));
   }
+  // After the outputs are read, on the same stream: each next.P becomes parameter P.
+  for (const codegen::Program::StateUpdate& update : program_.state_updates) {
+    const codegen::Buffer& buffer = program_.buffers[update.output];
+    api_.check(api_.cuMemcpyDtoDAsync_v2(address(update.parameter), address(update.output),
+                                         static_cast<size_t>(buffer.bytes), stream),
+               "cuMemcpyDtoDAsync", fmt::format("state '{}'", buffer.name));
+  }
   // Kernel faults surface here (or in the copies above), after the launches that caused them.
   api_.check(api_.cuStreamSynchronize(stream), "cuStreamSynchronize",
              fmt::format("running graph '{}'", program_.graph_name));
   return outputs;
+}
+
+ir::Tensor DeviceExecutable::parameter(int index) {
+  const int id = bindings_.parameters.at(static_cast<size_t>(index));
+  const codegen::Buffer& buffer = program_.buffers[id];
+  make_current();
+  ir::Tensor value(buffer.type);
+  api_.check(api_.cuMemcpyDtoHAsync_v2(value.data(), address(id), value.byte_size(), stream_.get()),
+             "cuMemcpyDtoHAsync", fmt::format("parameter '{}'", buffer.name));
+  api_.check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize",
+             fmt::format("reading parameter '{}'", buffer.name));
+  return value;
+}
+
+void DeviceExecutable::set_parameter(int index, const ir::Tensor& value) {
+  const int id = bindings_.parameters.at(static_cast<size_t>(index));
+  const codegen::Buffer& buffer = program_.buffers[id];
+  if (value.type() != buffer.type)
+    throw Error("", fmt::format("CUDA backend: parameter '{}': expected {}, got {}", buffer.name,
+                                buffer.type.to_string(), value.type().to_string()));
+  make_current();
+  api_.check(api_.cuMemcpyHtoDAsync_v2(address(id), value.data(), value.byte_size(), stream_.get()),
+             "cuMemcpyHtoDAsync", fmt::format("parameter '{}'", buffer.name));
+  // The source is the caller's memory: wait before returning it.
+  api_.check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize",
+             fmt::format("writing parameter '{}'", buffer.name));
 }
 
 }  // namespace

@@ -65,7 +65,14 @@ class CudaExecutable {
   // Copies `inputs` (graph order) in, launches every kernel, copies the outputs back. Throws
   // kiln::Error when an input's count or type is wrong, or on a driver failure. Not
   // thread-safe: one run at a time per executable.
+  // A training step's state outputs (Program::state_updates) are copied, on the device, into
+  // their parameters after the launches and are not returned.
   virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) = 0;
+  // The current value of parameter `index` (graph order; downloaded), and replacing it
+  // (uploaded; kiln::Error when the type differs). For checkpoints and for evaluation graphs
+  // that share a training step's parameters.
+  virtual ir::Tensor parameter(int index) = 0;
+  virtual void set_parameter(int index, const ir::Tensor& value) = 0;
   virtual std::string device_name() const = 0;
   // What was loaded: "cubin sm_90", or "PTX compute_80 (JIT for sm_86)".
   virtual std::string loaded_code() const = 0;

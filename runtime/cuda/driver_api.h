@@ -41,6 +41,7 @@
   X(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020)                                \
   X(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020)                         \
   X(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020)                         \
+  X(cuMemcpyDtoDAsync_v2, PFN_cuMemcpyDtoDAsync_v3020)                         \
   X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                  \
   X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                             \
   X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                        \

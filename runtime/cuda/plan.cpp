@@ -53,24 +53,6 @@ bool ptx_runs_on(std::string_view ptx_arch, int device_sm) {
   }
 }
 
-// Every id of `role` in index order; an index missing or present twice is an internal error.
-std::vector<int> buffers_by_index(const codegen::Program& program, codegen::BufferRole role) {
-  std::vector<int> ids;
-  for (size_t id = 0; id < program.buffers.size(); ++id) {
-    const codegen::Buffer& buffer = program.buffers[id];
-    if (buffer.role != role) continue;
-    KILN_CHECK(buffer.index >= 0) << "buffer '" << buffer.name << "' has no index";
-    if (static_cast<size_t>(buffer.index) >= ids.size())
-      ids.resize(static_cast<size_t>(buffer.index) + 1, -1);
-    KILN_CHECK(ids[buffer.index] == -1)
-        << "buffers '" << program.buffers[ids[buffer.index]].name << "' and '" << buffer.name
-        << "' have the same index " << buffer.index;
-    ids[buffer.index] = static_cast<int>(id);
-  }
-  for (size_t index = 0; index < ids.size(); ++index)
-    KILN_CHECK(ids[index] != -1) << "no buffer has index " << index;
-  return ids;
-}
 
 }  // namespace
 
@@ -154,8 +136,8 @@ std::string describe_code(const CudaBinary& binary) {
 
 ProgramBindings bind_program(const codegen::Program& program) {
   ProgramBindings bindings;
-  bindings.inputs = buffers_by_index(program, codegen::BufferRole::Input);
-  bindings.parameters = buffers_by_index(program, codegen::BufferRole::Parameter);
+  bindings.inputs = program.buffer_ids(codegen::BufferRole::Input);
+  bindings.parameters = program.buffer_ids(codegen::BufferRole::Parameter);
   const int num_buffers = static_cast<int>(program.buffers.size());
   for (int id : program.outputs)
     KILN_CHECK(id >= 0 && id < num_buffers) << "graph output is buffer " << id;

@@ -7,70 +7,115 @@
 namespace kiln::runtime::host {
 
 namespace {
+
 void check_type(const ir::Tensor& tensor, const codegen::Buffer& buffer) {
   if (tensor.type() != buffer.type)
     throw Error("", std::string(codegen::buffer_role_name(buffer.role)) + " '" + buffer.name +
                         "': expected " + buffer.type.to_string() + ", got " +
                         tensor.type().to_string());
 }
+
+void check_count(const std::vector<int>& ids, size_t given, const codegen::Program& program,
+                 const char* what) {
+  if (given >= ids.size()) return;
+  for (size_t i = given; i < ids.size(); ++i)
+    if (ids[i] >= 0)
+      throw Error("", std::string(what) + " '" + program.buffers[ids[i]].name + "' was not given");
+}
+
 }  // namespace
+
+// One 256-byte aligned allocation per unplanned buffer (as cudaMalloc aligns): kernels may use
+// float4 access, and distinct allocations let the sanitizer build catch a kernel that writes
+// past its buffer.
+struct HostExecutable::Storage {
+  using Block = std::unique_ptr<std::byte[], void (*)(std::byte*)>;
+  static Block allocate(int64_t size) {
+    const size_t bytes = (static_cast<size_t>(size) + 255) / 256 * 256;
+    return Block(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{256})),
+                 [](std::byte* p) { ::operator delete[](p, std::align_val_t{256}); });
+  }
+  Block arena{nullptr, [](std::byte*) {}};
+  std::vector<Block> blocks;
+};
+
+HostExecutable::HostExecutable(const codegen::Program& program, const HostModule& module,
+                               const std::vector<ir::Tensor>& parameters, HostOptions options)
+    : program_(program), module_(module), options_(std::move(options)),
+      storage_(std::make_unique<Storage>()) {
+  storage_->arena = Storage::allocate(program.arena_bytes);
+  for (const codegen::Buffer& buffer : program.buffers) {
+    if (buffer.arena_offset >= 0) {
+      KILN_CHECK(buffer.arena_offset + buffer.bytes <= program.arena_bytes)
+          << "buffer '" << buffer.name << "' lies outside the activation arena";
+      pointers_.push_back(storage_->arena.get() + buffer.arena_offset);
+      continue;
+    }
+    storage_->blocks.push_back(Storage::allocate(buffer.bytes));
+    pointers_.push_back(storage_->blocks.back().get());
+  }
+  input_buffers_ = program.buffer_ids(codegen::BufferRole::Input);
+  parameter_buffers_ = program.buffer_ids(codegen::BufferRole::Parameter);
+  check_count(parameter_buffers_, parameters.size(), program, "parameter");
+  for (size_t i = 0; i < parameter_buffers_.size(); ++i)
+    if (parameter_buffers_[i] >= 0) set_parameter(static_cast<int>(i), parameters[i]);
+}
+
+HostExecutable::~HostExecutable() = default;
+
+std::vector<ir::Tensor> HostExecutable::run(const std::vector<ir::Tensor>& inputs) {
+  check_count(input_buffers_, inputs.size(), program_, "input");
+  for (size_t i = 0; i < input_buffers_.size() && i < inputs.size(); ++i) {
+    const int id = input_buffers_[i];
+    if (id < 0) continue;
+    check_type(inputs[i], program_.buffers[id]);
+    std::memcpy(pointers_[id], inputs[i].data(), inputs[i].byte_size());
+  }
+
+  std::vector<void*> args;
+  for (const codegen::Kernel& kernel : program_.kernels) {
+    args.clear();
+    for (int id : kernel.args) args.push_back(pointers_.at(id));
+    module_.launch(kernel.name, args.data(), kernel.grid, kernel.block,
+                   kernel.dynamic_shared_bytes, kernel.uses_barriers, options_);
+  }
+
+  std::vector<ir::Tensor> outputs;
+  for (int id : program_.outputs) {
+    const codegen::Buffer& buffer = program_.buffers.at(id);
+    std::vector<std::byte> bytes(static_cast<size_t>(buffer.bytes));
+    std::memcpy(bytes.data(), pointers_[id], bytes.size());
+    outputs.emplace_back(buffer.type, std::move(bytes));
+  }
+  // After the outputs are read: an output may be a parameter whose next value comes now.
+  for (const codegen::Program::StateUpdate& update : program_.state_updates)
+    std::memcpy(pointers_[update.parameter], pointers_[update.output],
+                static_cast<size_t>(program_.buffers[update.output].bytes));
+  return outputs;
+}
+
+ir::Tensor HostExecutable::parameter(int index) const {
+  const int id = parameter_buffers_.at(index);
+  KILN_CHECK(id >= 0) << "parameter " << index << " has no buffer";
+  const codegen::Buffer& buffer = program_.buffers[id];
+  std::vector<std::byte> bytes(static_cast<size_t>(buffer.bytes));
+  std::memcpy(bytes.data(), pointers_[id], bytes.size());
+  return ir::Tensor(buffer.type, std::move(bytes));
+}
+
+void HostExecutable::set_parameter(int index, const ir::Tensor& value) {
+  const int id = parameter_buffers_.at(index);
+  KILN_CHECK(id >= 0) << "parameter " << index << " has no buffer";
+  check_type(value, program_.buffers[id]);
+  std::memcpy(pointers_[id], value.data(), value.byte_size());
+}
 
 std::vector<ir::Tensor> run_program(const codegen::Program& program, const HostModule& module,
                                     const std::vector<ir::Tensor>& inputs,
                                     const std::vector<ir::Tensor>& parameters,
                                     const HostOptions& options) {
-  // One 256-byte aligned allocation per unplanned buffer (as cudaMalloc aligns): kernels may use
-  // float4 access, and distinct allocations let the sanitizer build catch a kernel that writes
-  // past its buffer.
-  // Intermediates that plan-memory placed share one activation arena at their planned offsets.
-  using Storage = std::unique_ptr<std::byte[], void (*)(std::byte*)>;
-  auto allocate = [](int64_t size) {
-    const size_t bytes = (static_cast<size_t>(size) + 255) / 256 * 256;
-    return Storage(static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{256})),
-                   [](std::byte* p) { ::operator delete[](p, std::align_val_t{256}); });
-  };
-  std::vector<Storage> storage;
-  Storage arena = allocate(program.arena_bytes);
-  std::vector<void*> pointers;
-  for (const codegen::Buffer& buffer : program.buffers) {
-    if (buffer.arena_offset >= 0) {
-      KILN_CHECK(buffer.arena_offset + buffer.bytes <= program.arena_bytes)
-          << "buffer '" << buffer.name << "' lies outside the activation arena";
-      pointers.push_back(arena.get() + buffer.arena_offset);
-      continue;
-    }
-    storage.push_back(allocate(buffer.bytes));
-    std::byte* memory = storage.back().get();
-    pointers.push_back(memory);
-    const std::vector<ir::Tensor>* source = nullptr;
-    if (buffer.role == codegen::BufferRole::Input) source = &inputs;
-    if (buffer.role == codegen::BufferRole::Parameter) source = &parameters;
-    if (source == nullptr) continue;
-    KILN_CHECK(buffer.index >= 0) << "buffer '" << buffer.name << "' has no index";
-    if (static_cast<size_t>(buffer.index) >= source->size())
-      throw Error("", std::string(codegen::buffer_role_name(buffer.role)) + " '" + buffer.name +
-                          "' was not given");
-    const ir::Tensor& tensor = (*source)[buffer.index];
-    check_type(tensor, buffer);
-    std::memcpy(memory, tensor.data(), tensor.byte_size());
-  }
-
-  std::vector<void*> args;
-  for (const codegen::Kernel& kernel : program.kernels) {
-    args.clear();
-    for (int id : kernel.args) args.push_back(pointers.at(id));
-    module.launch(kernel.name, args.data(), kernel.grid, kernel.block,
-                  kernel.dynamic_shared_bytes, kernel.uses_barriers, options);
-  }
-
-  std::vector<ir::Tensor> outputs;
-  for (int id : program.outputs) {
-    const codegen::Buffer& buffer = program.buffers.at(id);
-    std::vector<std::byte> bytes(static_cast<size_t>(buffer.bytes));
-    std::memcpy(bytes.data(), pointers[id], bytes.size());
-    outputs.emplace_back(buffer.type, std::move(bytes));
-  }
-  return outputs;
+  HostExecutable executable(program, module, parameters, options);
+  return executable.run(inputs);
 }
 
 }  // namespace kiln::runtime::host

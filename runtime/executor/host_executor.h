@@ -1,7 +1,13 @@
-// Running a whole codegen::Program on the host backend: one buffer per Program buffer,
-// kernels launched in program order.
+// Running a whole codegen::Program on the host backend.
+//
+// A HostExecutable owns one buffer per Program buffer (intermediates that plan-memory placed
+// share one activation arena) for as long as it lives: parameters are copied in once, and a
+// training step's state outputs (Program::state_updates) are copied into their parameters
+// after every run, so parameters and optimizer state stay in place between steps, as they do
+// in device memory on the CUDA backend.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "codegen/program.h"
@@ -10,8 +16,37 @@
 
 namespace kiln::runtime::host {
 
-// `inputs` and `parameters` in graph order, with exactly the program's types (kiln::Error
-// otherwise, naming the input). Returns the graph outputs in order.
+class HostExecutable {
+ public:
+  // `program` and `module` must outlive the executable. `parameters` in graph order, with
+  // exactly the program's types (kiln::Error otherwise, naming the parameter).
+  HostExecutable(const codegen::Program& program, const HostModule& module,
+                 const std::vector<ir::Tensor>& parameters, HostOptions options);
+  ~HostExecutable();
+  HostExecutable(const HostExecutable&) = delete;
+  HostExecutable& operator=(const HostExecutable&) = delete;
+
+  // Copies `inputs` (graph order, checked like the parameters) in, launches every kernel in
+  // program order, applies the state updates and returns the outputs (Program::outputs).
+  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs);
+
+  // The current value of parameter `index` (graph order), and replacing it (checked type).
+  ir::Tensor parameter(int index) const;
+  void set_parameter(int index, const ir::Tensor& value);
+  int num_parameters() const { return static_cast<int>(parameter_buffers_.size()); }
+
+ private:
+  struct Storage;
+  const codegen::Program& program_;
+  const HostModule& module_;
+  HostOptions options_;
+  std::unique_ptr<Storage> storage_;
+  std::vector<void*> pointers_;           // per buffer id
+  std::vector<int> input_buffers_;        // buffer id per graph input
+  std::vector<int> parameter_buffers_;    // buffer id per graph parameter
+};
+
+// One run on a fresh executable: what `kiln run --backend=host` does.
 std::vector<ir::Tensor> run_program(const codegen::Program& program, const HostModule& module,
                                     const std::vector<ir::Tensor>& inputs,
                                     const std::vector<ir::Tensor>& parameters,

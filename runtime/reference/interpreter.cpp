@@ -24,6 +24,8 @@ const KernelTable& kernel_table() {
     add_reduce_kernels(t);
     add_grad_kernels(t);
     add_optimizer_kernels(t);
+    add_norm_train_kernels(t);
+    add_nn_grad_kernels(t);
     t.emplace(std::string(ir::kKernelOp), run_kernel_body);
     return t;
   }();

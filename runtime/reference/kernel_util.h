@@ -30,6 +30,8 @@ void add_shape_kernels(KernelTable& table);
 void add_reduce_kernels(KernelTable& table);
 void add_grad_kernels(KernelTable& table);  // backward ops (kernels_grad*.cpp)
 void add_optimizer_kernels(KernelTable& table);
+void add_norm_train_kernels(KernelTable& table);  // kernels_norm_train.cpp
+void add_nn_grad_kernels(KernelTable& table);  // kernels_nn_grad.cpp (conv2d, pools)
 
 namespace ref {
 

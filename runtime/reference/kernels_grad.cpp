@@ -1,5 +1,6 @@
 // Reference kernels for the backward ops (ir/ops/grad_ops.cpp): the derivatives written out
 // from their definitions, in double, each checked against PyTorch autograd (tests/torch/).
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -88,6 +89,45 @@ Results softmax_cross_entropy_grad(const ir::Node& node, const Inputs& in) {
   return {ref::make_result(node, out)};
 }
 
+// maximum_share (`max_form`) or minimum_share of a and b broadcast together: torch's
+// where(a == b, 1/2, 1).masked_fill(a < b, 0) (a > b for minimum), so NaN gives 1.
+Results share(const ir::Node& node, const Inputs& in, bool max_form) {
+  const ir::Shape& out_shape = ref::result_type(node).shape;
+  const std::vector<double> a = in[0]->to_doubles();
+  const std::vector<double> b = in[1]->to_doubles();
+  std::vector<double> out(static_cast<size_t>(ir::num_elements(out_shape)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::vector<int64_t> index = ref::unravel(static_cast<int64_t>(i), out_shape);
+    const double x = a[ref::broadcast_source(index, in[0]->shape())];
+    const double y = b[ref::broadcast_source(index, in[1]->shape())];
+    out[i] = x == y ? 0.5 : (max_form ? x < y : x > y) ? 0.0 : 1.0;
+  }
+  return {ref::make_result(node, out)};
+}
+
+// Element k of dy goes to x[first + k * step] per sliced axis; the rest of x's gradient is 0.
+Results slice_grad(const ir::Node& node, const Inputs& in) {
+  const ir::Shape& xs = ref::result_type(node).shape;
+  const ir::Shape& ds = in[0]->shape();
+  const int rank = static_cast<int>(xs.size());
+  std::vector<int64_t> first(rank, 0), step(rank, 1);
+  const std::vector<int64_t>& starts = ref::attr_ints(node, "starts");
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int axis = ref::norm_axis(ref::attr_ints(node, "axes")[i], rank);
+    const int64_t dim = xs[axis];
+    first[axis] = std::clamp<int64_t>(starts[i] < 0 ? starts[i] + dim : starts[i], 0, dim);
+    step[axis] = ref::attr_ints(node, "steps")[i];
+  }
+  const std::vector<double> dy = in[0]->to_doubles();
+  std::vector<double> out(static_cast<size_t>(ir::num_elements(xs)), 0.0);
+  for (size_t k = 0; k < dy.size(); ++k) {
+    std::vector<int64_t> index = ref::unravel(static_cast<int64_t>(k), ds);
+    for (int d = 0; d < rank; ++d) index[d] = first[d] + index[d] * step[d];
+    out[ref::ravel(index, xs)] = dy[k];
+  }
+  return {ref::make_result(node, out)};
+}
+
 Results broadcast_to(const ir::Node& node, const Inputs& in) {
   const ir::Shape& out_shape = ref::result_type(node).shape;
   const std::vector<double> x = in[0]->to_doubles();
@@ -134,6 +174,13 @@ void add_grad_kernels(KernelTable& table) {
   table["clip_grad"] = [](const ir::Node& node, const Inputs& in) {
     const double lo = ref::attr_float(node, "min"), hi = ref::attr_float(node, "max");
     return map_grad(node, in, [lo, hi](double dy, double x) { return x >= lo && x <= hi ? dy : 0.0; });
+  };
+  table["slice_grad"] = slice_grad;
+  table["maximum_share"] = [](const ir::Node& node, const Inputs& in) {
+    return share(node, in, true);
+  };
+  table["minimum_share"] = [](const ir::Node& node, const Inputs& in) {
+    return share(node, in, false);
   };
   table["softmax_grad"] = [](const ir::Node& node, const Inputs& in) {
     return softmax_grad(node, in, false);

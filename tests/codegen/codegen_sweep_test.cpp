@@ -37,7 +37,8 @@ using testing_support::TorchCase;
 const std::set<std::string> kAccumulatingOps = {
     "conv2d", "matmul", "dense", "reduce_sum", "reduce_mean", "softmax", "log_softmax",
     "layer_norm", "batch_norm", "avg_pool2d", "global_avg_pool", "softmax_cross_entropy",
-    "mse_loss"};
+    "mse_loss", "batch_norm_train", "batch_norm_train_grad", "layer_norm_grad", "softmax_grad", "log_softmax_grad", "softmax_cross_entropy_grad",
+    "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d_grad", "avg_pool2d_grad"};
 
 double tolerance_for(const TorchCase& test_case) {
   const ir::DType dtype = test_case.expected.at(0).dtype();
@@ -47,33 +48,12 @@ double tolerance_for(const TorchCase& test_case) {
   return std::max(rounding, ir::is_floating(dtype) ? 1e-5 : 0.0);
 }
 
-// Backward ops (ir/ops/grad_ops.cpp) that codegen does not emit yet: their cases are skipped
-// here, by name and visibly; their reference kernels are still checked by torch_diff_test.
-// Any OTHER op without an emitter fails the sweep.
-const std::set<std::string> kBackwardOpsWithoutEmitters = {
-    "broadcast_to", "scale", "relu_grad", "leaky_relu_grad", "sigmoid_grad", "tanh_grad",
-    "gelu_grad", "abs_grad", "clip_grad", "softmax_grad", "log_softmax_grad",
-    "softmax_cross_entropy_grad"};
-
-// Drops the cases of kBackwardOpsWithoutEmitters (printing each op once); throws for any other
-// op without an emitter, and for a listed op that has one (the list must shrink with codegen).
+// Every op of the sweep must have an emitter: a case without one fails the whole run.
 std::vector<TorchCase> emittable_cases(std::vector<TorchCase> cases) {
-  std::vector<TorchCase> kept;
-  std::set<std::string> skipped;
-  for (TorchCase& c : cases) {
-    const bool has_emitter = codegen::find_kernel_emitter(c.op) != nullptr;
-    const bool listed = kBackwardOpsWithoutEmitters.count(c.op) > 0;
-    if (has_emitter && listed)
-      throw std::runtime_error("op '" + c.op + "' has an emitter now: remove it from "
-                               "kBackwardOpsWithoutEmitters");
-    if (!has_emitter && !listed)
+  for (const TorchCase& c : cases)
+    if (codegen::find_kernel_emitter(c.op) == nullptr)
       throw std::runtime_error("codegen has no emitter for op '" + c.op + "'");
-    if (listed) skipped.insert(c.op);
-    else kept.push_back(std::move(c));
-  }
-  for (const std::string& op : skipped)
-    std::cout << "sweep: SKIPPED op " << op << " (backward op without a codegen emitter yet)\n";
-  return kept;
+  return cases;
 }
 
 struct Sweep {

@@ -32,6 +32,8 @@ import case_writer
 from case_writer import TORCH_DTYPES, add_case, kiln_dtype, positive, randint, randn, shape_tag
 from grad_cases import backward_op_cases
 from nn_cases import conv_cases, matmul_cases, norm_cases, pool_cases
+from norm_train_cases import norm_train_cases
+from conv_pool_grad_cases import conv_pool_grad_cases
 from optimizer_cases import optimizer_cases
 
 
@@ -259,7 +261,7 @@ def main():
     torch.manual_seed(0)
     for generate in (elementwise_cases, conv_cases, matmul_cases, pool_cases, norm_cases,
                      shape_cases, reduce_cases, loss_cases, f16_cases, optimizer_cases,
-                     backward_op_cases):
+                     backward_op_cases, norm_train_cases, conv_pool_grad_cases):
         generate()
     count = case_writer.finish()
     print(f"wrote {count} cases to {case_writer.OUT_DIR}", file=sys.stderr)

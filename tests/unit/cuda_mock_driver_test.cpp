@@ -377,3 +377,40 @@ TEST_F(CudaMockDriver, ExecutablesShareTheContext) {
 
 }  // namespace
 }  // namespace kiln::runtime::cuda
+
+namespace kiln::runtime::cuda {
+namespace {
+
+void step_kernel(void* const* args, unsigned long long) {
+  auto* w = static_cast<const float*>(args[0]);
+  auto* next = static_cast<float*>(args[1]);
+  for (int i = 0; i < 3; ++i) next[i] = w[i] + 1;
+}
+
+// A training step's state: the output next.w becomes parameter w after every run, on the
+// device, and is not returned; parameters can be read and replaced between runs.
+TEST_F(CudaMockDriver, StateUpdatesCarryParametersBetweenRuns) {
+  register_("step_3", 2, step_kernel);
+  codegen::Program program = make_program();
+  program.buffers.push_back(make_buffer("next.w", {ir::DType::F32, {3}}, BufferRole::Output, 2));
+  program.kernels.push_back(make_kernel("step_3", {1, 6}));
+  program.state_updates = {{6, 1}};
+  for (bool use_graph : {false, true}) {
+    auto executable = create(use_graph, program);
+    const ir::Tensor x = make_tensor({2, 3}, {1, 1, 1, 1, 1, 1});
+    const ir::Tensor b = make_tensor({3}, {0, 0, 0});
+    EXPECT_EQ(to_floats(executable->run({x, b})[0]), (std::vector<float>{1, 2, 3, 1, 2, 3}));
+    EXPECT_EQ(to_floats(executable->parameter(0)), (std::vector<float>{2, 3, 4}));
+    const std::vector<ir::Tensor> second = executable->run({x, b});
+    EXPECT_EQ(second.size(), 2u) << "state outputs are not returned";
+    EXPECT_EQ(to_floats(second[0]), (std::vector<float>{2, 3, 4, 2, 3, 4}));
+    executable->set_parameter(0, make_tensor({3}, {10, 20, 30}));
+    EXPECT_EQ(to_floats(executable->run({x, b})[0]), (std::vector<float>{10, 20, 30, 10, 20, 30}));
+    EXPECT_EQ(to_floats(executable->parameter(0)), (std::vector<float>{11, 21, 31}));
+    const Diagnostic error = error_of([&] { executable->set_parameter(0, make_tensor({2, 3}, {0, 0, 0, 0, 0, 0})); });
+    EXPECT_EQ(error.message, "CUDA backend: parameter 'w': expected f32[3], got f32[2,3]");
+  }
+}
+
+}  // namespace
+}  // namespace kiln::runtime::cuda

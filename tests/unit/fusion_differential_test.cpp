@@ -7,7 +7,8 @@
 // scalar and residual operands, activations), activations, unary math kept in its domain
 // (exp of a clipped value, sqrt/log/rsqrt of |x| + 1), binary ops with broadcasting (divisors
 // bounded away from 0), reductions (softmax, log_softmax, layer_norm, reduce_* with axes and
-// keepdims, global_avg_pool), pools, reshape, flatten, transpose, slice and concat. Values get
+// keepdims, global_avg_pool), pools, reshape, flatten, transpose, slice and concat, and backward
+// ops (elementwise derivatives, scale, broadcast_to, softmax_grad, the maximum shares). Values get
 // two users (a diamond, a residual, an earlier value read again), graph inputs and parameters
 // are read again in other roles (a bias that is also a broadcast operand), some intermediates
 // are graph outputs, and some names are built from others as exporters write them ("c0/v5",
@@ -512,6 +513,44 @@ class RandomGraph {
     return node(pick<std::string>({"add", "mul", "maximum", "minimum"}), {a, b});
   }
 
+  // A backward op as training graphs hold them (ir/ops/grad_ops.cpp): x plays the upstream
+  // gradient dy; the saved forward value is a graph input or parameter of x's shape, or the
+  // forward op's result computed here from one (it then fuses into the backward op's loop).
+  Value* backward(Value* x) {
+    const Shape& s = x->type.shape;
+    Value* saved = chance(0.6) ? input(s) : small(s);
+    const int64_t axis = uniform_int(-x->type.rank(), x->type.rank() - 1);
+    switch (uniform_int(0, 10)) {
+      case 0: return node("relu_grad", {x, saved});
+      case 1: return node("leaky_relu_grad", {x, saved}, {{"alpha", uniform(0.01, 0.3)}});
+      case 2: return node("sigmoid_grad", {x, node("sigmoid", {saved})});
+      case 3: return node("tanh_grad", {x, node("tanh", {saved})});
+      case 4:
+        return node("gelu_grad", {x, saved},
+                    {{"approximate", std::string(chance(0.5) ? "tanh" : "none")}});
+      case 5: return node("abs_grad", {x, saved});
+      case 6: return node("clip_grad", {x, saved}, {{"min", uniform(-1, 0)}, {"max", uniform(0, 1)}});
+      case 7: return node("scale", {x}, {{"factor", uniform(-2, 2)}});
+      case 8: {
+        const bool log_form = chance(0.5);
+        Value* y = node(log_form ? "log_softmax" : "softmax", {saved}, {{"axis", axis}});
+        return node(log_form ? "log_softmax_grad" : "softmax_grad", {x, y}, {{"axis", axis}});
+      }
+      case 9: {  // a bias broadcast explicitly, then added
+        Shape row(s.size(), 1);
+        row.back() = s.back();
+        Value* rows = node("broadcast_to", {small(row)}, {{"shape", std::vector<int64_t>(s)}});
+        return node("add", {x, rows});
+      }
+      default: {
+        const bool max_form = chance(0.5);
+        Value* other = other_operand(x, false);
+        return node(max_form ? "maximum_share" : "minimum_share",
+                    chance(0.7) ? std::vector<Value*>{x, other} : std::vector<Value*>{other, x});
+      }
+    }
+  }
+
   // x + f(x): x read by the chain and by the add.
   Value* residual(Value* x) {
     Value* y = chance(0.5) ? gemm_preserving(x) : elementwise(x);
@@ -542,7 +581,8 @@ class RandomGraph {
     if (pick_step < 80) return shape_op(x);
     if (pick_step < 86) return pool(x);
     if (pick_step < 93) return diamond(x);
-    return residual(x);
+    if (pick_step < 97) return residual(x);
+    return backward(x);
   }
 
   void output(Value* value) {

@@ -1,15 +1,16 @@
 // Gradient checks: for every op with a gradient rule, over a few shapes, the autodiff pass's
 // backward graph (run on the reference interpreter) against central finite differences.
 //
-// kiln has no f64 dtype, so both run in f32. Each check builds loss = sum(op(inputs) * w) with
-// random weights w; the finite differences perturb one element at a time and evaluate the op
-// ALONE (one node: the interpreter computes it in double and rounds once), then form
-// sum(w * (y+ - y-)) / (x+ - x-) in double, dividing by the step actually taken after rounding
-// x +- h to f32. That keeps the finite-difference error near 1e-4 relative, so a 2e-3 tolerance
-// separates a wrong rule (O(1) error) from rounding. Inputs keep away from kinks (relu at 0,
-// clip at its bounds) where the derivative is not defined.
+// Both run in f64 (the reference interpreter's double precision, end to end). Each check builds
+// loss = sum(op(inputs) * w) with random weights w; the finite differences perturb one element
+// at a time by h = 1e-6 (relative) and evaluate the op ALONE, then form
+// sum(w * (y+ - y-)) / (2h). Central differences err by O(h^2) and rounding by O(1e-16 / h),
+// so a 1e-6 relative tolerance separates a wrong rule (O(1) error) from both. Inputs keep away
+// from kinks (relu at 0, clip at its bounds, ties in max) where the derivative is not defined.
+// An op that computes in f32 on purpose (cast to f32) gets a larger step and tolerance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -25,7 +26,8 @@ using ir::DType;
 using ir::Shape;
 using ir::TensorType;
 
-enum class Fill { Normal, Positive, AwayFromZero, Labels };
+// Distinct: a shuffled grid of values 0.1 apart, so no two are within a finite-difference step.
+enum class Fill { Normal, Positive, AwayFromZero, Labels, Distinct };
 struct Operand {
   Shape shape;
   Fill fill = Fill::Normal;
@@ -34,24 +36,30 @@ struct Case {
   std::string op;
   std::vector<Operand> operands;
   ir::AttrMap attrs = {};
+  double step = 1e-6;       // relative finite-difference step
+  double tolerance = 1e-6;  // relative to the largest gradient element
 };
 
 ir::Tensor random_tensor(const Operand& operand, std::mt19937& rng, int64_t classes) {
   const bool labels = operand.fill == Fill::Labels;
-  ir::Tensor t(TensorType{labels ? DType::I64 : DType::F32, operand.shape});
+  ir::Tensor t(TensorType{labels ? DType::I64 : DType::F64, operand.shape});
   std::normal_distribution<double> normal;
   std::uniform_real_distribution<double> uniform(0.2, 3.0);
+  std::vector<double> grid(static_cast<size_t>(t.num_elements()));
+  for (size_t i = 0; i < grid.size(); ++i) grid[i] = 0.1 * (static_cast<double>(i) - grid.size() / 2.0);
+  std::shuffle(grid.begin(), grid.end(), rng);
   for (int64_t i = 0; i < t.num_elements(); ++i) {
     double v = normal(rng);
     if (operand.fill == Fill::Positive) v = uniform(rng);
     if (operand.fill == Fill::AwayFromZero) v = std::copysign(0.15 + std::abs(v), v);
+    if (operand.fill == Fill::Distinct) v = grid[static_cast<size_t>(i)];
     if (labels) v = static_cast<double>(rng() % classes);
     t.set(i, v);
   }
   return t;
 }
 
-// One node reading graph inputs in0, in1, ...; returns its (single) result.
+// One node reading graph inputs in0, in1, ...; returns its first result (the one checked).
 ir::Value* add_op(ir::Graph& graph, const Case& c, const std::vector<ir::Tensor>& values,
                   bool as_parameters) {
   std::vector<ir::Value*> operands;
@@ -70,7 +78,10 @@ ir::Value* add_op(ir::Graph& graph, const Case& c, const std::vector<ir::Tensor>
   std::vector<TensorType> types;
   for (const ir::Value* v : operands) types.push_back(v->type);
   const std::vector<TensorType> results = ir::infer_op(*def, types, attrs);
-  return graph.add_node(c.op, "op", operands, attrs, {{"y", results[0]}})->results[0];
+  std::vector<std::pair<std::string, TensorType>> named;
+  for (size_t i = 0; i < results.size(); ++i)
+    named.emplace_back(i == 0 ? "y" : "y" + std::to_string(i), results[i]);
+  return graph.add_node(c.op, "op", operands, attrs, named)->results[0];
 }
 
 ir::Value* add_node(ir::Graph& graph, const std::string& op, std::vector<ir::Value*> in,
@@ -92,7 +103,9 @@ void check_gradients(const Case& c, unsigned seed) {
   // The training graph: loss = reduce_sum(op(params) * w), then autodiff.
   ir::Graph graph;
   ir::Value* y = add_op(graph, c, values, true);
-  ir::Tensor weights = random_tensor({y->type.shape}, rng, 1);
+  // In the dtype of the op's result (f32 for the cast-to-f32 case).
+  const ir::Tensor weights =
+      ir::Tensor::from_doubles(y->type, random_tensor({y->type.shape}, rng, 1).to_doubles());
   ir::Value* w = graph.add_input("w", weights.type());
   graph.outputs = {add_node(graph, "reduce_sum", {add_node(graph, "mul", {y, w})})};
   passes::PassContext context;
@@ -126,21 +139,21 @@ void check_gradients(const Case& c, unsigned seed) {
     double scale = 1;
     for (int64_t k = 0; k < values[i].num_elements(); ++k) {
       std::vector<ir::Tensor> plus = values, minus = values;
-      const double x = values[i].get(k), h = 1e-3 * std::max(1.0, std::abs(x));
+      const double x = values[i].get(k), h = c.step * std::max(1.0, std::abs(x));
       plus[i].set(k, x + h);
       minus[i].set(k, x - h);
       numeric[k] = (weighted_sum(plus) - weighted_sum(minus)) / (plus[i].get(k) - minus[i].get(k));
       scale = std::max(scale, std::abs(numeric[k]));
     }
     for (size_t k = 0; k < analytic.size(); ++k)
-      EXPECT_NEAR(analytic[k], numeric[k], 2e-3 * scale) << name << "[" << k << "]";
+      EXPECT_NEAR(analytic[k], numeric[k], c.tolerance * scale) << name << "[" << k << "]";
   }
 }
 
 std::vector<Case> cases() {
-  const Fill P = Fill::Positive, Z = Fill::AwayFromZero, L = Fill::Labels;
+  const Fill P = Fill::Positive, Z = Fill::AwayFromZero, L = Fill::Labels, D = Fill::Distinct;
   std::vector<Case> all;
-  for (const char* op : {"add", "sub", "mul", "div"})
+  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum"})
     for (auto [a, b] : std::vector<std::pair<Shape, Shape>>{
              {{3, 4}, {3, 4}}, {{2, 3, 4}, {4}}, {{4, 1, 3}, {1, 5, 1}}, {{}, {2, 3}}})
       all.push_back({op, {{a}, {b, std::string(op) == "div" ? P : Fill::Normal}}});
@@ -155,7 +168,8 @@ std::vector<Case> cases() {
     all.push_back({"pow", {{s}}, {{"exponent", 3.0}}});
     all.push_back({"clip", {{s, P}}, {{"min", 0.7}, {"max", 2.1}}});
     all.push_back({"dropout", {{s}}});
-    all.push_back({"cast", {{s}}, {{"to", std::string("f32")}}});
+    all.push_back({"cast", {{s}}, {{"to", std::string("f64")}}});
+    all.push_back({"cast", {{s}}, {{"to", std::string("f32")}}, 1e-3, 2e-3});  // rounds to f32
   }
   using Ints = std::vector<int64_t>;
   all.push_back({"reshape", {{{2, 3, 4}}}, {{"shape", Ints{4, -1}}}});
@@ -164,10 +178,17 @@ std::vector<Case> cases() {
   all.push_back({"transpose", {{{3, 5}}}});
   all.push_back({"concat", {{{2, 3}}, {{2, 5}}, {{2, 1}}}, {{"axis", int64_t{1}}}});
   all.push_back({"concat", {{{2, 3}}, {{4, 3}}}, {{"axis", int64_t{-2}}}});
-  for (const char* op : {"reduce_sum", "reduce_mean"}) {
-    all.push_back({op, {{{3, 4}}}});
-    all.push_back({op, {{{2, 3, 4}}}, {{"axes", Ints{1}}}});
-    all.push_back({op, {{{2, 3, 4, 5}}}, {{"axes", Ints{0, -1}}, {"keepdims", true}}});
+  all.push_back({"slice", {{{5, 7}}}, {{"starts", Ints{1}}, {"ends", Ints{-1}}, {"axes", Ints{1}}, {"steps", Ints{2}}}});
+  all.push_back({"slice", {{{4, 3, 6}}}, {{"starts", Ints{-3, 0}}, {"ends", Ints{100, 2}}}});
+  all.push_back({"broadcast_to", {{{3, 1}}}, {{"shape", Ints{2, 3, 4}}}});
+  all.push_back({"broadcast_to", {{{}}}, {{"shape", Ints{5}}}});
+  all.push_back({"scale", {{{2, 3}}}, {{"factor", -1.5}}});
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"}) {
+    // reduce_max has a kink wherever two elements of a row are within a step: keep them apart.
+    const Fill fill = std::string(op) == "reduce_max" ? D : Fill::Normal;
+    all.push_back({op, {{{3, 4}, fill}}});
+    all.push_back({op, {{{2, 3, 4}, fill}}, {{"axes", Ints{1}}}});
+    all.push_back({op, {{{2, 3, 4, 5}, fill}}, {{"axes", Ints{0, -1}}, {"keepdims", true}}});
   }
   all.push_back({"bias_add", {{{2, 3, 4, 5}}, {{3}}}});
   all.push_back({"bias_add", {{{4, 6}}, {{6}}}, {{"axis", int64_t{-1}}}});
@@ -184,6 +205,23 @@ std::vector<Case> cases() {
     all.push_back({op, {{{4, 3, 2}}}, {{"axis", int64_t{0}}}});
   }
   all.push_back({"global_avg_pool", {{{2, 3, 4, 5}}}});
+  all.push_back({"conv2d", {{{2, 3, 5, 6}}, {{4, 3, 3, 3}}, {{4}}}});
+  all.push_back({"conv2d", {{{1, 4, 7, 6}}, {{6, 2, 3, 2}}},
+                 {{"stride", Ints{2, 1}}, {"pad", Ints{1, 0, 2, 1}}, {"dilation", Ints{1, 2}},
+                  {"groups", int64_t{2}}}});
+  // max_pool2d has a kink wherever two taps of a window are within a step: keep them apart.
+  all.push_back({"max_pool2d", {{{2, 2, 5, 6}, D}}, {{"kernel", Ints{2, 2}}}});
+  all.push_back({"max_pool2d", {{{1, 2, 7, 7}, D}},
+                 {{"kernel", Ints{3, 3}}, {"stride", Ints{2, 1}}, {"pad", Ints{1, 0, 0, 1}},
+                  {"dilation", Ints{1, 2}}}});
+  for (bool include : {true, false})
+    all.push_back({"avg_pool2d", {{{2, 2, 6, 7}}},
+                   {{"kernel", Ints{3, 2}}, {"stride", Ints{2, 2}}, {"pad", Ints{1, 1, 0, 1}},
+                    {"count_include_pad", include}}});
+  all.push_back({"layer_norm", {{{3, 7}}, {{7}}, {{7}}}});
+  all.push_back({"layer_norm", {{{2, 3, 4}}, {{3, 4}}, {{3, 4}}}, {{"axis", int64_t{1}}}});
+  all.push_back({"batch_norm_train", {{{2, 3, 4, 5}}, {{3}}, {{3}}}});
+  all.push_back({"batch_norm_train", {{{5, 4}}, {{4}}, {{4}}}, {{"epsilon", 1e-2}}});
   all.push_back({"softmax_cross_entropy", {{{4, 6}}, {{4}, L}}});
   all.push_back({"softmax_cross_entropy", {{{1, 3}}, {{1}, L}}});
   all.push_back({"mse_loss", {{{3, 4}}, {{3, 4}}}});

@@ -6,6 +6,7 @@
 
 #include "ir/diagnostic.h"
 #include "ir/op_registry.h"
+#include "ir/philox.h"
 #include "runtime/reference/interpreter.h"
 
 namespace kiln::runtime {
@@ -170,16 +171,26 @@ TEST(ReferenceInterpreter, CrossEntropyRejectsLabelOutOfRange) {
                Error);
 }
 
-TEST(ReferenceInterpreter, DropoutIsIdentityAtInferenceAndRejectsTraining) {
+TEST(ReferenceInterpreter, DropoutIsIdentityAtInference) {
   const Tensor x = f32({3}, {1, -2, 3});
   expect_values(run_unary("dropout", x, {{"rate", 0.5}}), {1, -2, 3}, 0);
-  try {
-    run_unary("dropout", x, {{"training", true}});
-    FAIL() << "expected kiln::Error";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.diagnostic().message,
-              "dropout 'dropout': training mode is not supported by the reference interpreter yet");
-  }
+}
+
+// Training dropout keeps element i when Philox word i of (seed, step) reaches the threshold,
+// and scales what it keeps by 1 / (1 - rate).
+TEST(ReferenceInterpreter, TrainingDropoutDrawsItsMaskFromPhilox) {
+  ir::Graph graph;
+  ir::Value* x = graph.add_input("x", TensorType{DType::F32, {64}});
+  ir::Value* step = graph.add_input("step", TensorType{DType::I32, {1}});
+  graph.outputs =
+      add_op(graph, "dropout", "drop", {x, step},
+             {{"rate", 0.25}, {"training", true}, {"seed", int64_t{99}}})->results;
+  const Tensor out = run_reference(graph, {{"x", f32({64}, std::vector<double>(64, 3.0))},
+                                           {"step", Tensor::from_doubles({DType::I32, {1}}, {5})}})
+                         .at(0);
+  const uint32_t threshold = ir::philox::dropout_threshold(0.25);
+  for (int64_t i = 0; i < 64; ++i)
+    EXPECT_EQ(out.get(i), ir::philox::dropout_keeps(99, 5, i, threshold) ? 4.0 : 0.0) << i;
 }
 
 // A graph with one declared input, "image", feeding relu.

@@ -370,6 +370,19 @@ CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* destination, CUdeviceptr source, siz
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr destination, CUdeviceptr source, size_t bytes,
+                                      CUstream stream) {
+  MOCK_ENTER();
+  MOCK_NEED_CONTEXT();
+  MockStream* mock = find_stream(stream);
+  if (mock == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (mock->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (!in_allocation(source, bytes) || !in_allocation(destination, bytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::memmove(reinterpret_cast<void*>(destination), reinterpret_cast<const void*>(source), bytes);
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int flags) {
   MOCK_ENTER();
   MOCK_NEED_CONTEXT();

@@ -1,0 +1,272 @@
+// CUDA kernels for the window backward ops (ir/ops/nn_grad_ops.cpp). Semantics:
+// runtime/reference/kernels_nn_grad.cpp, which scatters; these kernels gather instead, one
+// thread per result element in a grid-stride loop, so no atomics and a deterministic sum:
+//
+//   conv2d_grad_input   dx[n,c,h,w]: over the out channels of c's group and the kernel taps,
+//                       the outputs (oh, ow) whose window reads (h, w): h = oh * stride - pad +
+//                       kh * dilation, so oh = (h + pad - kh * dilation) / stride when exact.
+//   conv2d_grad_weight  dw[o,c,kh,kw]: a dot product of dy and x over n, oh, ow.
+//   max_pool2d_grad     dx[p,h,w]: for each window containing (h, w), recompute its first
+//                       maximum (first NaN) and take its dy when that is (h, w).
+//   avg_pool2d_grad     dx[p,h,w]: each window containing (h, w) gives dy / its divisor.
+//
+// Correctness first: dweight costs O(N * OH * OW) per thread, fine for training-sized CNNs.
+#include <fmt/format.h>
+
+#include "codegen/kernels/emit_util.h"
+
+namespace kiln::codegen {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+void open_output_loop(BodyWriter& w) {
+  w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;");
+  w.line("const index_t grid_threads = static_cast<index_t>(gridDim.x) * kThreads;");
+  w.open("for (index_t i = first; i < kCount; i += grid_threads)");
+}
+
+void preamble(BodyWriter& w, const ir::Node& node, int64_t count) {
+  w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
+  w.line("constexpr int kThreads = {};", kDefaultBlock);
+  w.line("constexpr index_t kCount = {};  // results", count);
+}
+
+// The window attributes as constants: kStrideH/W, kPadTop/Left, kDilationH/W.
+void window_constants(BodyWriter& w, const ir::Node& node, const Ints& stride) {
+  const Ints& pad = attr<Ints>(node, "pad");
+  Ints dilation{1, 1};
+  if (node.attrs.count("dilation")) dilation = attr<Ints>(node, "dilation");
+  w.line("constexpr int kStrideH = {};", stride[0]);
+  w.line("constexpr int kStrideW = {};", stride[1]);
+  w.line("constexpr int kPadTop = {};", pad[0]);
+  w.line("constexpr int kPadLeft = {};", pad[1]);
+  w.line("constexpr int kDilationH = {};", dilation[0]);
+  w.line("constexpr int kDilationW = {};", dilation[1]);
+}
+
+// Opens loops over kernel rows kh and columns kw, binding out_h, out_w to the output whose
+// window reads input (h, w) through that tap, and skipping taps no output uses that way.
+void open_outputs_reading(BodyWriter& w, const char* kh_bound, const char* kw_bound) {
+  w.open("for (int kh = 0; kh < {}; ++kh)", kh_bound);
+  w.line("const int th = x_h + kPadTop - kh * kDilationH;");
+  w.open("if (th < 0 || th % kStrideH != 0 || th / kStrideH >= kOutH)");
+  w.line("continue;");
+  w.close();
+  w.line("const int out_h = th / kStrideH;");
+  w.open("for (int kw = 0; kw < {}; ++kw)", kw_bound);
+  w.line("const int tw = x_w + kPadLeft - kw * kDilationW;");
+  w.open("if (tw < 0 || tw % kStrideW != 0 || tw / kStrideW >= kOutW)");
+  w.line("continue;");
+  w.close();
+  w.line("const int out_w = tw / kStrideW;");
+}
+
+KernelSpec finish(BodyWriter& w, int64_t count, std::string note) {
+  KernelSpec spec = grid_stride_spec(count);
+  spec.body = w.take();
+  spec.note = std::move(note);
+  return spec;
+}
+
+// dx [N,C,H,W] from dy [N,O,OH,OW] and weight [O,C/groups,KH,KW].
+KernelSpec emit_conv2d_grad_input(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::DType dtype = node.inputs[0]->type.dtype;
+  const ir::Shape& ys = node.inputs[0]->type.shape;
+  const ir::Shape& ws = node.inputs[1]->type.shape;
+  const ir::Shape& xs = node.results[0]->type.shape;
+  const int64_t groups = attr<int64_t>(node, "groups");
+  const int64_t count = ir::num_elements(xs);
+  BodyWriter w;
+  preamble(w, node, count);
+  w.line("constexpr int kC = {};", xs[1]);
+  w.line("constexpr int kH = {};", xs[2]);
+  w.line("constexpr int kW = {};", xs[3]);
+  w.line("constexpr int kO = {};", ws[0]);
+  w.line("constexpr int kChannelsPerGroup = {};", ws[1]);
+  w.line("constexpr int kOutPerGroup = {};", ws[0] / groups);
+  w.line("constexpr int kKernelH = {};", ws[2]);
+  w.line("constexpr int kKernelW = {};", ws[3]);
+  w.line("constexpr int kOutH = {};", ys[2]);
+  w.line("constexpr int kOutW = {};", ys[3]);
+  window_constants(w, node, attr<Ints>(node, "stride"));
+  open_output_loop(w);
+  w.line("const int x_w = static_cast<int>(i % kW);");
+  w.line("const int x_h = static_cast<int>(i / kW % kH);");
+  w.line("const int c = static_cast<int>(i / (kW * kH) % kC);");
+  w.line("const index_t n = i / (static_cast<index_t>(kW) * kH * kC);");
+  w.line("const int group = c / kChannelsPerGroup;");
+  w.line("const int c_in_group = c % kChannelsPerGroup;");
+  w.line("float sum = 0.0f;");
+  w.open("for (int o = group * kOutPerGroup; o < (group + 1) * kOutPerGroup; ++o)");
+  w.line("const index_t dy_plane = (n * kO + o) * kOutH * kOutW;");
+  w.line("const index_t w_plane = (static_cast<index_t>(o) * kChannelsPerGroup + c_in_group) * "
+         "kKernelH * kKernelW;");
+  open_outputs_reading(w, "kKernelH", "kKernelW");
+  w.line("sum += {} * {};", load(dtype, fmt::format("{}[dy_plane + out_h * kOutW + out_w]",
+                                                    request.input_params[0])),
+         load(dtype, fmt::format("{}[w_plane + kh * kKernelW + kw]", request.input_params[1])));
+  w.close();
+  w.close();
+  w.close();
+  w.line("{}[i] = {};", request.output_params[0], store(dtype, "sum"));
+  w.close();
+  return finish(w, count,
+                fmt::format("input gradient of a {}x{} convolution, one thread per input element",
+                            ws[2], ws[3]));
+}
+
+// dweight [O,C/groups,KH,KW] from dy [N,O,OH,OW] and x [N,C,H,W].
+KernelSpec emit_conv2d_grad_weight(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::DType dtype = node.inputs[0]->type.dtype;
+  const ir::Shape& ys = node.inputs[0]->type.shape;
+  const ir::Shape& xs = node.inputs[1]->type.shape;
+  const ir::Shape& ws = node.results[0]->type.shape;
+  const int64_t groups = attr<int64_t>(node, "groups");
+  const int64_t count = ir::num_elements(ws);
+  BodyWriter w;
+  preamble(w, node, count);
+  w.line("constexpr int kN = {};", xs[0]);
+  w.line("constexpr int kC = {};", xs[1]);
+  w.line("constexpr int kH = {};", xs[2]);
+  w.line("constexpr int kW = {};", xs[3]);
+  w.line("constexpr int kO = {};", ws[0]);
+  w.line("constexpr int kChannelsPerGroup = {};", ws[1]);
+  w.line("constexpr int kOutPerGroup = {};", ws[0] / groups);
+  w.line("constexpr int kKernelH = {};", ws[2]);
+  w.line("constexpr int kKernelW = {};", ws[3]);
+  w.line("constexpr int kOutH = {};", ys[2]);
+  w.line("constexpr int kOutW = {};", ys[3]);
+  window_constants(w, node, attr<Ints>(node, "stride"));
+  open_output_loop(w);
+  w.line("const int kw = static_cast<int>(i % kKernelW);");
+  w.line("const int kh = static_cast<int>(i / kKernelW % kKernelH);");
+  w.line("const int c_in_group = static_cast<int>(i / (kKernelW * kKernelH) % kChannelsPerGroup);");
+  w.line("const int o = static_cast<int>(i / (kKernelW * kKernelH * kChannelsPerGroup));");
+  w.line("const int c = o / kOutPerGroup * kChannelsPerGroup + c_in_group;");
+  w.line("float sum = 0.0f;");
+  w.open("for (int n = 0; n < kN; ++n)");
+  w.line("const index_t dy_plane = (static_cast<index_t>(n) * kO + o) * kOutH * kOutW;");
+  w.line("const index_t x_plane = (static_cast<index_t>(n) * kC + c) * kH * kW;");
+  w.open("for (int out_h = 0; out_h < kOutH; ++out_h)");
+  w.line("const int in_h = out_h * kStrideH - kPadTop + kh * kDilationH;");
+  w.comment("Zero padding: taps outside the input add nothing.");
+  w.open("if (in_h < 0 || in_h >= kH)");
+  w.line("continue;");
+  w.close();
+  w.open("for (int out_w = 0; out_w < kOutW; ++out_w)");
+  w.line("const int in_w = out_w * kStrideW - kPadLeft + kw * kDilationW;");
+  w.open("if (in_w < 0 || in_w >= kW)");
+  w.line("continue;");
+  w.close();
+  w.line("sum += {} * {};", load(dtype, fmt::format("{}[dy_plane + out_h * kOutW + out_w]",
+                                                    request.input_params[0])),
+         load(dtype, fmt::format("{}[x_plane + in_h * kW + in_w]", request.input_params[1])));
+  w.close();
+  w.close();
+  w.close();
+  w.line("{}[i] = {};", request.output_params[0], store(dtype, "sum"));
+  w.close();
+  return finish(w, count,
+                fmt::format("weight gradient of a {}x{} convolution, one thread per weight "
+                            "element summing over the batch and output positions",
+                            ws[2], ws[3]));
+}
+
+// dx [N,C,H,W] of a pool whose dy is [N,C,OH,OW].
+KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
+  const ir::Node& node = request.node;
+  const ir::DType dtype = node.inputs[0]->type.dtype;
+  const ir::Shape& ys = node.inputs[0]->type.shape;
+  const ir::Shape& xs = node.results[0]->type.shape;
+  const Ints& kernel = attr<Ints>(node, "kernel");
+  Ints stride = attr<Ints>(node, "stride");
+  if (stride.empty()) stride = kernel;  // PyTorch's default: stride = kernel
+  const bool include_pad = !is_max && attr<bool>(node, "count_include_pad");
+  const int64_t count = ir::num_elements(xs);
+  const std::string& dy = request.input_params[0];
+  BodyWriter w;
+  preamble(w, node, count);
+  w.line("constexpr int kH = {};", xs[2]);
+  w.line("constexpr int kW = {};", xs[3]);
+  w.line("constexpr int kOutH = {};", ys[2]);
+  w.line("constexpr int kOutW = {};", ys[3]);
+  w.line("constexpr int kKernelH = {};", kernel[0]);
+  w.line("constexpr int kKernelW = {};", kernel[1]);
+  window_constants(w, node, stride);
+  open_output_loop(w);
+  w.line("const int x_w = static_cast<int>(i % kW);");
+  w.line("const int x_h = static_cast<int>(i / kW % kH);");
+  w.line("const index_t plane = i / (kW * kH);");
+  w.line("const index_t dy_plane = plane * kOutH * kOutW;");
+  if (is_max) w.line("const {}* in = {} + plane * kH * kW;", c_type(dtype), request.input_params[1]);
+  w.line("float sum = 0.0f;");
+  open_outputs_reading(w, "kKernelH", "kKernelW");
+  w.line("const int top = out_h * kStrideH - kPadTop;");
+  w.line("const int left = out_w * kStrideW - kPadLeft;");
+  if (is_max) {
+    w.comment("The window's first maximum, as the forward (and torch) picks it: a strictly");
+    w.comment("greater value replaces it, and the first NaN wins for good (v != v is NaN).");
+    w.line("float best = 0.0f;");
+    w.line("int best_h = -1;");
+    w.line("int best_w = -1;");
+    w.comment("Not unrolled: inside the unrolled loops over the windows, unrolling the scan too");
+    w.comment("spills registers for large kernels.");
+    w.line("#pragma unroll 1");
+    w.open("for (int wh = 0; wh < kKernelH; ++wh)");
+    w.line("const int in_h = top + wh * kDilationH;");
+    w.open("if (in_h < 0 || in_h >= kH)");
+    w.line("continue;");
+    w.close();
+    w.line("#pragma unroll 1");
+    w.open("for (int ww = 0; ww < kKernelW; ++ww)");
+    w.line("const int in_w = left + ww * kDilationW;");
+    w.open("if (in_w < 0 || in_w >= kW || (best_h >= 0 && best != best))");
+    w.line("continue;");
+    w.close();
+    w.line("const float v = {};", load(dtype, "in[in_h * kW + in_w]"));
+    w.open("if (best_h < 0 || v != v || v > best)");
+    w.line("best = v;");
+    w.line("best_h = in_h;");
+    w.line("best_w = in_w;");
+    w.close();
+    w.close();
+    w.close();
+    w.open("if (best_h == x_h && best_w == x_w)");
+    w.line("sum += {};", load(dtype, fmt::format("{}[dy_plane + out_h * kOutW + out_w]", dy)));
+    w.close();
+  } else {
+    if (include_pad) {
+      w.comment("count_include_pad: every window divides by its full size.");
+      w.line("const int divisor = kKernelH * kKernelW;");
+    } else {
+      w.comment("The window's taps inside the input (never 0: pad <= kernel / 2).");
+      w.line("const int rows = (top + kKernelH < kH ? top + kKernelH : kH) - (top > 0 ? top : 0);");
+      w.line("const int cols = (left + kKernelW < kW ? left + kKernelW : kW) - (left > 0 ? left : 0);");
+      w.line("const int divisor = rows * cols;");
+    }
+    w.line("sum += {} / static_cast<float>(divisor);",
+           load(dtype, fmt::format("{}[dy_plane + out_h * kOutW + out_w]", dy)));
+  }
+  w.close();
+  w.close();
+  w.line("{}[i] = {};", request.output_params[0], store(dtype, "sum"));
+  w.close();
+  return finish(w, count,
+                fmt::format("{} pooling {}x{} gradient, one thread per input element gathering "
+                            "the windows that read it",
+                            is_max ? "max" : "average", kernel[0], kernel[1]));
+}
+
+}  // namespace
+
+void add_nn_grad_emitters(EmitterTable& table) {
+  table.emplace_back("conv2d_grad_input", emit_conv2d_grad_input);
+  table.emplace_back("conv2d_grad_weight", emit_conv2d_grad_weight);
+  table.emplace_back("max_pool2d_grad", [](const KernelRequest& r) { return emit_pool_grad(r, true); });
+  table.emplace_back("avg_pool2d_grad", [](const KernelRequest& r) { return emit_pool_grad(r, false); });
+}
+
+}  // namespace kiln::codegen

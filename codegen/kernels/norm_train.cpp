@@ -1,0 +1,241 @@
+// CUDA kernels for normalization in training (ir/ops/norm_train_ops.cpp). Semantics:
+// runtime/reference/kernels_norm_train.cpp.
+//
+//   batch_norm_train       one block per channel: two block reductions over its N * inner values
+//                          (the mean, then the squared deviations: no E[x^2] - E[x]^2
+//                          cancellation), thread 0 writes the statistics, then all normalize.
+//   batch_norm_train_grad  one block per channel: one pass sums dy and dy * xhat (block
+//                          reductions; they are dbias[c] and dscale[c]), a second writes
+//                          dx = scale * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)).
+//   layer_norm_grad        the forward layer_norm's layout (normalize.cpp): one warp per row up
+//                          to kMaxWarpRow elements, else one block per row. Mean and variance
+//                          passes as in the forward, a pass summing g = dy * scale and g * xhat,
+//                          then dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)) and dy * xhat.
+// Sums accumulate in float in the fixed tree order of reduce_util.h.
+#include "codegen/kernels/reduce_util.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::DType;
+
+// --- per-channel kernels ------------------------------------------------------------------------
+
+// The loop of the two batch_norm kernels over the channel's values, and the flat offset of
+// value e in x [N, C, inner...].
+struct ChannelLoop {
+  std::string loop = "for (index_t e = threadIdx.x; e < kPerChannel; e += kThreads)";
+  std::string offset = "const index_t offset = (e / kInner * kChannels + c) * kInner + e % kInner;";
+};
+
+void emit_channel_preamble(BodyWriter& w, const ir::Node& node, const ir::Shape& xs) {
+  const int64_t inner = product(xs, 2, xs.size());
+  w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
+  w.line("constexpr int kThreads = {};", kRowBlock);
+  w.line("constexpr int kChannels = {};", xs[1]);
+  w.line("constexpr index_t kInner = {};  // values per (n, c)", inner);
+  w.line("constexpr index_t kPerChannel = {};  // N * kInner", xs[0] * inner);
+  w.line("constexpr float kPerChannelF = {};",
+         literal(DType::F32, static_cast<double>(xs[0] * inner)));
+  w.line("constexpr float kEpsilon = {};", literal(DType::F32, attr<double>(node, "epsilon")));
+  emit_warp_constants(w, kRowBlock);
+  w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
+  w.comment("One block per channel: every thread of the block reaches every barrier.");
+  w.line("const int c = static_cast<int>(blockIdx.x);");
+}
+
+KernelSpec channel_spec(BodyWriter& w, int64_t channels, std::string note) {
+  KernelSpec spec;
+  spec.body = w.take();
+  spec.grid = Dim3{static_cast<uint32_t>(channels), 1, 1};
+  spec.block = Dim3{static_cast<uint32_t>(kRowBlock), 1, 1};
+  spec.shared_bytes = static_cast<uint32_t>(kRowBlock / kWarpSize * sizeof(float));
+  spec.uses_barriers = true;
+  spec.note = std::move(note);
+  return spec;
+}
+
+// Operands: x 0, scale 1, bias 2. Results: y, batch_mean, batch_var.
+KernelSpec emit_batch_norm_train(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& xs = node.inputs[0]->type.shape;
+  const DType dtype = node.inputs[0]->type.dtype;
+  const ChannelLoop loop;
+  const std::string x = load_input(request, 0, "offset");
+  BodyWriter w;
+  emit_channel_preamble(w, node, xs);
+  w.comment("Pass 1: the channel's mean.");
+  w.line("float sum = 0.0f;");
+  w.open("{}", loop.loop);
+  w.line("{}", loop.offset);
+  w.line("sum += {};", x);
+  w.close();
+  emit_block_combine(w, "sum", Combine::Sum, "float", "partial");
+  w.line("const float batch_mean = sum / kPerChannelF;");
+  w.comment("Pass 2: the biased variance, from deviations (no cancellation).");
+  w.line("float squares = 0.0f;");
+  w.open("{}", loop.loop);
+  w.line("{}", loop.offset);
+  w.line("const float deviation = {} - batch_mean;", x);
+  w.line("squares += deviation * deviation;");
+  w.close();
+  emit_block_combine(w, "squares", Combine::Sum, "float", "partial");
+  w.line("const float batch_var = squares / kPerChannelF;");
+  w.open("if (threadIdx.x == 0)");
+  w.line("{}[c] = {};", request.output_params[1], store(dtype, "batch_mean"));
+  w.line("{}[c] = {};", request.output_params[2], store(dtype, "batch_var"));
+  w.close();
+  w.comment("Pass 3: normalize with the batch statistics, as one multiply-add.");
+  w.line("const float channel_scale = {} / sqrtf(batch_var + kEpsilon);",
+         load_input(request, 1, "c"));
+  w.line("const float channel_shift = {} - batch_mean * channel_scale;",
+         load_input(request, 2, "c"));
+  w.open("{}", loop.loop);
+  w.line("{}", loop.offset);
+  w.line("{}[offset] = {};", request.output_params[0],
+         store(dtype, x + " * channel_scale + channel_shift"));
+  w.close();
+  return channel_spec(w, xs[1],
+                      "one block per channel: batch mean and variance by block reductions, "
+                      "then normalize");
+}
+
+// Operands: dy 0, x 1, scale 2, batch_mean 3, batch_var 4. Results: dx, dscale, dbias.
+KernelSpec emit_batch_norm_train_grad(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& xs = node.inputs[1]->type.shape;
+  const DType dtype = node.inputs[1]->type.dtype;
+  const ChannelLoop loop;
+  const std::string dy = load_input(request, 0, "offset");
+  const std::string xhat = "(" + load_input(request, 1, "offset") + " - mean) * inv_std";
+  BodyWriter w;
+  emit_channel_preamble(w, node, xs);
+  w.line("const float mean = {};", load_input(request, 3, "c"));
+  w.line("const float inv_std = 1.0f / sqrtf({} + kEpsilon);", load_input(request, 4, "c"));
+  w.comment("Pass 1: sum(dy) and sum(dy * xhat), which are dbias[c] and dscale[c].");
+  w.line("float sum_dy = 0.0f;");
+  w.line("float sum_dy_xhat = 0.0f;");
+  w.open("{}", loop.loop);
+  w.line("{}", loop.offset);
+  w.comment("Not named dy: that is the operand's pointer.");
+  w.line("const float grad_out = {};", dy);
+  w.line("sum_dy += grad_out;");
+  w.line("sum_dy_xhat += grad_out * {};", xhat);
+  w.close();
+  emit_block_combine(w, "sum_dy", Combine::Sum, "float", "partial");
+  emit_block_combine(w, "sum_dy_xhat", Combine::Sum, "float", "partial");
+  w.open("if (threadIdx.x == 0)");
+  w.line("{}[c] = {};", request.output_params[1], store(dtype, "sum_dy_xhat"));
+  w.line("{}[c] = {};", request.output_params[2], store(dtype, "sum_dy"));
+  w.close();
+  w.comment("Pass 2: dx = scale * inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)).");
+  w.line("const float channel_scale = {} * inv_std;", load_input(request, 2, "c"));
+  w.line("const float mean_dy = sum_dy / kPerChannelF;");
+  w.line("const float mean_dy_xhat = sum_dy_xhat / kPerChannelF;");
+  w.open("{}", loop.loop);
+  w.line("{}", loop.offset);
+  w.line("const float xhat = {};", xhat);
+  w.line("{}[offset] = {};", request.output_params[0],
+         store(dtype, "channel_scale * (" + dy + " - mean_dy - xhat * mean_dy_xhat)"));
+  w.close();
+  return channel_spec(w, xs[1],
+                      "one block per channel: sums of dy and dy * xhat by block reductions, "
+                      "then dx");
+}
+
+// --- layer_norm_grad ----------------------------------------------------------------------------
+
+// One loop over this thread's elements of the row: the `prelude` lines, then `var += expr` for
+// each of `sums` (floats declared before).
+void emit_row_fold(BodyWriter& w, const std::vector<std::pair<std::string, std::string>>& sums,
+                   const std::vector<std::string>& prelude, const std::string& first,
+                   const std::string& step) {
+  w.open("for (int k = {}; k < kSize; k += {})", first, step);
+  for (const std::string& line : prelude) w.line("{}", line);
+  for (const auto& [var, expr] : sums) w.line("{} += {};", var, expr);
+  w.close();
+}
+
+void emit_row_combine(BodyWriter& w, bool per_warp, const std::string& var) {
+  if (per_warp)
+    emit_warp_combine(w, var, Combine::Sum, "float");
+  else
+    emit_block_combine(w, var, Combine::Sum, "float", "partial");
+}
+
+// Operands: dy 0, x 1, scale 2. Results: dx, dy * xhat.
+KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const DType dtype = node.inputs[1]->type.dtype;
+  const ir::Shape& shape = node.inputs[1]->type.shape;
+  const int axis = axis_of(node);
+  const int64_t rows = product(shape, 0, axis);
+  const int64_t size = product(shape, axis, shape.size());
+  const std::string type = index_type(rows * size);
+  const bool per_warp = size <= kMaxWarpRow;
+  const std::string first = per_warp ? "lane" : "static_cast<int>(threadIdx.x)";
+  const std::string step = per_warp ? "kWarpSize" : "static_cast<int>(blockDim.x)";
+  const std::string x = load_input(request, 1, "row * kSize + k");
+  const std::string dy = load_input(request, 0, "row * kSize + k");
+  const std::string scale = load_input(request, 2, "k");
+
+  BodyWriter w;
+  w.line("constexpr {} kRows = {};", type, int_literal(rows, type));
+  w.line("constexpr int kSize = {};  // elements per normalized row", size);
+  w.line("constexpr float kSizeF = {};", literal(DType::F32, static_cast<double>(size)));
+  w.line("constexpr float kEpsilon = {};", literal(DType::F32, attr<double>(node, "epsilon")));
+  emit_warp_constants(w, kRowBlock);
+  if (!per_warp) w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
+  open_row_loop(w, per_warp, type, "kRows");
+  w.comment("Pass 1: the mean. Pass 2: the biased variance from centred values, as the forward.");
+  w.line("float sum = 0.0f;");
+  emit_row_fold(w, {{"sum", x}}, {}, first, step);
+  emit_row_combine(w, per_warp, "sum");
+  w.line("const float mean = sum / kSizeF;");
+  w.line("float squares = 0.0f;");
+  emit_row_fold(w, {{"squares", "centred * centred"}}, {"const float centred = " + x + " - mean;"},
+                first, step);
+  emit_row_combine(w, per_warp, "squares");
+  w.line("const float inv_std = 1.0f / sqrtf(squares / kSizeF + kEpsilon);");
+  w.comment("Pass 3: sums of g = dy * scale and of g * xhat over the row.");
+  w.line("float sum_g = 0.0f;");
+  w.line("float sum_g_xhat = 0.0f;");
+  emit_row_fold(w, {{"sum_g", "g"}, {"sum_g_xhat", "g * xhat"}},
+                {"const float xhat = (" + x + " - mean) * inv_std;",
+                 "const float g = " + dy + " * " + scale + ";"},
+                first, step);
+  emit_row_combine(w, per_warp, "sum_g");
+  emit_row_combine(w, per_warp, "sum_g_xhat");
+  w.line("const float mean_g = sum_g / kSizeF;");
+  w.line("const float mean_g_xhat = sum_g_xhat / kSizeF;");
+  w.comment("Pass 4: dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)), and dy * xhat.");
+  w.open("for (int k = {}; k < kSize; k += {})", first, step);
+  w.line("const float xhat = ({} - mean) * inv_std;", x);
+  w.line("const float grad_out = {};", dy);
+  w.line("{}[row * kSize + k] = {};", request.output_params[0],
+         store(dtype, "inv_std * (grad_out * " + scale + " - mean_g - xhat * mean_g_xhat)"));
+  w.line("{}[row * kSize + k] = {};", request.output_params[1], store(dtype, "grad_out * xhat"));
+  w.close();
+  w.close();
+
+  KernelSpec spec;
+  spec.body = w.take();
+  spec.block = Dim3{static_cast<uint32_t>(kRowBlock), 1, 1};
+  const uint32_t rows_per_block = per_warp ? static_cast<uint32_t>(kRowBlock / kWarpSize) : 1;
+  spec.grid = Dim3{grid_stride_blocks(rows, rows_per_block), 1, 1};
+  spec.shared_bytes = per_warp ? 0 : static_cast<uint32_t>(kRowBlock / kWarpSize * sizeof(float));
+  spec.uses_barriers = true;
+  spec.note = std::string(per_warp ? "one warp" : "one block") +
+              " per row: mean, variance, sum(g) and sum(g * xhat) passes, then dx and dy * xhat";
+  return spec;
+}
+
+}  // namespace
+
+void add_norm_train_emitters(EmitterTable& table) {
+  table.emplace_back("batch_norm_train", emit_batch_norm_train);
+  table.emplace_back("batch_norm_train_grad", emit_batch_norm_train_grad);
+  table.emplace_back("layer_norm_grad", emit_layer_norm_grad);
+}
+
+}  // namespace kiln::codegen

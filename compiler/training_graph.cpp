@@ -1,0 +1,116 @@
+#include "compiler/training_graph.h"
+
+#include <fmt/format.h>
+
+#include "ir/diagnostic.h"
+#include "ir/op_registry.h"
+#include "passes/batch_norm_training.h"
+
+namespace kiln::compiler {
+namespace {
+
+// SplitMix64's finalizer: decorrelates the seeds of neighbouring dropout nodes.
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void reinfer(ir::Node& node) {
+  std::vector<ir::TensorType> types;
+  for (const ir::Value* input : node.inputs) types.push_back(input->type);
+  std::vector<ir::TensorType> results;
+  try {
+    results = ir::infer_op(*node.def, types, node.attrs);
+  } catch (const ir::OpError& error) {
+    throw Error(node.loc.render(), node.describe() + ": " + error.message);
+  }
+  KILN_CHECK(results.size() == node.results.size()) << node.describe() << ": result count changed";
+  for (size_t i = 0; i < results.size(); ++i) node.results[i]->type = results[i];
+}
+
+}  // namespace
+
+void set_batch_size(ir::Graph& graph, int64_t batch) {
+  if (batch < 1) throw Error("--batch-size", fmt::format("must be at least 1, got {}", batch));
+  if (graph.inputs.empty()) throw Error("", "graph @" + graph.name + " has no inputs to batch");
+  const int64_t old_batch = graph.inputs[0]->type.rank() > 0 ? graph.inputs[0]->type.shape[0] : -1;
+  for (ir::Value* input : graph.inputs) {
+    if (input->type.rank() == 0 || input->type.shape[0] != old_batch)
+      throw Error(input->loc.render(),
+                  fmt::format("input %{} {}: every input must have the batch as its first dim "
+                              "({} for %{})",
+                              input->name, input->type.to_string(), old_batch,
+                              graph.inputs[0]->name));
+    input->type.shape[0] = batch;
+  }
+  if (batch == old_batch) return;
+  for (const auto& node : graph.nodes()) {
+    if (node->is_kernel())
+      throw Error(node->loc.render(), node->describe() + ": set the batch size before fusion");
+    if (node->op == "reshape") {
+      auto& shape = std::get<std::vector<int64_t>>(node->attrs.at("shape"));
+      if (!shape.empty() && shape[0] == old_batch) shape[0] = batch;
+    }
+    reinfer(*node);
+  }
+}
+
+TrainingGraphInfo make_training_graph(ir::Graph& graph, const TrainingGraphOptions& options) {
+  set_batch_size(graph, options.batch_size);
+  TrainingGraphInfo info;
+  if (graph.outputs.empty()) throw Error("", "graph @" + graph.name + " has no outputs");
+  ir::Value* prediction = graph.outputs[0];
+  ir::Node* softmax = prediction->producer;
+  const auto class_axis = [](const ir::Node& node) {
+    const int64_t axis = std::get<int64_t>(node.attrs.at("axis"));
+    return axis == -1 || axis == 1;
+  };
+  if (softmax == nullptr || softmax->op != "softmax" || prediction->type.rank() != 2 ||
+      !class_axis(*softmax) || !graph.users(prediction).empty())
+    throw Error(prediction->loc.render(),
+                fmt::format("kiln train: cannot derive a loss from the first output %{} ({}{}): "
+                            "train classifiers whose first output is softmax(logits) over the "
+                            "last axis of a [batch, classes] tensor",
+                            graph.output_name(0), prediction->type.to_string(),
+                            softmax ? ", made by " + softmax->describe() : ""));
+  ir::Value* logits = softmax->inputs[0];
+  const std::string label_name = graph.unique_name("label");
+  ir::Value* label = graph.add_input(label_name, ir::TensorType{ir::DType::I32, {options.batch_size}});
+  ir::AttrMap attrs;
+  std::vector<ir::TensorType> types = {logits->type, label->type};
+  const ir::OpDef* def = ir::OpRegistry::instance().find("softmax_cross_entropy");
+  const std::vector<ir::TensorType> loss_type = ir::infer_op(*def, types, attrs);
+  ir::Node* loss = graph.add_node("softmax_cross_entropy", "loss", {logits, label}, attrs,
+                                  {{graph.unique_name("loss"), loss_type[0]}}, softmax->loc);
+  graph.outputs = {loss->results[0], logits};
+  graph.output_names = {"loss", "logits"};
+  graph.erase_nodes([&](const ir::Node& node) { return &node == softmax; });
+  info.loss = fmt::format("softmax_cross_entropy of %{} (the input of {})", logits->name,
+                          "the final softmax");
+  info.label_input = label_name;
+  info.logits = "logits";
+  // Batch statistics, and the running averages as state outputs next.* (after loss, logits).
+  for (const auto& node : graph.nodes()) info.batch_norm_nodes += node->op == "batch_norm";
+  passes::lower_batch_norm_for_training(graph);
+
+  ir::Value* step = nullptr;
+  int index = 0;
+  for (const auto& node : graph.nodes()) {
+    if (node->op != "dropout") continue;
+    if (step == nullptr) {
+      const ir::TensorType type{ir::DType::I32, {1}};
+      step = graph.add_parameter("train.step", type, ir::InlineData{{1.0}});
+      step->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(type, {1.0}));
+    }
+    node->attrs["training"] = true;
+    node->attrs["seed"] = static_cast<int64_t>(mix(options.seed * 1000003u + index++) >> 1);
+    node->inputs.push_back(step);
+    reinfer(*node);
+    ++info.dropout_nodes;
+  }
+  return info;
+}
+
+}  // namespace kiln::compiler

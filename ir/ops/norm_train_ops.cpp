@@ -1,0 +1,115 @@
+// Normalization for training: batch_norm with batch statistics as results, and the backward
+// ops of batch_norm_train and layer_norm.
+//
+// batch_norm_train(x, scale, bias) -> (y, batch_mean, batch_var) normalizes each channel (dim 1
+// of [N, C, ...]) with the mean and BIASED variance over N and the trailing dims, as
+// F.batch_norm(training=True) does; it returns the statistics so that the backward op can reuse
+// them and the running averages can be updated from them (passes/batch_norm_training.h).
+//
+// The backward ops return several results where one kernel computes them anyway:
+//   batch_norm_train_grad -> (dx, dscale, dbias): one block per channel sums dy and dy * xhat
+//     for dx; those two sums ARE dbias[c] and dscale[c].
+//   layer_norm_grad -> (dx, dy_xhat): a row kernel has each row's statistics but dscale sums
+//     over the rows (a column reduction), so it writes dy * xhat and reduce_sum finishes it.
+#include <string>
+
+#include "ir/ops/op_helpers.h"
+
+namespace kiln::ir {
+namespace {
+
+using ops::require_axis;
+using ops::require_float;
+using ops::require_same_dtype;
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+void require_float_operands(const InferContext& ctx) {
+  require_float(ctx, 0);
+  for (int i = 1; i < static_cast<int>(ctx.inputs.size()); ++i) require_same_dtype(ctx, 0, i);
+}
+
+void require_epsilon(const InferContext& ctx) {
+  const double epsilon = ctx.get_float("epsilon");
+  if (!(epsilon >= 0.0))  // also rejects NaN
+    throw OpError{"attribute 'epsilon' must be >= 0, got " + float_to_string(epsilon), -1,
+                  "epsilon"};
+}
+
+void require_shape(const InferContext& ctx, int input, const char* role, const Shape& shape,
+                   const std::string& why) {
+  if (ctx.inputs[input].shape != shape)
+    throw OpError{std::string(role) + " must have shape " + shape_to_string(shape) + " (" + why +
+                      "), got " + ctx.inputs[input].to_string(),
+                  input};
+}
+
+// x [N, C, ...] of operand `x_index`; operands from `first_vector` on are per-channel [C].
+// Returns C.
+int64_t require_batch_norm_operands(const InferContext& ctx, int x_index, int first_vector,
+                                    const std::vector<const char*>& roles) {
+  require_float_operands(ctx);
+  const TensorType& x = ctx.inputs[x_index];
+  if (x.rank() < 2)
+    throw OpError{"x must have rank >= 2 ([N, C, ...]), got " + x.to_string(), x_index};
+  const int64_t channels = x.shape[1];
+  for (size_t i = 0; i < roles.size(); ++i)
+    require_shape(ctx, first_vector + static_cast<int>(i), roles[i], {channels},
+                  "one per channel of x " + x.to_string());
+  require_epsilon(ctx);
+  // The unbiased running variance divides by count - 1, and PyTorch refuses a single value.
+  const int64_t per_channel = num_elements(x.shape) / channels;
+  if (per_channel < 2)
+    throw OpError{"batch statistics need more than 1 value per channel, x " + x.to_string() +
+                      " has " + str(per_channel),
+                  x_index};
+  return channels;
+}
+
+std::vector<TensorType> infer_batch_norm_train(const InferContext& ctx) {
+  const int64_t channels = require_batch_norm_operands(ctx, 0, 1, {"scale", "bias"});
+  const TensorType& x = ctx.inputs[0];
+  const TensorType stat{x.dtype, {channels}};
+  return {x, stat, stat};
+}
+
+std::vector<TensorType> infer_batch_norm_train_grad(const InferContext& ctx) {
+  const int64_t channels =
+      require_batch_norm_operands(ctx, 1, 2, {"scale", "batch_mean", "batch_var"});
+  const TensorType& x = ctx.inputs[1];
+  require_shape(ctx, 0, "dy", x.shape, "the shape of x");
+  const TensorType per_channel{x.dtype, {channels}};
+  return {x, per_channel, per_channel};
+}
+
+std::vector<TensorType> infer_layer_norm_grad(const InferContext& ctx) {
+  require_float_operands(ctx);
+  const TensorType& x = ctx.inputs[1];
+  require_shape(ctx, 0, "dy", x.shape, "the shape of x");
+  const int axis = require_axis(ctx.get_int("axis"), x.rank(), "axis");
+  const Shape normalized(x.shape.begin() + axis, x.shape.end());
+  require_shape(ctx, 2, "scale", normalized, "dims " + str(axis) + ".. of x " + x.to_string());
+  require_epsilon(ctx);
+  return {x, x};
+}
+
+}  // namespace
+
+void register_norm_train_ops(OpRegistry& registry) {
+  registry.add(OpDef{"batch_norm_train",
+                     "batch_norm with batch statistics: (y, batch_mean, batch_var), biased var",
+                     {"x", "scale", "bias"}, 3, 3, {{"epsilon", AttrType::Float, 1e-5}},
+                     OpKind::Opaque, infer_batch_norm_train});
+  registry.add(OpDef{"batch_norm_train_grad",
+                     "backward of batch_norm_train: (dx, dscale, dbias) from the saved statistics",
+                     {"dy", "x", "scale", "batch_mean", "batch_var"}, 5, 5,
+                     {{"epsilon", AttrType::Float, 1e-5}}, OpKind::Opaque,
+                     infer_batch_norm_train_grad});
+  registry.add(OpDef{"layer_norm_grad",
+                     "backward of layer_norm: (dx, dy * xhat); dscale = dy * xhat summed over rows",
+                     {"dy", "x", "scale"}, 3, 3,
+                     {{"axis", AttrType::Int, int64_t{-1}}, {"epsilon", AttrType::Float, 1e-5}},
+                     OpKind::Opaque, infer_layer_norm_grad});
+}
+
+}  // namespace kiln::ir

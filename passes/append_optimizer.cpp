@@ -1,0 +1,204 @@
+// append-optimizer: turns the gradient outputs of autodiff into one optimizer step.
+//
+// Input: a graph whose outputs include grad.P for parameters P (the autodiff pass's product).
+// Output: for each such P, an update node (sgd_update, adam_update or adamw_update) reading P,
+// grad.P and P's optimizer state, and graph outputs "next.P", "next.optimizer.m.P", ... holding
+// the values P and its state take after the step. The gradient outputs go (the update consumes
+// them); the other outputs (the loss first) stay in front.
+//
+// State is ordinary parameters, named after what they hold ("optimizer.m.conv1.weight"), zeros
+// before the first step, plus one step counter "train.step" (i32[1], 1 on the first step, as
+// Adam's bias correction counts; dropout draws from it too, so it may already exist). The
+// runtime copies every output next.X into parameter X after a step: that naming is the whole
+// contract between this pass and train_step (docs/training.md).
+//
+// The updates of one op, attribute set and dtype are grouped into one kernel of kind
+// multi_update, which codegen emits as a single multi-tensor launch (apex/PyTorch's
+// multi_tensor_apply), instead of one launch per parameter.
+//
+// Options (MLIR style: `append-optimizer{optimizer=adam lr=0.001}`): optimizer = sgd | adam |
+// adamw (default adam), lr, momentum, dampening, nesterov (0/1), weight_decay, beta1, beta2, eps.
+#include <fmt/format.h>
+
+#include <map>
+
+#include "ir/diagnostic.h"
+#include "ir/kernel_region.h"
+#include "ir/op_registry.h"
+#include "passes/pass.h"
+
+namespace kiln::passes {
+namespace {
+
+constexpr std::string_view kPass = "append-optimizer";
+constexpr std::string_view kGradPrefix = "grad.";
+constexpr std::string_view kNextPrefix = "next.";
+constexpr std::string_view kStepName = "train.step";
+
+bool starts_with(const std::string& text, std::string_view prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
+
+struct OptimizerSpec {
+  std::string op;  // sgd_update, adam_update, adamw_update
+  ir::AttrMap attrs;
+  std::vector<std::string> state;  // state tensors per parameter: "momentum", or "m", "v"
+  bool reads_step = false;
+};
+
+OptimizerSpec optimizer_spec(const PassContext& context) {
+  context.check_options(kPass, {"optimizer", "lr", "momentum", "dampening", "nesterov",
+                                "weight_decay", "beta1", "beta2", "eps"});
+  const std::string name = context.option("optimizer", "adam");
+  auto number = [&](const char* key, double fallback) {
+    return context.number_option(kPass, key, fallback);
+  };
+  OptimizerSpec spec;
+  if (name == "sgd") {
+    spec.op = "sgd_update";
+    const double momentum = number("momentum", 0.0);
+    spec.attrs = {{"lr", number("lr", 0.01)},
+                  {"momentum", momentum},
+                  {"dampening", number("dampening", 0.0)},
+                  {"weight_decay", number("weight_decay", 0.0)},
+                  {"nesterov", number("nesterov", 0.0) != 0.0}};
+    if (momentum != 0.0) spec.state = {"momentum"};
+    return spec;
+  }
+  if (name == "adam" || name == "adamw") {
+    spec.op = name + "_update";
+    spec.attrs = {{"lr", number("lr", 1e-3)},
+                  {"beta1", number("beta1", 0.9)},
+                  {"beta2", number("beta2", 0.999)},
+                  {"eps", number("eps", 1e-8)},
+                  {"weight_decay", number("weight_decay", name == "adam" ? 0.0 : 0.01)}};
+    spec.state = {"m", "v"};
+    spec.reads_step = true;
+    return spec;
+  }
+  throw Error("--passes", fmt::format("pass '{}': optimizer '{}' is not one of sgd, adam, adamw",
+                                      kPass, name));
+}
+
+ir::Value* zeros_parameter(ir::Graph& graph, const std::string& name, const ir::TensorType& type) {
+  ir::Value* value = graph.add_parameter(graph.unique_name(name), type,
+                                         ir::InitializerSpec{"zeros", {}});
+  value->data = std::make_shared<const ir::Tensor>(ir::Tensor(type));
+  return value;
+}
+
+ir::Value* constant_parameter(ir::Graph& graph, const std::string& name,
+                              const ir::TensorType& type, double value) {
+  ir::Value* param = graph.add_parameter(graph.unique_name(name), type, ir::InlineData{{value}});
+  param->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(type, {value}));
+  return param;
+}
+
+ir::Node* add_op(ir::Graph& graph, const std::string& op, const std::string& name,
+                 std::vector<ir::Value*> inputs, ir::AttrMap attrs,
+                 const std::vector<std::string>& result_names) {
+  const ir::OpDef* def = ir::OpRegistry::instance().find(op);
+  KILN_CHECK(def != nullptr) << "unknown op " << op;
+  std::vector<ir::TensorType> types;
+  for (const ir::Value* input : inputs) types.push_back(input->type);
+  std::vector<ir::TensorType> results;
+  try {
+    results = ir::infer_op(*def, types, attrs);
+  } catch (const ir::OpError& error) {
+    throw Error("--passes", fmt::format("pass '{}': {} '{}': {}", kPass, op, name, error.message));
+  }
+  KILN_CHECK(results.size() == result_names.size()) << op << " has " << results.size() << " results";
+  std::vector<std::pair<std::string, ir::TensorType>> named;
+  for (size_t i = 0; i < results.size(); ++i)
+    named.emplace_back(graph.unique_name(result_names[i]), results[i]);
+  return graph.add_node(op, name, std::move(inputs), std::move(attrs), named);
+}
+
+}  // namespace
+
+bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
+  const OptimizerSpec spec = optimizer_spec(context);
+  for (size_t i = 0; i < graph.outputs.size(); ++i)
+    if (starts_with(graph.output_name(i), kNextPrefix) &&
+        graph.output_name(i) != std::string(kNextPrefix) + std::string(kStepName) &&
+        graph.outputs[i]->producer != nullptr && graph.outputs[i]->producer->is_kernel()) {
+      context.debug(kPass, "graph already has an optimizer step; nothing to do");
+      return false;
+    }
+
+  // (parameter, gradient) for every output grad.P naming a parameter.
+  std::vector<std::pair<ir::Value*, ir::Value*>> updates;
+  std::vector<ir::Value*> kept_outputs;
+  std::vector<std::string> kept_names;
+  for (size_t i = 0; i < graph.outputs.size(); ++i) {
+    const std::string name = graph.output_name(i);
+    ir::Value* param = starts_with(name, kGradPrefix)
+                           ? graph.find_value(name.substr(kGradPrefix.size()))
+                           : nullptr;
+    if (param != nullptr && param->role == ir::ValueRole::Parameter) {
+      updates.emplace_back(param, graph.outputs[i]);
+    } else {
+      kept_outputs.push_back(graph.outputs[i]);
+      kept_names.push_back(name);
+    }
+  }
+  if (updates.empty())
+    throw Error("--passes", fmt::format("pass '{}': the graph has no gradient outputs "
+                                        "grad.<parameter>; run autodiff first",
+                                        kPass));
+  if (!context.take_fuel(kPass, fmt::format("{} for {} parameter(s)", spec.op, updates.size())))
+    return false;
+
+  const ir::TensorType step_type{ir::DType::I32, {1}};
+  ir::Value* step = graph.find_value(kStepName);
+  if (step == nullptr) step = constant_parameter(graph, std::string(kStepName), step_type, 1);
+  if (step->role != ir::ValueRole::Parameter || step->type != step_type)
+    throw Error(step->loc.render(), fmt::format("pass '{}': %{} must be an i32[1] parameter, "
+                                                "the step counter",
+                                                kPass, kStepName));
+
+  std::vector<ir::Value*> next_values;
+  std::vector<std::string> next_names;
+  // Updates grouped by (op, attributes, dtype): each group becomes one multi_update kernel.
+  std::map<ir::DType, std::vector<ir::Node*>> groups;
+  for (auto [param, grad] : updates) {
+    std::vector<ir::Value*> inputs = {param, grad};
+    std::vector<std::string> result_names = {std::string(kNextPrefix) + param->name};
+    for (const std::string& state : spec.state) {
+      const std::string state_name = "optimizer." + state + "." + param->name;
+      inputs.push_back(zeros_parameter(graph, state_name, param->type));
+      result_names.push_back(std::string(kNextPrefix) + inputs.back()->name);
+    }
+    if (spec.reads_step) inputs.push_back(step);
+    ir::Node* node = add_op(graph, spec.op, "update." + param->name, std::move(inputs), spec.attrs,
+                            result_names);
+    for (size_t r = 0; r < node->results.size(); ++r) {
+      next_values.push_back(node->results[r]);
+      next_names.push_back(result_names[r]);
+    }
+    groups[param->type.dtype].push_back(node);
+    context.debug(kPass, fmt::format("{} of %{}", spec.op, param->name));
+  }
+  ir::Value* one = constant_parameter(graph, "train.one", step_type, 1);
+  ir::Node* increment = add_op(graph, "add", "train.step.next", {step, one}, {},
+                               {std::string(kNextPrefix) + std::string(kStepName)});
+
+  graph.outputs = std::move(kept_outputs);
+  graph.output_names = std::move(kept_names);
+  for (size_t i = 0; i < next_values.size(); ++i) {
+    graph.outputs.push_back(next_values[i]);
+    graph.output_names.push_back(next_names[i]);
+  }
+  graph.outputs.push_back(increment->results[0]);
+  graph.output_names.push_back(std::string(kNextPrefix) + std::string(kStepName));
+
+  for (auto& [dtype, members] : groups) {
+    const std::string name = spec.op.substr(0, spec.op.find('_')) + "_multi";
+    ir::make_kernel(graph, members, name, ir::kMultiUpdateKernel);
+    context.debug(kPass, fmt::format("one {} kernel for {} {} parameter(s)", name, members.size(),
+                                     ir::dtype_name(dtype)));
+  }
+  return true;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,134 @@
+// Reference kernels for normalization in training (ir/ops/norm_train_ops.cpp): batch_norm_train
+// and the backward ops of batch_norm_train and layer_norm, in double, from their definitions.
+//
+// Both backward ops use dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale
+// and the means over the values normalized together (a channel, or a row); see
+// ir/gradients/norm_grads.cpp. Checked against torch.autograd in tests/torch/norm_train_cases.py.
+#include <cmath>
+
+#include "runtime/reference/kernel_util.h"
+
+namespace kiln::runtime {
+namespace {
+
+using Inputs = std::vector<const ir::Tensor*>;
+using Results = std::vector<ir::Tensor>;
+
+int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end; ++d) p *= shape[d];
+  return p;
+}
+
+// x [N, C, inner...] seen as N x C x inner: calls fn(at) per channel c, where at(k) is the flat
+// index of the channel's k-th value, k in [0, N * inner).
+struct ChannelView {
+  int64_t n, channels, inner;
+  explicit ChannelView(const ir::Shape& shape)
+      : n(shape[0]), channels(shape[1]), inner(product(shape, 2, shape.size())) {}
+  int64_t count() const { return n * inner; }
+  int64_t at(int64_t c, int64_t k) const { return (k / inner * channels + c) * inner + k % inner; }
+};
+
+// (y, batch_mean, batch_var): the mean and biased variance of each channel (two passes: the
+// variance from deviations avoids E[x^2] - E[x]^2's cancellation), then the affine normalize.
+Results batch_norm_train(const ir::Node& node, const Inputs& in) {
+  const ChannelView view(in[0]->shape());
+  const std::vector<double> x = in[0]->to_doubles();
+  const std::vector<double> scale = in[1]->to_doubles();
+  const std::vector<double> bias = in[2]->to_doubles();
+  const double eps = ref::attr_float(node, "epsilon");
+  const double count = static_cast<double>(view.count());
+  std::vector<double> y(x.size()), mean(view.channels), var(view.channels);
+  for (int64_t c = 0; c < view.channels; ++c) {
+    double sum = 0;
+    for (int64_t k = 0; k < view.count(); ++k) sum += x[view.at(c, k)];
+    mean[c] = sum / count;
+    double squares = 0;
+    for (int64_t k = 0; k < view.count(); ++k) squares += std::pow(x[view.at(c, k)] - mean[c], 2);
+    var[c] = squares / count;
+    const double inv_std = 1.0 / std::sqrt(var[c] + eps);
+    for (int64_t k = 0; k < view.count(); ++k) {
+      const int64_t i = view.at(c, k);
+      y[i] = (x[i] - mean[c]) * inv_std * scale[c] + bias[c];
+    }
+  }
+  return {ref::make_result(node, y, 0), ref::make_result(node, mean, 1),
+          ref::make_result(node, var, 2)};
+}
+
+// (dx, dscale, dbias) from dy, x, scale and the forward's batch_mean and batch_var.
+Results batch_norm_train_grad(const ir::Node& node, const Inputs& in) {
+  const ChannelView view(in[1]->shape());
+  const std::vector<double> dy = in[0]->to_doubles();
+  const std::vector<double> x = in[1]->to_doubles();
+  const std::vector<double> scale = in[2]->to_doubles();
+  const std::vector<double> mean = in[3]->to_doubles();
+  const std::vector<double> var = in[4]->to_doubles();
+  const double eps = ref::attr_float(node, "epsilon");
+  const double count = static_cast<double>(view.count());
+  std::vector<double> dx(x.size()), dscale(view.channels), dbias(view.channels);
+  for (int64_t c = 0; c < view.channels; ++c) {
+    const double inv_std = 1.0 / std::sqrt(var[c] + eps);
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int64_t k = 0; k < view.count(); ++k) {
+      const int64_t i = view.at(c, k);
+      sum_dy += dy[i];
+      sum_dy_xhat += dy[i] * (x[i] - mean[c]) * inv_std;
+    }
+    for (int64_t k = 0; k < view.count(); ++k) {
+      const int64_t i = view.at(c, k);
+      const double xhat = (x[i] - mean[c]) * inv_std;
+      dx[i] = scale[c] * inv_std * (dy[i] - sum_dy / count - xhat * sum_dy_xhat / count);
+    }
+    dscale[c] = sum_dy_xhat;
+    dbias[c] = sum_dy;
+  }
+  return {ref::make_result(node, dx, 0), ref::make_result(node, dscale, 1),
+          ref::make_result(node, dbias, 2)};
+}
+
+// (dx, dy * xhat) per row of x viewed as [prod(dims[:axis]), prod(dims[axis:])].
+Results layer_norm_grad(const ir::Node& node, const Inputs& in) {
+  const ir::Shape& xs = in[1]->shape();
+  const int axis = ref::norm_axis(ref::attr_int(node, "axis"), static_cast<int>(xs.size()));
+  const double eps = ref::attr_float(node, "epsilon");
+  const std::vector<double> dy = in[0]->to_doubles();
+  const std::vector<double> x = in[1]->to_doubles();
+  const std::vector<double> scale = in[2]->to_doubles();
+  const int64_t rows = product(xs, 0, axis), size = product(xs, axis, xs.size());
+  const double n = static_cast<double>(size);
+  std::vector<double> dx(x.size()), dy_xhat(x.size()), xhat(static_cast<size_t>(size));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = r * size;
+    double sum = 0;
+    for (int64_t i = 0; i < size; ++i) sum += x[base + i];
+    const double mean = sum / n;
+    double squares = 0;
+    for (int64_t i = 0; i < size; ++i) squares += std::pow(x[base + i] - mean, 2);
+    const double inv_std = 1.0 / std::sqrt(squares / n + eps);
+    double sum_g = 0, sum_g_xhat = 0;
+    for (int64_t i = 0; i < size; ++i) {
+      xhat[i] = (x[base + i] - mean) * inv_std;
+      const double g = dy[base + i] * scale[i];
+      sum_g += g;
+      sum_g_xhat += g * xhat[i];
+    }
+    for (int64_t i = 0; i < size; ++i) {
+      const double g = dy[base + i] * scale[i];
+      dx[base + i] = inv_std * (g - sum_g / n - xhat[i] * sum_g_xhat / n);
+      dy_xhat[base + i] = dy[base + i] * xhat[i];
+    }
+  }
+  return {ref::make_result(node, dx, 0), ref::make_result(node, dy_xhat, 1)};
+}
+
+}  // namespace
+
+void add_norm_train_kernels(KernelTable& table) {
+  table["batch_norm_train"] = batch_norm_train;
+  table["batch_norm_train_grad"] = batch_norm_train_grad;
+  table["layer_norm_grad"] = layer_norm_grad;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,226 @@
+"""Whole-model training checks against PyTorch autograd and torch.optim.
+
+For each model (an MLP and a small CNN with the seed CNN's ops, dropout included) this script
+writes random weights, lets kiln build the training graph (`kiln opt --training-graph`), and
+compares with the same model in PyTorch (float64):
+  1. the loss and every parameter's gradient (kiln's autodiff pass, reference interpreter);
+  2. the same on the host backend after fusion and memory planning;
+  3. the parameters and Adam state after one optimizer step (append-optimizer) against
+     torch.optim.Adam.
+Dropout masks come from a Python copy of kiln's Philox 4x32-10 stream (ir/philox.h), so the
+comparison also checks that stream end to end.
+
+Usage: train_step_check.py --kiln build/kiln --work DIR
+"""
+import argparse
+import json
+import math
+import os
+import re
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+BATCH = 4
+MASK32 = 0xFFFFFFFF
+
+
+# ---- Philox 4x32-10 (ir/philox.h) ----------------------------------------------------------
+def philox_block(counter, key):
+    c0, c1, c2, c3 = counter
+    k0, k1 = key & MASK32, (key >> 32) & MASK32
+    for _ in range(10):
+        p0 = 0xD2511F53 * c0
+        p1 = 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & MASK32, p1 & MASK32, \
+                         ((p0 >> 32) ^ c3 ^ k1) & MASK32, p0 & MASK32
+        k0 = (k0 + 0x9E3779B9) & MASK32
+        k1 = (k1 + 0xBB67AE85) & MASK32
+    return (c0, c1, c2, c3)
+
+
+def dropout_mask(count, rate, seed, step):
+    threshold = math.ceil(rate * 16777216.0)
+    mask = np.zeros(count)
+    for block in range((count + 3) // 4):
+        words = philox_block((block & MASK32, block >> 32, step & MASK32, step >> 32), seed)
+        for lane in range(4):
+            i = block * 4 + lane
+            if i < count:
+                mask[i] = 1.0 if (words[lane] >> 8) >= threshold else 0.0
+    return mask
+
+
+# ---- files -----------------------------------------------------------------------------------
+def write_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"command failed ({result.returncode}): {' '.join(cmd)}\n{result.stderr}")
+    return result.stdout
+
+
+# ---- models ----------------------------------------------------------------------------------
+def mlp():
+    params = {"fc1.weight": (16, 36), "fc1.bias": (16,), "fc2.weight": (10, 16), "fc2.bias": (10,)}
+    nodes = [
+        {"op": "flatten", "name": "flatten", "inputs": ["image"]},
+        {"op": "dense", "name": "fc1", "inputs": ["flatten", "fc1.weight", "fc1.bias"]},
+        {"op": "relu", "name": "relu1", "inputs": ["fc1"]},
+        {"op": "dropout", "name": "dropout", "inputs": ["relu1"], "attrs": {"rate": 0.25}},
+        {"op": "dense", "name": "fc2", "inputs": ["dropout", "fc2.weight", "fc2.bias"]},
+        {"op": "softmax", "name": "probs", "inputs": ["fc2"], "attrs": {"axis": -1}},
+    ]
+
+    def forward(p, x, masks):
+        h = F.relu(F.linear(x.flatten(1), p["fc1.weight"], p["fc1.bias"]))
+        h = h * masks["dropout"].reshape(h.shape) / 0.75
+        return F.linear(h, p["fc2.weight"], p["fc2.bias"])
+    return "train_mlp", (1, 1, 6, 6), params, nodes, forward, {"dropout": 0.25}
+
+
+def cnn():
+    params = {"conv1.weight": (4, 1, 3, 3), "conv1.bias": (4,), "conv2.weight": (6, 4, 3, 3),
+              "conv2.bias": (6,), "fc1.weight": (16, 24), "fc1.bias": (16,),
+              "fc2.weight": (10, 16), "fc2.bias": (10,)}
+    nodes = [
+        {"op": "conv2d", "name": "conv1", "inputs": ["image", "conv1.weight"]},
+        {"op": "bias_add", "name": "conv1_bias", "inputs": ["conv1", "conv1.bias"]},
+        {"op": "relu", "name": "relu1", "inputs": ["conv1_bias"]},
+        {"op": "max_pool2d", "name": "pool1", "inputs": ["relu1"], "attrs": {"kernel": [2, 2]}},
+        {"op": "conv2d", "name": "conv2", "inputs": ["pool1", "conv2.weight"]},
+        {"op": "bias_add", "name": "conv2_bias", "inputs": ["conv2", "conv2.bias"]},
+        {"op": "relu", "name": "relu2", "inputs": ["conv2_bias"]},
+        {"op": "max_pool2d", "name": "pool2", "inputs": ["relu2"], "attrs": {"kernel": [2, 2]}},
+        {"op": "flatten", "name": "flatten", "inputs": ["pool2"]},
+        {"op": "dense", "name": "fc1", "inputs": ["flatten", "fc1.weight", "fc1.bias"]},
+        {"op": "relu", "name": "relu3", "inputs": ["fc1"]},
+        {"op": "dropout", "name": "dropout", "inputs": ["relu3"], "attrs": {"rate": 0.5}},
+        {"op": "dense", "name": "fc2", "inputs": ["dropout", "fc2.weight", "fc2.bias"]},
+        {"op": "softmax", "name": "probs", "inputs": ["fc2"], "attrs": {"axis": -1}},
+    ]
+
+    def forward(p, x, masks):
+        h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"])), 2)
+        h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"])), 2)
+        h = F.relu(F.linear(h.flatten(1), p["fc1.weight"], p["fc1.bias"]))
+        h = h * masks["dropout"].reshape(h.shape) / 0.5
+        return F.linear(h, p["fc2.weight"], p["fc2.bias"])
+    return "train_cnn", (1, 1, 14, 14), params, nodes, forward, {"dropout": 0.5}
+
+
+# ---- the check -------------------------------------------------------------------------------
+def max_error(actual, expected):
+    scale = max(1.0, float(np.abs(expected).max()) if expected.size else 1.0)
+    return float(np.abs(actual - expected).max()) / scale if expected.size else 0.0
+
+
+def check_model(kiln, work, model):
+    name, input_shape, shapes, nodes, forward, dropout_rates = model
+    rng = np.random.default_rng(7)
+    weights = {k: (rng.standard_normal(s) * (0.5 if len(s) > 1 else 0.1)).astype(np.float32)
+               for k, s in shapes.items()}
+    folder = os.path.join(work, name)
+    os.makedirs(folder, exist_ok=True)
+    write_safetensors(os.path.join(folder, "w.safetensors"), weights)
+    with open(os.path.join(folder, "model.json"), "w") as f:
+        json.dump({"format": "kiln.model", "version": 1, "name": name, "weights": "w.safetensors",
+                   "inputs": [{"name": "image", "dtype": "f32", "shape": list(input_shape)}],
+                   "parameters": [{"name": k, "shape": list(s)} for k, s in shapes.items()],
+                   "nodes": nodes, "outputs": ["probs"]}, f)
+    x = rng.random((BATCH,) + input_shape[1:]).astype(np.float32)
+    y = rng.integers(0, 10, BATCH).astype(np.int32)
+    np.save(os.path.join(folder, "x.npy"), x)
+    np.save(os.path.join(folder, "y.npy"), y)
+    model_path = os.path.join(folder, "model.json")
+    inputs = ["-i", f"image={folder}/x.npy", "-i", f"label={folder}/y.npy"]
+
+    failures = []
+
+    def expect(what, actual, expected, tolerance):
+        error = max_error(actual, expected)
+        status = "ok" if error <= tolerance else "FAIL"
+        print(f"  {name}: {what}: max error {error:.2e} (tolerance {tolerance:.0e}) {status}")
+        if error > tolerance:
+            failures.append(f"{name}: {what}")
+
+    # The training graph, with its dropout seeds (kiln assigns one per dropout node).
+    grads_ir = os.path.join(folder, "grads.ir")
+    run([kiln, "opt", model_path, "--training-graph", str(BATCH), "--passes=autodiff", "-o", grads_ir])
+    seeds = {}
+    for line in open(grads_ir):
+        m = re.search(r'dropout\(%[^,]+, %train\.step\) \{[^}]*seed = (\d+)[^}]*\}.*loc\("([^"]+)"\)', line)
+        if m and not m.group(2).startswith("grad."):
+            seeds[m.group(2)] = int(m.group(1))
+    assert set(seeds) == set(dropout_rates), f"dropout seeds found: {seeds}"
+
+    # PyTorch, float64, with kiln's masks (step 1).
+    params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in weights.items()}
+    masks = {}
+    for node, rate in dropout_rates.items():
+        count = BATCH * shapes["fc1.bias"][0]
+        masks[node] = torch.tensor(dropout_mask(count, rate, seeds[node], 1), dtype=torch.float64)
+    logits = forward(params, torch.tensor(x, dtype=torch.float64), masks)
+    loss = F.cross_entropy(logits, torch.tensor(y, dtype=torch.int64))
+    loss.backward()
+
+    for backend, passes in (("reference", []),
+                            ("host", ["--passes=cse,dce,fuse-conv-bias-relu,fuse-elementwise,plan-memory"])):
+        out = os.path.join(folder, "out_" + backend)
+        run([kiln, "run", grads_ir, "--backend", backend, "-O0", *passes, *inputs, "-o", out])
+        expect(f"{backend} loss", np.load(f"{out}/loss.npy").astype(np.float64),
+               loss.detach().numpy(), 1e-5)
+        for k in shapes:
+            expect(f"{backend} grad {k}", np.load(f"{out}/grad.{k}.npy").astype(np.float64),
+                   params[k].grad.numpy(), 1e-4)
+
+    # One Adam step (append-optimizer) against torch.optim.Adam.
+    step_ir = os.path.join(folder, "step.ir")
+    run([kiln, "opt", model_path, "--training-graph", str(BATCH),
+         "--passes=autodiff,append-optimizer{optimizer=adam lr=0.01}", "-o", step_ir])
+    out = os.path.join(folder, "out_step")
+    run([kiln, "run", step_ir, "--backend", "reference", "-O0", *inputs, "-o", out])
+    optimizer = torch.optim.Adam(params.values(), lr=0.01)
+    optimizer.step()
+    state = optimizer.state
+    for k, p in params.items():
+        expect(f"adam step {k}", np.load(f"{out}/next.{k}.npy").astype(np.float64),
+               p.detach().numpy(), 1e-5)
+        expect(f"adam m {k}", np.load(f"{out}/next.optimizer.m.{k}.npy").astype(np.float64),
+               state[p]["exp_avg"].numpy(), 1e-5)
+    return failures
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kiln", required=True)
+    parser.add_argument("--work", required=True)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    failures = []
+    for model in (mlp(), cnn()):
+        failures += check_model(args.kiln, args.work, model)
+    if failures:
+        sys.exit("FAILED: " + ", ".join(failures))
+    print("all training checks passed")
+
+
+if __name__ == "__main__":
+    main()
