@@ -21,5 +21,6 @@ Command add_run_command(CLI::App& app);
 Command add_emit_command(CLI::App& app);
 Command add_cache_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
+Command add_train_command(CLI::App& app);
 
 }  // namespace kiln::cli

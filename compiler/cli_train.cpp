@@ -1,0 +1,83 @@
+// `kiln train MODEL --data mnist ...`: train a model and report test accuracy (docs/training.md).
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "compiler/cli.h"
+#include "compiler/cli_common.h"
+#include "compiler/progress_bar.h"
+#include "compiler/trainer.h"
+
+namespace kiln::cli {
+namespace {
+
+struct Options {
+  compiler::TrainOptions train;
+  CacheFlags cache;
+};
+
+int run(Options& options) {
+  std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
+  options.train.cache = cache.get();
+  options.train.verbose = options.cache.verbose;
+  const compiler::TrainSummary summary = compiler::train(options.train, std::cout);
+  if (options.train.quiet) {
+    std::cout << fmt::format("test accuracy {:.2f}%\n", 100 * summary.test_accuracy);
+    return kExitOk;
+  }
+  std::cout << fmt::format("trained {} steps in {} ({:.0f} img/s, {} kernels per step); final "
+                           "loss {:.4f}; test accuracy {:.2f}%{}\n",
+                           summary.steps, compiler::format_duration(summary.seconds),
+                           summary.images_per_second, summary.kernels_per_step,
+                           summary.final_loss, 100 * summary.test_accuracy,
+                           options.train.checkpoint.empty()
+                               ? std::string()
+                               : "; checkpoint " + options.train.checkpoint);
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  compiler::TrainOptions& t = options->train;
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a classifier (a model ending in softmax) and report its test accuracy");
+  cmd->add_option("MODEL", t.model, "model file: .json or textual IR")->required();
+  cmd->add_option("--data", t.data,
+                  "mnist, fashion-mnist, or a directory with train.x.npy, train.y.npy, "
+                  "test.x.npy, test.y.npy")
+      ->capture_default_str();
+  cmd->add_option("--epochs", t.epochs, "passes over the training set")->capture_default_str();
+  cmd->add_option("--batch-size", t.batch_size, "samples per step (the last partial batch of "
+                                                "an epoch is dropped)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", t.optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  cmd->add_option("--lr", t.lr, "learning rate")->capture_default_str();
+  cmd->add_option("--momentum", t.momentum, "sgd momentum")->capture_default_str();
+  cmd->add_option("--weight-decay", t.weight_decay,
+                  "weight decay (default: 0 for sgd and adam, 0.01 for adamw)");
+  cmd->add_option("--backend", t.backend,
+                  "auto: cuda when a GPU is available, else host; host: the generated CUDA "
+                  "kernels on the CPU; cuda: on the GPU")
+      ->check(CLI::IsMember({"auto", "host", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--checkpoint", t.checkpoint,
+                  "write parameters, optimizer state and step to this .safetensors after every epoch");
+  cmd->add_option("--resume", t.resume, "continue from a checkpoint written by --checkpoint");
+  cmd->add_option("--train-samples", t.train_samples, "train on the first N samples only");
+  cmd->add_option("--test-samples", t.test_samples, "evaluate on the first N test samples only");
+  cmd->add_option("--max-steps", t.max_steps, "stop after N steps (a checkpoint is still written)");
+  cmd->add_option("--seed", t.seed, "shuffling and dropout seed")->capture_default_str();
+  cmd->add_flag("-q,--quiet", t.quiet, "print only the final test accuracy");
+  cmd->add_flag("--progress", t.progress,
+                "draw the progress bar even when stdout is not a terminal");
+  cmd->add_flag("--print-plan", t.print_plan,
+                "print the training step's kernel count and activation arena");
+  options->cache.add_to(*cmd);
+  return {cmd, [options]() { return run(*options); }};
+}
+
+}  // namespace kiln::cli

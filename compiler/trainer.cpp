@@ -1,0 +1,300 @@
+#include "compiler/trainer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <iostream>
+#include <ostream>
+#include <set>
+
+#include "codegen/emit.h"
+#include "compiler/dataset_dir.h"
+#include "compiler/model_loader.h"
+#include "compiler/parameters.h"
+#include "compiler/progress_bar.h"
+#include "compiler/safetensors.h"
+#include "compiler/training_graph.h"
+#include "ir/diagnostic.h"
+#include "passes/pass_manager.h"
+
+namespace kiln::compiler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The append-optimizer options for the command line's choice.
+std::string optimizer_options(const TrainOptions& options) {
+  if (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw")
+    throw Error("--optimizer", "expected sgd, adam or adamw, got '" + options.optimizer + "'");
+  if (!(options.lr > 0)) throw Error("--lr", fmt::format("must be > 0, got {}", options.lr));
+  std::string text = fmt::format("optimizer={} lr={}", options.optimizer, options.lr);
+  if (options.optimizer == "sgd" && options.momentum != 0)
+    text += fmt::format(" momentum={}", options.momentum);
+  if (options.weight_decay >= 0) text += fmt::format(" weight_decay={}", options.weight_decay);
+  return text;
+}
+
+// The inference pipeline without the passes that bake parameters into the program: the
+// evaluation graph reads the parameters training changes.
+const std::vector<std::string> kEvalPipeline = {"canonicalize", "cse", "dce",
+                                                "fuse-conv-bias-relu", "fuse-elementwise",
+                                                "plan-memory"};
+
+void run_pipeline(ir::Graph& graph, const std::vector<std::string>& passes) {
+  passes::PassManager manager(passes::PassManagerOptions{}, std::cerr);
+  manager.add_all(passes);
+  manager.run(graph);
+}
+
+std::vector<ir::Tensor> parameter_tensors(const ir::Graph& graph) {
+  std::vector<ir::Tensor> tensors;
+  for (const ir::Value* param : graph.parameters) {
+    KILN_CHECK(param->data != nullptr) << "parameter '" << param->name << "' has no data";
+    tensors.push_back(*param->data);
+  }
+  return tensors;
+}
+
+runtime::Backend resolve_backend(const std::string& backend, bool verbose) {
+  if (backend == "host") return runtime::Backend::Host;
+  std::string why;
+  const bool has_gpu = runtime::cuda::cuda_available(&why);
+  if (backend == "cuda") {
+    if (!has_gpu)
+      throw Error("--backend=cuda", why + "; use --backend=host to train on the CPU");
+    return runtime::Backend::Cuda;
+  }
+  if (backend != "auto") throw Error("--backend", "expected auto, host or cuda, got '" + backend + "'");
+  if (verbose && !has_gpu) std::cerr << "kiln: training on the host backend: " << why << "\n";
+  return has_gpu ? runtime::Backend::Cuda : runtime::Backend::Host;
+}
+
+// Index of the largest logit in each row.
+int64_t count_correct(const ir::Tensor& logits, const ir::Tensor& labels, int64_t rows) {
+  const int64_t classes = logits.type().shape.back();
+  int64_t correct = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c)
+      if (logits.get(r * classes + c) > logits.get(r * classes + best)) best = c;
+    correct += best == static_cast<int64_t>(labels.get(r));
+  }
+  return correct;
+}
+
+// The model's input must take one sample of the dataset ([N, ...] minus N).
+void check_sample_shape(const ir::Graph& model, const data::Dataset& dataset) {
+  const ir::Shape& input = model.inputs.at(0)->type.shape;
+  const ir::Shape& images = dataset.images.type().shape;
+  const ir::Shape sample_in(input.begin() + 1, input.end());
+  const ir::Shape sample_data(images.begin() + 1, images.end());
+  if (sample_in != sample_data)
+    throw Error("--data", fmt::format("{}: samples are {}, model input %{} takes {} per sample",
+                                      dataset.source, ir::shape_to_string(sample_data),
+                                      model.inputs[0]->name, ir::shape_to_string(sample_in)));
+}
+
+// Accuracy of the inference program over `dataset`; a last partial batch is padded with
+// zeros and its padding ignored, so every sample counts.
+double evaluate(runtime::TrainingExecutable& executable, const data::Dataset& dataset,
+                int64_t batch) {
+  data::BatchIterator batches(dataset, batch, 0, 0, /*drop_last=*/false);
+  ir::Tensor images, labels;
+  int64_t correct = 0;
+  while (batches.next(images, labels)) {
+    const int64_t rows = labels.num_elements();
+    ir::Tensor input = images;
+    if (rows < batch) {
+      ir::Shape shape = images.type().shape;
+      shape[0] = batch;
+      ir::Tensor padded(ir::TensorType{images.type().dtype, shape});
+      std::memcpy(padded.data(), images.data(), images.byte_size());
+      input = std::move(padded);
+    }
+    const std::vector<ir::Tensor> outputs = executable.evaluate({input});
+    correct += count_correct(outputs.at(0), labels, rows);
+  }
+  return static_cast<double>(correct) / static_cast<double>(dataset.size());
+}
+
+data::Dataset load_split(const TrainOptions& options, data::Split split, int64_t samples,
+                         const char* flag) {
+  data::Dataset dataset = load_dataset(options.data, split);
+  if (samples < 0) throw Error(flag, fmt::format("must be >= 0, got {}", samples));
+  if (samples > dataset.size())
+    throw Error(flag, fmt::format("{} asked for, {} has {}", samples, dataset.source, dataset.size()));
+  if (samples > 0) dataset = data::take_first(dataset, samples);
+  return dataset;
+}
+
+// --print-plan: where the training step's memory goes.
+void print_plan(const ir::Graph& graph, const codegen::Program& program, const TrainingGraphInfo& info,
+                std::ostream& out) {
+  int64_t parameters = 0, state = 0, inputs = 0, outputs = 0;
+  std::set<int> state_outputs;
+  for (const codegen::Program::StateUpdate& update : program.state_updates)
+    state_outputs.insert(update.output);
+  for (size_t id = 0; id < program.buffers.size(); ++id) {
+    const codegen::Buffer& buffer = program.buffers[id];
+    switch (buffer.role) {
+      case codegen::BufferRole::Parameter:
+        (buffer.name.rfind("optimizer.", 0) == 0 || buffer.name.rfind("train.", 0) == 0 ? state
+                                                                                     : parameters) +=
+            buffer.bytes;
+        break;
+      case codegen::BufferRole::Input: inputs += buffer.bytes; break;
+      case codegen::BufferRole::Output:
+        if (!state_outputs.count(static_cast<int>(id))) outputs += buffer.bytes;
+        break;
+      default: break;
+    }
+  }
+  int64_t next_state = 0;
+  for (int id : state_outputs) next_state += program.buffers[id].bytes;
+  out << fmt::format("training step: {} kernels; loss: {}; {} dropout node(s)\n",
+                     program.kernels.size(), info.loss, info.dropout_nodes);
+  out << fmt::format("  parameters          {:>12} B\n", parameters);
+  out << fmt::format("  optimizer state     {:>12} B\n", state);
+  out << fmt::format("  next state          {:>12} B  (the update's results, copied into place after "
+                     "the step)\n",
+                     next_state);
+  out << fmt::format("  inputs, outputs     {:>12} B\n", inputs + outputs);
+  if (graph.memory_plan) {
+    const ir::MemoryPlan& plan = *graph.memory_plan;
+    out << fmt::format("  activation arena    {:>12} B  (saved activations, gradients, temporaries): "
+                       "lower bound {} B, planned/lower bound {:.2f}, naive {} B\n",
+                       plan.arena_bytes, plan.lower_bound_bytes, plan.ratio(), plan.naive_bytes);
+  }
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& options, std::ostream& out) {
+  if (options.epochs < 1) throw Error("--epochs", fmt::format("must be >= 1, got {}", options.epochs));
+  if (options.batch_size < 1)
+    throw Error("--batch-size", fmt::format("must be >= 1, got {}", options.batch_size));
+  const std::string optimizer = optimizer_options(options);
+  const runtime::Backend backend = resolve_backend(options.backend, options.verbose);
+
+  // Data first: a wrong --data fails before minutes of compilation.
+  const data::Dataset train_set = load_split(options, data::Split::Train, options.train_samples,
+                                             "--train-samples");
+  const data::Dataset test_set = load_split(options, data::Split::Test, options.test_samples,
+                                            "--test-samples");
+  if (train_set.size() < options.batch_size)
+    throw Error("--batch-size", fmt::format("{} is larger than the {} training samples",
+                                            options.batch_size, train_set.size()));
+
+  // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
+  ir::Graph step_graph = load_model(options.model);
+  load_parameter_data(step_graph);
+  ir::Graph eval_graph = load_model(options.model);
+  load_parameter_data(eval_graph);
+  check_sample_shape(step_graph, train_set);
+  check_sample_shape(step_graph, test_set);
+  const TrainingGraphInfo info =
+      make_training_graph(step_graph, TrainingGraphOptions{options.batch_size, options.seed});
+  run_pipeline(step_graph, passes::training_pipeline(optimizer));
+  set_batch_size(eval_graph, options.batch_size);
+  run_pipeline(eval_graph, kEvalPipeline);
+
+  if (!options.quiet)
+    out << fmt::format("kiln train: {} on {} ({} train / {} test samples), batch {}, {}, "
+                       "backend {}\n",
+                       step_graph.name, options.data, train_set.size(), test_set.size(),
+                       options.batch_size, optimizer,
+                       backend == runtime::Backend::Cuda ? "cuda" : "host");
+  const auto compile_start = Clock::now();
+  runtime::ExecutableOptions exe_options;
+  exe_options.backend = backend;
+  exe_options.cache = options.cache;
+  exe_options.verbose = options.verbose;
+  codegen::Program step_program = codegen::emit_program(step_graph);
+  const int kernels_per_step = static_cast<int>(step_program.kernels.size());
+  if (options.print_plan) print_plan(step_graph, step_program, info, out);
+  runtime::TrainingExecutable executable(
+      runtime::Executable::create(std::move(step_program), parameter_tensors(step_graph),
+                                  exe_options),
+      runtime::Executable::create(codegen::emit_program(eval_graph), parameter_tensors(eval_graph),
+                                  exe_options));
+  if (!options.quiet)
+    out << fmt::format("compiled the training step ({} kernels) and the inference graph in {:.1f} s\n",
+                       kernels_per_step, seconds_since(compile_start));
+
+  if (!options.resume.empty()) {
+    const SafetensorsFile file = SafetensorsFile::open(options.resume);
+    std::map<std::string, ir::Tensor> state;
+    for (const auto& [name, entry] : file.entries()) state.emplace(name, file.read(name));
+    try {
+      executable.load_state(state);
+    } catch (const Error& error) {
+      throw Error(options.resume, error.diagnostic().message);
+    }
+  }
+
+  const int64_t steps_per_epoch = train_set.size() / options.batch_size;
+  int64_t done = executable.step_count() - 1;  // steps already taken (a resumed checkpoint's)
+  if (done < 0) done = 0;
+  const bool draw = !options.quiet && (options.progress || isatty(fileno(stdout)));
+  TrainSummary summary;
+  summary.kernels_per_step = kernels_per_step;
+  double train_seconds = 0;
+  for (int64_t epoch = done / steps_per_epoch; epoch < options.epochs; ++epoch) {
+    // Resuming mid-epoch: the same shuffled order, from the first batch not yet trained on.
+    const int64_t skip = epoch == done / steps_per_epoch ? done % steps_per_epoch : 0;
+    data::BatchIterator batches(train_set, options.batch_size, options.seed, epoch, true);
+    ProgressBar bar(out, draw, epoch + 1, options.epochs, steps_per_epoch * options.batch_size);
+    ir::Tensor images, labels;
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0, batch_index = 0;
+    const auto epoch_start = Clock::now();
+    bool stopped = false;
+    while (batches.next(images, labels)) {
+      if (batch_index++ < skip) continue;
+      if (options.max_steps > 0 && summary.steps >= options.max_steps) {
+        stopped = true;
+        break;
+      }
+      const runtime::TrainingExecutable::StepResult result = executable.train_step({images, labels});
+      if (!std::isfinite(result.loss))
+        throw Error("", fmt::format("the loss is {} at step {} (epoch {}); lower --lr?",
+                                    result.loss, done + 1, epoch + 1));
+      ++summary.steps;
+      ++done;
+      loss_sum += result.loss;
+      correct += count_correct(result.logits, labels, options.batch_size);
+      seen += options.batch_size;
+      bar.update(batch_index * options.batch_size, loss_sum * options.batch_size / seen,
+                 static_cast<double>(correct) / seen);
+    }
+    const double epoch_seconds = seconds_since(epoch_start);
+    train_seconds += epoch_seconds;
+    bar.finish();
+    if (seen > 0) summary.final_loss = loss_sum * options.batch_size / seen;
+    if (!options.checkpoint.empty()) write_safetensors(options.checkpoint, executable.state());
+    if (stopped && seen == 0) break;
+    summary.test_accuracy = evaluate(executable, test_set, options.batch_size);
+    if (!options.quiet)
+      out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  test acc {:.2f}%  "
+                         "{:.0f} img/s  {}\n",
+                         epoch + 1, options.epochs, summary.final_loss,
+                         seen ? 100.0 * correct / seen : 0.0, 100 * summary.test_accuracy,
+                         epoch_seconds > 0 ? seen / epoch_seconds : 0.0,
+                         format_duration(epoch_seconds));
+    if (stopped) break;
+  }
+  summary.seconds = train_seconds;
+  summary.images_per_second =
+      train_seconds > 0 ? static_cast<double>(summary.steps * options.batch_size) / train_seconds : 0;
+  return summary;
+}
+
+}  // namespace kiln::compiler
