@@ -79,9 +79,13 @@ TrainingGraphInfo make_training_graph(ir::Graph& graph, const TrainingGraphOptio
   const std::string label_name = graph.unique_name("label");
   ir::Value* label = graph.add_input(label_name, ir::TensorType{ir::DType::I32, {options.batch_size}});
   ir::AttrMap attrs;
-  std::vector<ir::TensorType> types = {logits->type, label->type};
-  const ir::OpDef* def = ir::OpRegistry::instance().find("softmax_cross_entropy");
-  const std::vector<ir::TensorType> loss_type = ir::infer_op(*def, types, attrs);
+  std::vector<ir::TensorType> loss_type;
+  try {
+    loss_type = ir::infer_op("softmax_cross_entropy", {logits, label}, attrs);
+  } catch (const ir::OpError& error) {
+    throw Error(softmax->loc.render(), "kiln train: the loss of " + softmax->describe() +
+                                           "'s logits: " + error.message);
+  }
   ir::Node* loss = graph.add_node("softmax_cross_entropy", "loss", {logits, label}, attrs,
                                   {{graph.unique_name("loss"), loss_type[0]}}, softmax->loc);
   graph.outputs = {loss->results[0], logits};

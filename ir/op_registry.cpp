@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ir/diagnostic.h"
+#include "ir/graph.h"
 
 namespace kiln::ir {
 
@@ -190,6 +191,15 @@ std::vector<TensorType> infer_op(const OpDef& def, const std::vector<TensorType>
     it->second = std::move(*coerced);
   }
   return def.infer(InferContext{def.name, inputs, attrs});
+}
+
+std::vector<TensorType> infer_op(std::string_view op, const std::vector<Value*>& inputs,
+                                 AttrMap& attrs) {
+  const OpDef* def = OpRegistry::instance().find(op);
+  KILN_CHECK(def != nullptr) << "op '" << op << "' is not registered";
+  std::vector<TensorType> types;
+  for (const Value* input : inputs) types.push_back(input->type);
+  return infer_op(*def, types, attrs);
 }
 
 }  // namespace kiln::ir

@@ -97,6 +97,10 @@ class OpRegistry {
 // `attrs` (coerces types, fills defaults) and returns the result types. Throws OpError.
 std::vector<TensorType> infer_op(const OpDef& def, const std::vector<TensorType>& inputs,
                                  AttrMap& attrs);
+// The same for registered op `op` applied to `inputs` (values of a graph), as a rewrite that
+// builds a node needs it. An unregistered `op` is a kiln bug (InternalError); OpError as above.
+std::vector<TensorType> infer_op(std::string_view op, const std::vector<Value*>& inputs,
+                                 AttrMap& attrs);
 
 // Closest candidate by edit distance, when within a third of the word's length (at least 2).
 std::optional<std::string> closest_name(std::string_view word,

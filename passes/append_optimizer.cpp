@@ -97,13 +97,9 @@ ir::Value* constant_parameter(ir::Graph& graph, const std::string& name,
 ir::Node* add_op(ir::Graph& graph, const std::string& op, const std::string& name,
                  std::vector<ir::Value*> inputs, ir::AttrMap attrs,
                  const std::vector<std::string>& result_names) {
-  const ir::OpDef* def = ir::OpRegistry::instance().find(op);
-  KILN_CHECK(def != nullptr) << "unknown op " << op;
-  std::vector<ir::TensorType> types;
-  for (const ir::Value* input : inputs) types.push_back(input->type);
   std::vector<ir::TensorType> results;
   try {
-    results = ir::infer_op(*def, types, attrs);
+    results = ir::infer_op(op, inputs, attrs);
   } catch (const ir::OpError& error) {
     throw Error("--passes", fmt::format("pass '{}': {} '{}': {}", kPass, op, name, error.message));
   }

@@ -19,13 +19,9 @@ constexpr std::string_view kNextPrefix = "next.";
 ir::Node* add_before(ir::Graph& graph, const ir::Node& bn, const std::string& op,
                      const std::string& node_name, std::vector<ir::Value*> inputs,
                      ir::AttrMap attrs, const std::vector<std::string>& names) {
-  const ir::OpDef* def = ir::OpRegistry::instance().find(op);
-  KILN_CHECK(def != nullptr) << "op '" << op << "' is not registered";
-  std::vector<ir::TensorType> types;
-  for (const ir::Value* input : inputs) types.push_back(input->type);
   std::vector<ir::TensorType> results;
   try {
-    results = ir::infer_op(*def, types, attrs);
+    results = ir::infer_op(op, inputs, attrs);
   } catch (const ir::OpError& error) {
     throw Error(bn.loc.render(), bn.describe() + ": cannot train it: " + error.message);
   }
