@@ -117,9 +117,17 @@ class ProgramBuilder {
                                     "state outputs must be the last outputs",
                                     graph_.name, name));
       program_.outputs.push_back(id);
+      program_.output_names.push_back(name);
     }
 
-    if (graph_.memory_plan) place_in_arena(*graph_.memory_plan);
+    if (graph_.memory_plan) {
+      place_in_arena(*graph_.memory_plan);
+    } else {
+      ir::MemoryPlan figures;
+      ir::compute_plan_figures(graph_, figures);
+      program_.naive_bytes = figures.naive_bytes;
+      program_.lower_bound_bytes = figures.lower_bound_bytes;
+    }
 
     std::string kernels_text;
     std::string entries_text;
@@ -144,6 +152,9 @@ class ProgramBuilder {
   // Intermediates that plan-memory placed share the activation arena at their planned offsets.
   void place_in_arena(const ir::MemoryPlan& plan) {
     program_.arena_bytes = plan.arena_bytes;
+    program_.planned = true;
+    program_.naive_bytes = plan.naive_bytes;
+    program_.lower_bound_bytes = plan.lower_bound_bytes;
     for (const auto& [value, id] : buffer_of_) {
       Buffer& buffer = program_.buffers[id];
       if (buffer.role != BufferRole::Intermediate) continue;
@@ -214,12 +225,15 @@ class ProgramBuilder {
     kernel.name = request.kernel_name;
     if (node.is_kernel()) {
       // Unnamed nodes (textual IR without loc) go by their first result.
-      for (const auto& inner : node.body->nodes())
+      for (const auto& inner : node.body->nodes()) {
         kernel.source_nodes.push_back(inner->name.empty() ? "%" + inner->results[0]->name
                                                           : inner->name);
+        kernel.source_ops.push_back(inner->op);
+      }
       kernel.op_kind = ir::kernel_kind(node);
     } else {
       kernel.source_nodes = {node.name};
+      kernel.source_ops = {node.op};
       kernel.op_kind = std::string(ir::op_kind_name(node.def->kind));
     }
     kernel.grid = spec.grid;

@@ -40,6 +40,7 @@ struct Dim3 {
 struct Kernel {
   std::string name;                       // "conv2d_3": what it computes, plus an index
   std::vector<std::string> source_nodes;  // names of the IR nodes it implements
+  std::vector<std::string> source_ops;    // the op of each source node ("conv2d", ...)
   std::string op_kind;                    // the registry's op kind of its main node
   Dim3 grid;
   Dim3 block;
@@ -68,6 +69,7 @@ struct Program {
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;     // launch order
   std::vector<int> outputs;        // buffer id of each graph output, in order (but state)
+  std::vector<std::string> output_names;  // the model's name of each of `outputs`
   // Training state carried between runs: graph outputs named "next.P" hold the value parameter
   // P takes for the next run. They are the graph's last outputs; a backend copies each into
   // its parameter's buffer after every run and does not return it.
@@ -77,6 +79,11 @@ struct Program {
   };
   std::vector<StateUpdate> state_updates;
   int64_t arena_bytes = 0;         // the activation arena (0 when the graph was not planned)
+  // The memory plan's figures (ir::MemoryPlan), so that reports need no graph. Without a plan
+  // every intermediate has a buffer of its own: naive_bytes, and planned is false.
+  bool planned = false;
+  int64_t naive_bytes = 0;
+  int64_t lower_bound_bytes = 0;
 
   const Kernel* find_kernel(std::string_view name) const;
   // The buffer id of each input (or parameter, ...) in graph order; a gap or a repeated

@@ -19,6 +19,7 @@ struct Command {
 Command add_opt_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_emit_command(CLI::App& app);
+Command add_compile_command(CLI::App& app);
 Command add_cache_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
 Command add_train_command(CLI::App& app);

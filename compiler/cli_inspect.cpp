@@ -12,6 +12,8 @@
 #include "compiler/model_loader.h"
 #include "compiler/output_file.h"
 #include "compiler/pipeline_flags.h"
+#include "ir/diagnostic.h"
+#include "runtime/package/package.h"
 
 namespace kiln::cli {
 
@@ -22,26 +24,47 @@ struct Options {
   std::string format = "text";
   std::vector<std::string> archs = {"sm_80", "sm_90"};
   std::string dot;
+  std::string program;  // of a package: inference or train_step
   CacheFlags cache;
   LibraryFlag library;
   PipelineFlags pipeline;
 };
 
-int run(const Options& options) {
+void print(const Options& options, const compiler::Inspection& inspection) {
+  // The graph file first: when it cannot be written, the command fails before printing.
+  if (!options.dot.empty())
+    compiler::write_file_atomically(options.dot, compiler::format_kernel_graph_dot(inspection.program));
+  std::cout << (options.format == "json" ? compiler::format_inspection_json(inspection)
+                                         : compiler::format_inspection_text(inspection));
+}
+
+// A package: the report from the tables it carries, nothing recompiled.
+int inspect_package(const Options& options, const CLI::App& command) {
+  if (options.pipeline.given(command) || command.count("--arch") > 0)
+    throw Error("-O/--passes/--arch", "a package is already compiled; pass the model to choose "
+                                      "passes or archs");
+  const runtime::Package package = runtime::read_package(options.model);
+  std::string role = options.program;
+  if (role.empty()) role = package.find(runtime::kTrainStepProgram) ? runtime::kTrainStepProgram
+                                                                    : runtime::kInferenceProgram;
+  const runtime::PackageProgram* program = package.find(role);
+  if (!program) throw Error("--program", "the package has no program '" + role + "'");
+  print(options, compiler::Inspection{program->program, program->binary, package.manifest.archs,
+                                      package.manifest.pipeline});
+  return kExitOk;
+}
+
+int run(const Options& options, const CLI::App& command) {
+  if (runtime::is_package_file(options.model)) return inspect_package(options, command);
+  if (!options.program.empty())
+    throw Error("--program", "chooses a program of a package; this is a model");
   ir::Graph graph = compiler::load_model(options.model);
   options.pipeline.run(graph);
   const codegen::Program program = codegen::emit_program(graph, options.library.selection());
   const runtime::CudaBinary binary = options.cache.compile(program.source, graph.name + ".cu", options.archs);
-
-  const compiler::Inspection inspection{graph, program, binary, options.archs, options.pipeline.pass_names()};
-  // The graph file first: when it cannot be written, the command fails before printing.
-  if (!options.dot.empty())
-    compiler::write_file_atomically(options.dot, compiler::format_kernel_graph_dot(graph, program));
-  std::cout << (options.format == "json" ? compiler::format_inspection_json(inspection)
-                                         : compiler::format_inspection_text(inspection));
+  print(options, compiler::Inspection{program, binary, options.archs, options.pipeline.pass_names()});
   return kExitOk;
 }
-
 }  // namespace
 
 Command add_inspect_command(CLI::App& app) {
@@ -49,7 +72,12 @@ Command add_inspect_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Per kernel: source nodes, launch, modeled FLOPs and bytes, registers, occupancy "
                  "and a roofline time; totals before and after fusion; the memory plan");
-  cmd->add_option("FILE", options->model, "model file: .json, textual IR, or - for stdin")->required();
+  cmd->add_option("FILE", options->model,
+                  "model file (.json, textual IR, or - for stdin), or a package from kiln compile")
+      ->required();
+  cmd->add_option("--program", options->program,
+                  "of a package: inference or train_step (default: train_step when there is one)")
+      ->check(CLI::IsMember({"inference", "train_step"}));
   cmd->add_option("--format", options->format, "text for people, json for scripts (docs/inspect.md)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -58,7 +86,7 @@ Command add_inspect_command(CLI::App& app) {
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
-  return {cmd, [options]() { return run(*options); }};
+  return {cmd, [options, cmd]() { return run(*options, *cmd); }};
 }
 
 }  // namespace kiln::cli

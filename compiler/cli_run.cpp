@@ -15,6 +15,8 @@
 #include "ir/diagnostic.h"
 #include "runtime/compile/nvrtc.h"
 #include "runtime/cuda/cuda_executable.h"
+#include "runtime/executor/executable.h"
+#include "runtime/package/package.h"
 #include "runtime/executor/host_executor.h"
 #include "runtime/host/host_module.h"
 #include "runtime/reference/interpreter.h"
@@ -69,22 +71,41 @@ std::string summarize(const ir::Tensor& tensor) {
                      sum / static_cast<double>(tensor.num_elements()), argmax);
 }
 
-// Inputs in graph order, checked against the graph (names, then types).
-std::vector<ir::Tensor> ordered_inputs(const ir::Graph& graph, std::map<std::string, ir::Tensor>& by_name) {
+struct InputSlot {
+  std::string name;
+  ir::TensorType type;
+};
+
+std::vector<InputSlot> input_slots(const ir::Graph& graph) {
+  std::vector<InputSlot> slots;
+  for (const ir::Value* input : graph.inputs) slots.push_back({input->name, input->type});
+  return slots;
+}
+
+std::vector<InputSlot> input_slots(const codegen::Program& program) {
+  std::vector<InputSlot> slots;
+  for (int id : program.buffer_ids(codegen::BufferRole::Input))
+    slots.push_back({program.buffers[id].name, program.buffers[id].type});
+  return slots;
+}
+
+// Inputs in graph order, checked against the graph's inputs (names, then types).
+std::vector<ir::Tensor> ordered_inputs(const std::vector<InputSlot>& slots,
+                                       std::map<std::string, ir::Tensor>& by_name) {
   std::vector<ir::Tensor> ordered;
   for (const auto& [name, tensor] : by_name) {
     bool known = false;
-    for (const ir::Value* input : graph.inputs) known |= input->name == name;
+    for (const InputSlot& input : slots) known |= input.name == name;
     if (!known) throw Error("--input " + name, "unknown input '" + name + "'");
   }
-  for (const ir::Value* input : graph.inputs) {
-    auto it = by_name.find(input->name);
+  for (const InputSlot& input : slots) {
+    auto it = by_name.find(input.name);
     if (it == by_name.end())
-      throw Error("", "missing input '" + input->name + "'; pass --input " + input->name + "=FILE.npy");
-    if (it->second.type() != input->type)
-      throw Error("--input " + input->name, "input '" + input->name + "': expected " +
-                                                input->type.to_string() + ", got " +
-                                                it->second.type().to_string());
+      throw Error("", "missing input '" + input.name + "'; pass --input " + input.name + "=FILE.npy");
+    if (it->second.type() != input.type)
+      throw Error("--input " + input.name, "input '" + input.name + "': expected " +
+                                               input.type.to_string() + ", got " +
+                                               it->second.type().to_string());
     ordered.push_back(it->second);
   }
   return ordered;
@@ -141,17 +162,60 @@ std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
   return timer.time("run", [&] { return executable->run(inputs); });
 }
 
-int run(const Options& options) {
+// A package: its inference program, with the code it carries (no NVRTC on the GPU; the host
+// backend compiles the packaged source once into the kernel cache).
+std::vector<ir::Tensor> run_package(Options options, const CLI::App& command,
+                                    std::map<std::string, ir::Tensor>& inputs,
+                                    std::vector<std::string>& output_names, PhaseTimer& timer) {
+  if (options.backend == "reference")
+    throw Error("--backend=reference", "a package holds compiled kernels, not the graph; run the "
+                                       "model itself on the reference interpreter");
+  if (options.pipeline.given(command))
+    throw Error("-O/--passes", "a package is already compiled; pass the model to choose passes");
+  const runtime::Package package = timer.time("load", [&] { return runtime::read_package(options.model); });
+  const runtime::PackageProgram* program = package.find(runtime::kInferenceProgram);
+  if (!program) throw Error(options.model, "the package has no inference program");
+  output_names = program->program.output_names;
+  options.backend = resolve_backend(options);
+  std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
+  runtime::ExecutableOptions exe;
+  exe.backend = options.backend == "cuda" ? runtime::Backend::Cuda : runtime::Backend::Host;
+  exe.cache = cache.get();
+  exe.verbose = options.cache.verbose;
+  exe.host.schedule = runtime::host::Schedule::from_environment();
+  exe.cuda.use_cuda_graph = !options.no_cuda_graph;
+  exe.cuda.libraries = options.library.selection();
+  if (exe.backend == runtime::Backend::Cuda) {
+    std::string why;
+    if (!runtime::cuda::cuda_available(&why))
+      throw Error("--backend=cuda", why + "; use --backend=host to run the same kernels on the CPU");
+    runtime::require_code_for(program->binary, runtime::cuda::cuda_device_info(0).sm, options.model);
+  }
+  const std::vector<ir::Tensor> ordered = ordered_inputs(input_slots(program->program), inputs);
+  auto executable = timer.time("compile", [&] {
+    return runtime::Executable::create(program->program, package.parameters(program->program, options.model),
+                                       exe, &program->binary);
+  });
+  return timer.time("run", [&] { return executable->run(ordered); });
+}
+
+int run(const Options& options, const CLI::App& command) {
   PhaseTimer timer;
-  ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
   std::map<std::string, ir::Tensor> inputs = read_inputs(options.inputs);
-  timer.time("weights", [&] { compiler::load_parameter_data(graph); });
   std::vector<ir::Tensor> outputs;
-  timer.time("passes", [&] { options.pipeline.run(graph); });
-  if (options.backend == "reference") {
-    outputs = timer.time("run", [&] { return runtime::run_reference(graph, inputs); });
+  std::vector<std::string> output_names;
+  if (runtime::is_package_file(options.model)) {
+    outputs = run_package(options, command, inputs, output_names, timer);
   } else {
-    outputs = run_compiled(options, graph, ordered_inputs(graph, inputs), timer);
+    ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
+    timer.time("weights", [&] { compiler::load_parameter_data(graph); });
+    timer.time("passes", [&] { options.pipeline.run(graph); });
+    if (options.backend == "reference") {
+      outputs = timer.time("run", [&] { return runtime::run_reference(graph, inputs); });
+    } else {
+      outputs = run_compiled(options, graph, ordered_inputs(input_slots(graph), inputs), timer);
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) output_names.push_back(graph.output_name(i));
   }
 
 
@@ -161,7 +225,7 @@ int run(const Options& options) {
     if (ec) throw Error(options.output_dir, "cannot create the output directory: " + ec.message());
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const std::string& name = graph.output_name(i);
+    const std::string& name = output_names.at(i);
     std::string line = fmt::format("{}: {}  {}", name, outputs[i].type().to_string(), summarize(outputs[i]));
     if (!options.output_dir.empty()) {
       const std::string path =
@@ -180,7 +244,9 @@ int run(const Options& options) {
 Command add_run_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
-  cmd->add_option("FILE", options->model, "model file: .json, textual IR, or - for stdin")->required();
+  cmd->add_option("FILE", options->model,
+                  "model file (.json, textual IR, or - for stdin), or a package from kiln compile")
+      ->required();
   cmd->add_option("--backend", options->backend,
                   "auto: cuda when a GPU is available, else host; host: the generated CUDA "
                   "kernels on the CPU; cuda: on the GPU; reference: the reference interpreter")
@@ -195,7 +261,7 @@ Command add_run_command(CLI::App& app) {
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
-  return {cmd, [options]() { return run(*options); }};
+  return {cmd, [options, cmd]() { return run(*options, *cmd); }};
 }
 
 }  // namespace kiln::cli

@@ -16,7 +16,9 @@ struct Options {
   CacheFlags cache;
 };
 
-int run(Options& options) {
+int run(Options& options, const CLI::App& command) {
+  for (const char* flag : {"--batch-size", "--optimizer", "--lr", "--momentum", "--weight-decay"})
+    if (command.count(flag) > 0) options.train.compile_time_flags.push_back(flag);
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   options.train.cache = cache.get();
   options.train.verbose = options.cache.verbose;
@@ -43,7 +45,9 @@ Command add_train_command(CLI::App& app) {
   compiler::TrainOptions& t = options->train;
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a classifier (a model ending in softmax) and report its test accuracy");
-  cmd->add_option("MODEL", t.model, "model file: .json or textual IR")->required();
+  cmd->add_option("MODEL", t.model,
+                  "model file (.json or textual IR), or a package from `kiln compile --train`")
+      ->required();
   cmd->add_option("--data", t.data,
                   "mnist, fashion-mnist, or a directory with train.x.npy, train.y.npy, "
                   "test.x.npy, test.y.npy")
@@ -77,7 +81,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--print-plan", t.print_plan,
                 "print the training step's kernel count and activation arena");
   options->cache.add_to(*cmd);
-  return {cmd, [options]() { return run(*options); }};
+  return {cmd, [options, cmd]() { return run(*options, *cmd); }};
 }
 
 }  // namespace kiln::cli

@@ -10,16 +10,8 @@
 
 #include "codegen/cost_model.h"
 #include "compiler/kernel_report.h"
-#include "ir/kernel_region.h"
-#include "ir/memory_plan.h"
 
 namespace kiln::compiler {
-
-std::unordered_map<std::string, std::string> source_node_ops(const ir::Graph& graph) {
-  std::unordered_map<std::string, std::string> ops;
-  for (const ir::Node* node : ir::flattened_nodes(graph)) ops.emplace(node->name, node->op);
-  return ops;
-}
 
 namespace {
 
@@ -57,14 +49,12 @@ struct MemoryFigures {
 };
 
 std::vector<KernelFigures> kernel_figures(const Inspection& in) {
-  const auto ops = source_node_ops(in.graph);
   std::vector<KernelFigures> figures;
   for (const codegen::Kernel& kernel : in.program.kernels) {
     KernelFigures f{kernel, {}, {}, 0, 0, 0, {}};
-    for (const std::string& name : kernel.source_nodes) {
-      auto it = ops.find(name);
-      f.nodes.emplace_back(name, it == ops.end() ? "?" : it->second);
-    }
+    for (size_t i = 0; i < kernel.source_nodes.size(); ++i)
+      f.nodes.emplace_back(kernel.source_nodes[i],
+                           i < kernel.source_ops.size() ? kernel.source_ops[i] : "?");
     for (const std::string& arch : in.archs) f.archs.push_back(kernel_arch_figures(kernel, in.binary, arch));
     f.bytes = kernel.bytes_read + kernel.bytes_written;
     f.intensity = f.bytes ? static_cast<double>(kernel.flops) / static_cast<double>(f.bytes) : 0.0;
@@ -90,19 +80,12 @@ Totals totals_of(const std::vector<KernelFigures>& kernels) {
 
 double ratio(int64_t a, int64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 1.0; }
 
-MemoryFigures memory_figures(const ir::Graph& graph) {
+MemoryFigures memory_figures(const codegen::Program& program) {
   MemoryFigures m;
-  ir::MemoryPlan plan;
-  if (graph.memory_plan) {
-    plan = *graph.memory_plan;
-    m.planned = true;
-  } else {
-    ir::compute_plan_figures(graph, plan);
-    plan.arena_bytes = plan.naive_bytes;
-  }
-  m.naive = plan.naive_bytes;
-  m.arena = plan.arena_bytes;
-  m.lower_bound = plan.lower_bound_bytes;
+  m.planned = program.planned;
+  m.naive = program.naive_bytes;
+  m.arena = program.planned ? program.arena_bytes : program.naive_bytes;
+  m.lower_bound = program.lower_bound_bytes;
   m.ratio_to_lower_bound = ratio(m.arena, m.lower_bound);
   m.naive_over_planned = ratio(m.naive, m.arena);
   return m;
@@ -201,9 +184,9 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
 std::string format_inspection_text(const Inspection& in) {
   const std::vector<KernelFigures> kernels = kernel_figures(in);
   const Totals t = totals_of(kernels);
-  const MemoryFigures m = memory_figures(in.graph);
+  const MemoryFigures m = memory_figures(in.program);
 
-  std::string out = fmt::format("graph @{}\n", in.graph.name);
+  std::string out = fmt::format("graph @{}\n", in.program.graph_name);
   out += fmt::format("pipeline: {}\n", in.passes.empty() ? "none (-O0)" : fmt::format("{}", fmt::join(in.passes, ", ")));
   out += fmt::format("archs: {}\n", fmt::join(in.archs, ", "));
   out += fmt::format("cost model: {} roofline, {:.2f} TB/s DRAM, {:.1f} TFLOP/s f32; every kernel argument "
@@ -235,11 +218,11 @@ std::string format_inspection_json(const Inspection& in) {
   using Json = nlohmann::ordered_json;
   const std::vector<KernelFigures> kernels = kernel_figures(in);
   const Totals t = totals_of(kernels);
-  const MemoryFigures m = memory_figures(in.graph);
+  const MemoryFigures m = memory_figures(in.program);
   auto dim3 = [](const codegen::Dim3& d) { return Json::array({d.x, d.y, d.z}); };
 
   Json json;
-  json["graph"] = in.graph.name;
+  json["graph"] = in.program.graph_name;
   json["pipeline"] = in.passes;
   json["archs"] = in.archs;
   json["roofline"] = {{"device", kRoofline.device},

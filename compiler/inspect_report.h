@@ -5,17 +5,17 @@
 #pragma once
 
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "codegen/program.h"
-#include "ir/graph.h"
 #include "runtime/compile/nvrtc.h"
 
 namespace kiln::compiler {
 
+// Everything a report reads: the kernel table (which names each kernel's source nodes and ops
+// and carries the memory plan's figures) and what NVRTC made of it. No graph: the same report
+// comes from a model just compiled and from a package (runtime/package/package.h).
 struct Inspection {
-  const ir::Graph& graph;  // after the pipeline
   const codegen::Program& program;
   const runtime::CudaBinary& binary;
   std::vector<std::string> archs;
@@ -28,9 +28,6 @@ std::string format_inspection_json(const Inspection& inspection);
 // A Graphviz digraph: one box per kernel listing its source nodes, an edge per tensor passed
 // from kernel to kernel, graph inputs and outputs as ellipses (parameters are listed in the
 // box of the kernel that reads them; see kernel_dot.cpp for why).
-std::string format_kernel_graph_dot(const ir::Graph& graph, const codegen::Program& program);
-
-// node name -> op, for every node a kernel can list as a source node (kernel bodies expanded).
-std::unordered_map<std::string, std::string> source_node_ops(const ir::Graph& graph);
+std::string format_kernel_graph_dot(const codegen::Program& program);
 
 }  // namespace kiln::compiler

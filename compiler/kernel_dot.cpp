@@ -49,16 +49,14 @@ std::string tensor_label(const codegen::Buffer& buffer) {
   return buffer.name + "\\n" + buffer.type.to_string();
 }
 
-std::string kernel_box(const codegen::Kernel& kernel, const std::unordered_map<std::string, std::string>& ops,
-                       const std::vector<std::string>& params) {
+std::string kernel_box(const codegen::Kernel& kernel, const std::vector<std::string>& params) {
   std::string rows = fmt::format("<tr><td align=\"left\"><b>{}</b></td></tr>", html_escape(kernel.name));
   if (kernel.library)
     rows += fmt::format("<tr><td align=\"left\"><i>{}</i></td></tr>", html_escape(kernel.library->routine));
   for (size_t i = 0; i < kernel.source_nodes.size() && i < kMaxNodeRows; ++i) {
-    const std::string& name = kernel.source_nodes[i];
-    auto op = ops.find(name);
+    const std::string op = i < kernel.source_ops.size() ? kernel.source_ops[i] : "?";
     rows += fmt::format("<tr><td align=\"left\">{} <font color=\"#555555\">{}</font></td></tr>",
-                        html_escape(name), html_escape(op == ops.end() ? "?" : op->second));
+                        html_escape(kernel.source_nodes[i]), html_escape(op));
   }
   if (kernel.source_nodes.size() > kMaxNodeRows)
     rows += fmt::format("<tr><td align=\"left\">… {} more</td></tr>", kernel.source_nodes.size() - kMaxNodeRows);
@@ -70,8 +68,7 @@ std::string kernel_box(const codegen::Kernel& kernel, const std::unordered_map<s
 
 }  // namespace
 
-std::string format_kernel_graph_dot(const ir::Graph& graph, const codegen::Program& program) {
-  const auto ops = source_node_ops(graph);
+std::string format_kernel_graph_dot(const codegen::Program& program) {
   // The kernel that writes each buffer; -1 for inputs and parameters.
   std::vector<int> producer(program.buffers.size(), -1);
   for (size_t k = 0; k < program.kernels.size(); ++k) {
@@ -83,7 +80,7 @@ std::string format_kernel_graph_dot(const ir::Graph& graph, const codegen::Progr
 
   std::string out = fmt::format("// kiln inspect --dot: the kernels of graph @{}. Render with\n"
                                 "//   dot -Tsvg FILE -o FILE.svg\n"
-                                "digraph {} {{\n", graph.name, quoted(graph.name));
+                                "digraph {} {{\n", program.graph_name, quoted(program.graph_name));
   out += "  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
          "  edge [fontname=\"Helvetica\", fontsize=8, color=\"#444444\"];\n";
   for (size_t id = 0; id < program.buffers.size(); ++id)
@@ -107,12 +104,12 @@ std::string format_kernel_graph_dot(const ir::Graph& graph, const codegen::Progr
         params.push_back(program.buffers[id].name);
       }
     }
-    out += fmt::format("  k{} [shape=plain, label={}];\n", k, kernel_box(kernel, ops, params));
+    out += fmt::format("  k{} [shape=plain, label={}];\n", k, kernel_box(kernel, params));
   }
   for (size_t i = 0; i < program.outputs.size(); ++i) {
     const int id = program.outputs[i];
     out += fmt::format("  out{} [shape=ellipse, style=bold, label={}];\n", i,
-                       quoted(graph.output_name(i) + "\\n" + program.buffers[id].type.to_string()));
+                       quoted(program.output_names[i] + "\\n" + program.buffers[id].type.to_string()));
     if (producer[id] >= 0) edges += fmt::format("  k{} -> out{};\n", producer[id], i);
     else if (is_input(id)) edges += fmt::format("  in{} -> out{};\n", id, i);
   }

@@ -4,18 +4,15 @@
 #include "compiler/cli.h"
 #include "ir/diagnostic.h"
 
-namespace {
-constexpr const char* kVersion = "0.1.0";
-}
-
 int main(int argc, char** argv) {
   using namespace kiln::cli;
   CLI::App app{"kiln: an ahead-of-time compiler for deep-learning graphs on CUDA", "kiln"};
-  app.set_version_flag("--version", std::string("kiln ") + kVersion);
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
   app.footer("Run 'kiln SUBCOMMAND --help' for a subcommand's options. Docs: README.md, docs/.");
 
   const std::vector<Command> commands = {add_opt_command(app), add_emit_command(app),
+                                         add_compile_command(app),
                                          add_inspect_command(app), add_run_command(app),
                                          add_train_command(app),
                                          add_cache_command(app)};

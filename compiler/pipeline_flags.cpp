@@ -35,8 +35,17 @@ std::vector<std::string> PipelineFlags::pass_names() const {
   return passes.empty() ? passes::inference_pipeline(opt_level) : passes;
 }
 
-void PipelineFlags::run(ir::Graph& graph) const {
+bool PipelineFlags::given(const CLI::App& command) const {
+  return command.count("-O") > 0 || command.count("--passes") > 0;
+}
+
+void PipelineFlags::run(ir::Graph& graph,
+                        std::vector<std::pair<std::string, std::string>>* decisions) const {
   passes::PassManagerOptions options = manager;
+  if (decisions) {
+    options.decisions = decisions;
+    options.record_decisions = {"fuse-conv-bias-relu", "fuse-elementwise"};
+  }
   options.debug_only.insert(debug_only.begin(), debug_only.end());
   options.print_ir_after.insert(print_after.begin(), print_after.end());
   passes::PassManager manager_instance(options, std::cerr);

@@ -22,8 +22,12 @@ struct PipelineFlags {
   void add_to(CLI::App& command, int default_level);
   // The passes run() runs, in order: --passes, or the default pipeline for -O.
   std::vector<std::string> pass_names() const;
-  // Runs --passes, or the default pipeline for -O. Dumps and logs go to stderr.
-  void run(ir::Graph& graph) const;
+  // Runs --passes, or the default pipeline for -O. Dumps and logs go to stderr. `decisions`:
+  // where to keep the fusion passes' decisions (every refusal, with its reason), if anywhere.
+  void run(ir::Graph& graph,
+           std::vector<std::pair<std::string, std::string>>* decisions = nullptr) const;
+  // Whether -O or --passes was given (a package is already compiled: they cannot apply).
+  bool given(const CLI::App& command) const;
 };
 
 }  // namespace kiln::cli

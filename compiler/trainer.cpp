@@ -30,18 +30,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The append-optimizer options for the command line's choice.
-std::string optimizer_options(const TrainOptions& options) {
-  if (options.optimizer != "sgd" && options.optimizer != "adam" && options.optimizer != "adamw")
-    throw Error("--optimizer", "expected sgd, adam or adamw, got '" + options.optimizer + "'");
-  if (!(options.lr > 0)) throw Error("--lr", fmt::format("must be > 0, got {}", options.lr));
-  std::string text = fmt::format("optimizer={} lr={}", options.optimizer, options.lr);
-  if (options.optimizer == "sgd" && options.momentum != 0)
-    text += fmt::format(" momentum={}", options.momentum);
-  if (options.weight_decay >= 0) text += fmt::format(" weight_decay={}", options.weight_decay);
-  return text;
-}
-
 // The inference pipeline without the passes that bake parameters into the program: the
 // evaluation graph reads the parameters training changes.
 const std::vector<std::string> kEvalPipeline = {"canonicalize", "cse", "dce",
@@ -54,12 +42,19 @@ void run_pipeline(ir::Graph& graph, const std::vector<std::string>& passes) {
   manager.run(graph);
 }
 
-std::vector<ir::Tensor> parameter_tensors(const ir::Graph& graph) {
-  std::vector<ir::Tensor> tensors;
+void add_weights(const ir::Graph& graph, std::map<std::string, ir::Tensor>& weights) {
   for (const ir::Value* param : graph.parameters) {
     KILN_CHECK(param->data != nullptr) << "parameter '" << param->name << "' has no data";
-    tensors.push_back(*param->data);
+    weights.emplace(param->name, *param->data);
   }
+}
+
+// Parameters of `program` in graph order, from the weights by name.
+std::vector<ir::Tensor> parameters_of(const codegen::Program& program,
+                                      const std::map<std::string, ir::Tensor>& weights) {
+  std::vector<ir::Tensor> tensors;
+  for (int id : program.buffer_ids(codegen::BufferRole::Parameter))
+    tensors.push_back(weights.at(program.buffers[id].name));
   return tensors;
 }
 
@@ -91,15 +86,15 @@ int64_t count_correct(const ir::Tensor& logits, const ir::Tensor& labels, int64_
 }
 
 // The model's input must take one sample of the dataset ([N, ...] minus N).
-void check_sample_shape(const ir::Graph& model, const data::Dataset& dataset) {
-  const ir::Shape& input = model.inputs.at(0)->type.shape;
+void check_sample_shape(const std::string& input_name, const ir::Shape& input,
+                        const data::Dataset& dataset) {
   const ir::Shape& images = dataset.images.type().shape;
   const ir::Shape sample_in(input.begin() + 1, input.end());
   const ir::Shape sample_data(images.begin() + 1, images.end());
   if (sample_in != sample_data)
     throw Error("--data", fmt::format("{}: samples are {}, model input %{} takes {} per sample",
                                       dataset.source, ir::shape_to_string(sample_data),
-                                      model.inputs[0]->name, ir::shape_to_string(sample_in)));
+                                      input_name, ir::shape_to_string(sample_in)));
 }
 
 // Accuracy of the inference program over `dataset`; a last partial batch is padded with
@@ -136,8 +131,7 @@ data::Dataset load_split(const TrainOptions& options, data::Split split, int64_t
 }
 
 // --print-plan: where the training step's memory goes.
-void print_plan(const ir::Graph& graph, const codegen::Program& program, const TrainingGraphInfo& info,
-                std::ostream& out) {
+void print_plan(const codegen::Program& program, const TrainingGraphInfo& info, std::ostream& out) {
   int64_t parameters = 0, state = 0, inputs = 0, outputs = 0;
   std::set<int> state_outputs;
   for (const codegen::Program::StateUpdate& update : program.state_updates)
@@ -167,21 +161,108 @@ void print_plan(const ir::Graph& graph, const codegen::Program& program, const T
                      "the step)\n",
                      next_state);
   out << fmt::format("  inputs, outputs     {:>12} B\n", inputs + outputs);
-  if (graph.memory_plan) {
-    const ir::MemoryPlan& plan = *graph.memory_plan;
+  if (program.planned) {
+    const double ratio = program.lower_bound_bytes
+                             ? static_cast<double>(program.arena_bytes) / program.lower_bound_bytes
+                             : 1.0;
     out << fmt::format("  activation arena    {:>12} B  (saved activations, gradients, temporaries): "
                        "lower bound {} B, planned/lower bound {:.2f}, naive {} B\n",
-                       plan.arena_bytes, plan.lower_bound_bytes, plan.ratio(), plan.naive_bytes);
+                       program.arena_bytes, program.lower_bound_bytes, ratio, program.naive_bytes);
   }
 }
 
 }  // namespace
 
+std::string optimizer_spec(const std::string& optimizer, double lr, double momentum,
+                           double weight_decay) {
+  if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw")
+    throw Error("--optimizer", "expected sgd, adam or adamw, got '" + optimizer + "'");
+  if (!(lr > 0)) throw Error("--lr", fmt::format("must be > 0, got {}", lr));
+  std::string text = fmt::format("optimizer={} lr={}", optimizer, lr);
+  if (optimizer == "sgd" && momentum != 0) text += fmt::format(" momentum={}", momentum);
+  if (weight_decay >= 0) text += fmt::format(" weight_decay={}", weight_decay);
+  return text;
+}
+
+TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
+                                         uint64_t seed, const std::string& optimizer,
+                                         const codegen::LibrarySelection& libraries) {
+  if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
+  // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
+  ir::Graph step_graph = load_model(model);
+  load_parameter_data(step_graph);
+  ir::Graph eval_graph = load_model(model);
+  load_parameter_data(eval_graph);
+  TrainingPrograms programs;
+  programs.batch_size = batch_size;
+  programs.optimizer = optimizer;
+  programs.seed = seed;
+  programs.info = make_training_graph(step_graph, TrainingGraphOptions{batch_size, seed});
+  run_pipeline(step_graph, passes::training_pipeline(optimizer));
+  set_batch_size(eval_graph, batch_size);
+  run_pipeline(eval_graph, kEvalPipeline);
+  add_weights(step_graph, programs.weights);
+  add_weights(eval_graph, programs.weights);
+  programs.step = codegen::emit_program(step_graph, libraries);
+  programs.eval = codegen::emit_program(eval_graph, libraries);
+  return programs;
+}
+
+nlohmann::ordered_json training_options_json(const TrainingPrograms& p) {
+  return {{"batch_size", p.batch_size},     {"optimizer", p.optimizer},
+          {"seed", p.seed},                 {"loss", p.info.loss},
+          {"label_input", p.info.label_input}, {"logits", p.info.logits},
+          {"dropout_nodes", p.info.dropout_nodes},
+          {"batch_norm_nodes", p.info.batch_norm_nodes}};
+}
+
+TrainingPrograms training_programs_from_package(const runtime::Package& package,
+                                                const std::string& path) {
+  const runtime::PackageProgram* step = package.find(runtime::kTrainStepProgram);
+  const runtime::PackageProgram* eval = package.find(runtime::kInferenceProgram);
+  if (!step || !eval || !package.manifest.options.contains("train"))
+    throw Error(path, "this package holds no training step; compile it with `kiln compile MODEL "
+                      "--train --batch-size B -o FILE.kiln`");
+  const nlohmann::ordered_json& t = package.manifest.options["train"];
+  TrainingPrograms programs;
+  try {
+    programs.batch_size = t.at("batch_size").get<int64_t>();
+    programs.optimizer = t.at("optimizer").get<std::string>();
+    programs.seed = t.at("seed").get<uint64_t>();
+    programs.info.loss = t.at("loss").get<std::string>();
+    programs.info.label_input = t.at("label_input").get<std::string>();
+    programs.info.logits = t.at("logits").get<std::string>();
+    programs.info.dropout_nodes = t.at("dropout_nodes").get<int>();
+    programs.info.batch_norm_nodes = t.at("batch_norm_nodes").get<int>();
+  } catch (const nlohmann::json::exception& error) {
+    throw Error(path, std::string("manifest /options/train: ") + error.what());
+  }
+  programs.step = step->program;
+  programs.eval = eval->program;
+  programs.weights = package.weights;
+  return programs;
+}
+
 TrainSummary train(const TrainOptions& options, std::ostream& out) {
   if (options.epochs < 1) throw Error("--epochs", fmt::format("must be >= 1, got {}", options.epochs));
-  if (options.batch_size < 1)
-    throw Error("--batch-size", fmt::format("must be >= 1, got {}", options.batch_size));
-  const std::string optimizer = optimizer_options(options);
+  const bool from_package = runtime::is_package_file(options.model);
+  std::optional<runtime::Package> package;
+  if (from_package) {
+    package = runtime::read_package(options.model);
+    if (!options.compile_time_flags.empty())
+      throw Error(options.compile_time_flags.front(),
+                  "a package's training step is already compiled (" +
+                      (package->manifest.options.contains("train")
+                           ? package->manifest.options["train"].value("optimizer", std::string("?"))
+                           : std::string("no training step")) +
+                      "); give the flag to `kiln compile --train` instead");
+  }
+  std::optional<TrainingPrograms> packaged;
+  if (package) packaged = training_programs_from_package(*package, options.model);
+  const int64_t batch_size = packaged ? packaged->batch_size : options.batch_size;
+  if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
+  const std::string optimizer =
+      package ? std::string() : optimizer_spec(options.optimizer, options.lr, options.momentum, options.weight_decay);
   const runtime::Backend backend = resolve_backend(options.backend, options.verbose);
 
   // Data first: a wrong --data fails before minutes of compilation.
@@ -189,45 +270,56 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
                                              "--train-samples");
   const data::Dataset test_set = load_split(options, data::Split::Test, options.test_samples,
                                             "--test-samples");
-  if (train_set.size() < options.batch_size)
+  if (train_set.size() < batch_size)
     throw Error("--batch-size", fmt::format("{} is larger than the {} training samples",
-                                            options.batch_size, train_set.size()));
+                                            batch_size, train_set.size()));
 
-  // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
-  ir::Graph step_graph = load_model(options.model);
-  load_parameter_data(step_graph);
-  ir::Graph eval_graph = load_model(options.model);
-  load_parameter_data(eval_graph);
-  check_sample_shape(step_graph, train_set);
-  check_sample_shape(step_graph, test_set);
-  const TrainingGraphInfo info =
-      make_training_graph(step_graph, TrainingGraphOptions{options.batch_size, options.seed});
-  run_pipeline(step_graph, passes::training_pipeline(optimizer));
-  set_batch_size(eval_graph, options.batch_size);
-  run_pipeline(eval_graph, kEvalPipeline);
+  // The model must take the data's samples: checked before minutes of compilation too.
+  std::string input_name;
+  ir::Shape input_shape;
+  if (packaged) {
+    const codegen::Buffer& input =
+        packaged->step.buffers.at(packaged->step.buffer_ids(codegen::BufferRole::Input).at(0));
+    input_name = input.name;
+    input_shape = input.type.shape;
+  } else {
+    const ir::Graph model = load_model(options.model);
+    input_name = model.inputs.at(0)->name;
+    input_shape = model.inputs.at(0)->type.shape;
+  }
+  check_sample_shape(input_name, input_shape, train_set);
+  check_sample_shape(input_name, input_shape, test_set);
+  TrainingPrograms programs =
+      packaged ? std::move(*packaged)
+               : build_training_programs(options.model, batch_size, options.seed, optimizer);
 
   if (!options.quiet)
     out << fmt::format("kiln train: {} on {} ({} train / {} test samples), batch {}, {}, "
                        "backend {}\n",
-                       step_graph.name, options.data, train_set.size(), test_set.size(),
-                       options.batch_size, optimizer,
+                       programs.step.graph_name, options.data, train_set.size(), test_set.size(),
+                       batch_size, programs.optimizer,
                        backend == runtime::Backend::Cuda ? "cuda" : "host");
   const auto compile_start = Clock::now();
   runtime::ExecutableOptions exe_options;
   exe_options.backend = backend;
   exe_options.cache = options.cache;
   exe_options.verbose = options.verbose;
-  codegen::Program step_program = codegen::emit_program(step_graph);
-  const int kernels_per_step = static_cast<int>(step_program.kernels.size());
-  if (options.print_plan) print_plan(step_graph, step_program, info, out);
+  const int kernels_per_step = static_cast<int>(programs.step.kernels.size());
+  if (options.print_plan) print_plan(programs.step, programs.info, out);
+  const runtime::CudaBinary* step_binary = nullptr;
+  const runtime::CudaBinary* eval_binary = nullptr;
+  if (package) {
+    step_binary = &package->find(runtime::kTrainStepProgram)->binary;
+    eval_binary = &package->find(runtime::kInferenceProgram)->binary;
+  }
+  std::vector<ir::Tensor> step_parameters = parameters_of(programs.step, programs.weights);
+  std::vector<ir::Tensor> eval_parameters = parameters_of(programs.eval, programs.weights);
   runtime::TrainingExecutable executable(
-      runtime::Executable::create(std::move(step_program), parameter_tensors(step_graph),
-                                  exe_options),
-      runtime::Executable::create(codegen::emit_program(eval_graph), parameter_tensors(eval_graph),
-                                  exe_options));
+      runtime::Executable::create(std::move(programs.step), step_parameters, exe_options, step_binary),
+      runtime::Executable::create(std::move(programs.eval), eval_parameters, exe_options, eval_binary));
   if (!options.quiet)
-    out << fmt::format("compiled the training step ({} kernels) and the inference graph in {:.1f} s\n",
-                       kernels_per_step, seconds_since(compile_start));
+    out << fmt::format("{} the training step ({} kernels) and the inference graph in {:.1f} s\n",
+                       package ? "loaded" : "compiled", kernels_per_step, seconds_since(compile_start));
 
   if (!options.resume.empty()) {
     const SafetensorsFile file = SafetensorsFile::open(options.resume);
@@ -240,7 +332,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     }
   }
 
-  const int64_t steps_per_epoch = train_set.size() / options.batch_size;
+  const int64_t steps_per_epoch = train_set.size() / batch_size;
   int64_t done = executable.step_count() - 1;  // steps already taken (a resumed checkpoint's)
   if (done < 0) done = 0;
   const bool draw = !options.quiet && (options.progress || isatty(fileno(stdout)));
@@ -250,8 +342,8 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   for (int64_t epoch = done / steps_per_epoch; epoch < options.epochs; ++epoch) {
     // Resuming mid-epoch: the same shuffled order, from the first batch not yet trained on.
     const int64_t skip = epoch == done / steps_per_epoch ? done % steps_per_epoch : 0;
-    data::BatchIterator batches(train_set, options.batch_size, options.seed, epoch, true);
-    ProgressBar bar(out, draw, epoch + 1, options.epochs, steps_per_epoch * options.batch_size);
+    data::BatchIterator batches(train_set, batch_size, options.seed, epoch, true);
+    ProgressBar bar(out, draw, epoch + 1, options.epochs, steps_per_epoch * batch_size);
     ir::Tensor images, labels;
     double loss_sum = 0;
     int64_t correct = 0, seen = 0, batch_index = 0;
@@ -270,18 +362,18 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       ++summary.steps;
       ++done;
       loss_sum += result.loss;
-      correct += count_correct(result.logits, labels, options.batch_size);
-      seen += options.batch_size;
-      bar.update(batch_index * options.batch_size, loss_sum * options.batch_size / seen,
+      correct += count_correct(result.logits, labels, batch_size);
+      seen += batch_size;
+      bar.update(batch_index * batch_size, loss_sum * batch_size / seen,
                  static_cast<double>(correct) / seen);
     }
     const double epoch_seconds = seconds_since(epoch_start);
     train_seconds += epoch_seconds;
     bar.finish();
-    if (seen > 0) summary.final_loss = loss_sum * options.batch_size / seen;
+    if (seen > 0) summary.final_loss = loss_sum * batch_size / seen;
     if (!options.checkpoint.empty()) write_safetensors(options.checkpoint, executable.state());
     if (stopped && seen == 0) break;
-    summary.test_accuracy = evaluate(executable, test_set, options.batch_size);
+    summary.test_accuracy = evaluate(executable, test_set, batch_size);
     if (!options.quiet)
       out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  test acc {:.2f}%  "
                          "{:.0f} img/s  {}\n",
@@ -293,7 +385,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   }
   summary.seconds = train_seconds;
   summary.images_per_second =
-      train_seconds > 0 ? static_cast<double>(summary.steps * options.batch_size) / train_seconds : 0;
+      train_seconds > 0 ? static_cast<double>(summary.steps * batch_size) / train_seconds : 0;
   return summary;
 }
 

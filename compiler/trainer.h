@@ -7,12 +7,14 @@
 #include <iosfwd>
 #include <string>
 
+#include "compiler/training_graph.h"
 #include "runtime/executor/executable.h"
+#include "runtime/package/package.h"
 
 namespace kiln::compiler {
 
 struct TrainOptions {
-  std::string model;
+  std::string model;               // a model (.json, IR) or a package compiled with --train
   std::string data = "mnist";
   int64_t epochs = 1;
   int64_t batch_size = 64;
@@ -32,7 +34,38 @@ struct TrainOptions {
   bool print_plan = false;         // print the training step's kernels and memory plan
   runtime::KernelCache* cache = nullptr;
   bool verbose = false;
+  // Flags a package has already decided (--batch-size, --optimizer, --lr, ...) that were given
+  // on the command line anyway: an error with a package, which cannot change them.
+  std::vector<std::string> compile_time_flags;
 };
+
+// A model's training step and inference graph at one batch size, compiled to programs: what
+// `kiln train` runs, and what `kiln compile --train` packages.
+struct TrainingPrograms {
+  codegen::Program step;  // inputs: the batch, then the labels; outputs: loss, logits, next.*
+  codegen::Program eval;  // the inference graph at the same batch size
+  std::map<std::string, ir::Tensor> weights;  // initial parameters of both, by name
+  TrainingGraphInfo info;
+  int64_t batch_size = 0;
+  std::string optimizer;  // the append-optimizer options: "optimizer=adam lr=0.001"
+  uint64_t seed = 0;      // of the dropout streams
+};
+
+// "optimizer=adam lr=0.001 ..." for the flags; kiln::Error naming a bad one.
+std::string optimizer_spec(const std::string& optimizer, double lr, double momentum,
+                           double weight_decay);
+// Loads `model`, builds the training step (passes::training_pipeline) and the inference graph
+// and emits both. `libraries`: as --library.
+TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
+                                         uint64_t seed, const std::string& optimizer,
+                                         const codegen::LibrarySelection& libraries = {});
+
+// The training programs of a package compiled with --train (kiln::Error naming the package
+// when it has none).
+TrainingPrograms training_programs_from_package(const runtime::Package& package,
+                                                const std::string& path);
+// The manifest options that record a TrainingPrograms (read back by the function above).
+nlohmann::ordered_json training_options_json(const TrainingPrograms& programs);
 
 struct TrainSummary {
   int64_t steps = 0;               // steps run by this invocation

@@ -34,6 +34,14 @@ class PassContext {
 
   int64_t fuel_left() const { return fuel_; }  // < 0: unlimited
 
+  // Keeps every decision of the passes in `passes` ("pass", "message") in `decisions` as well,
+  // whatever --debug-only says: how `kiln compile` records fusion refusals for its report.
+  void record_decisions(std::set<std::string> passes,
+                        std::vector<std::pair<std::string, std::string>>* decisions) {
+    recorded_ = std::move(passes);
+    decisions_ = decisions;
+  }
+
   // The options the running pass was given, MLIR-style: `append-optimizer{optimizer=adam
   // lr=0.001}` gives {optimizer: adam, lr: 0.001}. Most passes take none; a pass that takes
   // some reads them with these and rejects keys it does not know (check_options).
@@ -51,6 +59,8 @@ class PassContext {
   std::set<std::string> debug_only_;
   int64_t fuel_ = -1;
   std::ostream* debug_stream_ = nullptr;
+  std::set<std::string> recorded_;
+  std::vector<std::pair<std::string, std::string>>* decisions_ = nullptr;
 };
 
 struct PassInfo {

@@ -25,11 +25,15 @@ bool PassContext::take_fuel(std::string_view pass, std::string_view what) {
 }
 
 bool PassContext::debugging(std::string_view pass) const {
-  return debug_only_.count(std::string(pass)) || debug_only_.count("all");
+  const std::string name(pass);
+  return debug_only_.count(name) || debug_only_.count("all") || (decisions_ && recorded_.count(name));
 }
 
 void PassContext::debug(std::string_view pass, std::string_view message) {
-  if (debug_stream_ && debugging(pass)) *debug_stream_ << "[" << pass << "] " << message << "\n";
+  const std::string name(pass);
+  if (debug_stream_ && (debug_only_.count(name) || debug_only_.count("all")))
+    *debug_stream_ << "[" << pass << "] " << message << "\n";
+  if (decisions_ && recorded_.count(name)) decisions_->emplace_back(name, message);
 }
 
 std::string PassContext::option(const std::string& key, const std::string& fallback) const {
@@ -121,6 +125,7 @@ void PassManager::add_all(const std::vector<std::string>& names) {
 
 bool PassManager::run(ir::Graph& graph) {
   PassContext context(options_.debug_only, options_.fuel, &log_);
+  if (options_.decisions) context.record_decisions(options_.record_decisions, options_.decisions);
   std::vector<std::pair<std::string_view, double>> timings;
   bool any_change = false;
   for (size_t index = 0; index < passes_.size(); ++index) {

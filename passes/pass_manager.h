@@ -27,6 +27,10 @@ struct PassManagerOptions {
   std::set<std::string> debug_only;      // passes whose decisions are logged
   bool time_passes = false;
   int64_t fuel = -1;                     // rewrites allowed in all; < 0 unlimited
+  // When set, every decision of the passes named in record_decisions is kept here as
+  // (pass, message), as --debug-only would print it (PassContext::record_decisions).
+  std::set<std::string> record_decisions;
+  std::vector<std::pair<std::string, std::string>>* decisions = nullptr;
 };
 
 class PassManager {

@@ -36,13 +36,17 @@ class HostBacked final : public Executable {
 class CudaBacked final : public Executable {
  public:
   CudaBacked(codegen::Program program, const std::vector<ir::Tensor>& parameters,
-             const ExecutableOptions& options)
+             const ExecutableOptions& options, const CudaBinary* binary)
       : Executable(std::move(program)) {
+    if (binary != nullptr) {
+      executable_ = cuda::CudaExecutable::create(program_, *binary, parameters, options.cuda);
+      return;
+    }
     NvrtcOptions nvrtc;
     nvrtc.cache = options.cache;
     nvrtc.verbose = options.verbose;
-    const CudaBinary binary = compile_with_nvrtc(program_.source, program_.graph_name + ".cu", nvrtc);
-    executable_ = cuda::CudaExecutable::create(program_, binary, parameters, options.cuda);
+    const CudaBinary compiled = compile_with_nvrtc(program_.source, program_.graph_name + ".cu", nvrtc);
+    executable_ = cuda::CudaExecutable::create(program_, compiled, parameters, options.cuda);
   }
 
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) override {
@@ -61,9 +65,10 @@ class CudaBacked final : public Executable {
 
 std::unique_ptr<Executable> Executable::create(codegen::Program program,
                                                const std::vector<ir::Tensor>& parameters,
-                                               const ExecutableOptions& options) {
+                                               const ExecutableOptions& options,
+                                               const CudaBinary* binary) {
   if (options.backend == Backend::Cuda)
-    return std::make_unique<CudaBacked>(std::move(program), parameters, options);
+    return std::make_unique<CudaBacked>(std::move(program), parameters, options, binary);
   return std::make_unique<HostBacked>(std::move(program), parameters, options);
 }
 

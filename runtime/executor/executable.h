@@ -35,10 +35,12 @@ class Executable {
 
   // Compiles `program` for the backend (the host C++ compiler, or NVRTC), loads it and copies
   // `parameters` (graph order) in. Throws kiln::Error (compile errors, no GPU for Cuda, a
-  // parameter of the wrong type).
+  // parameter of the wrong type). `binary`: code already compiled for the CUDA backend (from a
+  // package), loaded instead of running NVRTC; the host backend compiles the source either way.
   static std::unique_ptr<Executable> create(codegen::Program program,
                                             const std::vector<ir::Tensor>& parameters,
-                                            const ExecutableOptions& options);
+                                            const ExecutableOptions& options,
+                                            const CudaBinary* binary = nullptr);
 
   const codegen::Program& program() const { return program_; }
 

@@ -1,0 +1,344 @@
+#include "runtime/package/program_json.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "ir/diagnostic.h"
+#include "ir/memory_plan.h"
+
+namespace kiln::runtime {
+
+// ---- JsonAt ---------------------------------------------------------------------------------
+
+void JsonAt::fail(const std::string& message) const {
+  throw Error(path_, fmt::format("manifest {}: {}", pointer_.empty() ? "/" : pointer_, message));
+}
+
+JsonAt JsonAt::operator[](const std::string& key) const {
+  if (!json_.is_object()) fail("expected an object");
+  auto it = json_.find(key);
+  if (it == json_.end()) fail("missing '" + key + "'");
+  return JsonAt(*it, pointer_ + "/" + key, path_);
+}
+
+JsonAt JsonAt::operator[](size_t index) const {
+  if (!json_.is_array() || index >= json_.size()) fail(fmt::format("no element {}", index));
+  return JsonAt(json_[index], fmt::format("{}/{}", pointer_, index), path_);
+}
+
+bool JsonAt::has(const std::string& key) const { return json_.is_object() && json_.contains(key); }
+
+size_t JsonAt::size() const {
+  if (!json_.is_array()) fail("expected a list");
+  return json_.size();
+}
+
+std::string JsonAt::string() const {
+  if (!json_.is_string()) fail("expected a string");
+  return json_.get<std::string>();
+}
+
+int64_t JsonAt::integer() const {
+  if (!json_.is_number_integer()) fail("expected an integer");
+  return json_.get<int64_t>();
+}
+
+double JsonAt::number() const {
+  if (!json_.is_number()) fail("expected a number");
+  return json_.get<double>();
+}
+
+bool JsonAt::boolean() const {
+  if (!json_.is_boolean()) fail("expected true or false");
+  return json_.get<bool>();
+}
+
+std::vector<std::string> JsonAt::strings() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < size(); ++i) out.push_back((*this)[i].string());
+  return out;
+}
+
+std::vector<int64_t> JsonAt::integers() const {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < size(); ++i) out.push_back((*this)[i].integer());
+  return out;
+}
+
+namespace {
+
+int to_int(const JsonAt& at) {
+  const int64_t v = at.integer();
+  if (v < INT32_MIN || v > INT32_MAX) at.fail("out of range");
+  return static_cast<int>(v);
+}
+
+Json dim3_to_json(const codegen::Dim3& d) { return Json::array({d.x, d.y, d.z}); }
+
+codegen::Dim3 dim3_from_json(const JsonAt& at) {
+  const std::vector<int64_t> v = at.integers();
+  if (v.size() != 3) at.fail("expected a list of 3 numbers");
+  for (int64_t x : v)
+    if (x < 1 || x > UINT32_MAX) at.fail("dimensions must be positive 32-bit numbers");
+  return {static_cast<uint32_t>(v[0]), static_cast<uint32_t>(v[1]), static_cast<uint32_t>(v[2])};
+}
+
+Json type_to_json(const ir::TensorType& type) {
+  return {{"dtype", std::string(ir::dtype_name(type.dtype))}, {"shape", type.shape}};
+}
+
+ir::TensorType type_from_json(const JsonAt& at) {
+  const JsonAt dtype = at["dtype"];
+  std::optional<ir::DType> parsed = ir::parse_dtype(dtype.string());
+  if (!parsed) dtype.fail("unknown dtype '" + dtype.string() + "'");
+  ir::TensorType type{*parsed, at["shape"].integers()};
+  if (!ir::checked_num_elements(type.shape)) at["shape"].fail("not a valid shape");
+  return type;
+}
+
+codegen::BufferRole role_from_json(const JsonAt& at) {
+  for (codegen::BufferRole role : {codegen::BufferRole::Input, codegen::BufferRole::Parameter,
+                                   codegen::BufferRole::Intermediate, codegen::BufferRole::Output})
+    if (at.string() == codegen::buffer_role_name(role)) return role;
+  at.fail("unknown buffer role '" + at.string() + "'");
+}
+
+// ---- library calls ---------------------------------------------------------------------------
+
+codegen::LibraryActivation activation_from_json(const JsonAt& at) {
+  for (auto a : {codegen::LibraryActivation::None, codegen::LibraryActivation::Relu,
+                 codegen::LibraryActivation::GeluTanh})
+    if (at.string() == codegen::library_activation_name(a)) return a;
+  at.fail("unknown activation '" + at.string() + "'");
+}
+
+Json library_to_json(const codegen::LibraryCall& call) {
+  Json json = {{"library", call.library},       {"routine", call.routine},
+               {"descriptor", call.descriptor}, {"workspace_bytes", call.workspace_bytes},
+               {"bias", call.bias},             {"residual", call.residual},
+               {"activation", std::string(codegen::library_activation_name(call.activation))},
+               {"x_arg", call.x_arg},           {"weight_arg", call.weight_arg},
+               {"bias_arg", call.bias_arg},     {"residual_arg", call.residual_arg},
+               {"out_arg", call.out_arg}};
+  if (const codegen::ConvCall* c = call.conv()) {
+    json["conv"] = {{"n", c->n}, {"c", c->c}, {"h", c->h}, {"w", c->w}, {"k", c->k}, {"r", c->r},
+                    {"s", c->s}, {"groups", c->groups}, {"pad_h", c->pad_h}, {"pad_w", c->pad_w},
+                    {"stride_h", c->stride_h}, {"stride_w", c->stride_w},
+                    {"dilation_h", c->dilation_h}, {"dilation_w", c->dilation_w},
+                    {"p", c->p}, {"q", c->q}};
+  } else if (const codegen::MatmulCall* m = call.matmul()) {
+    json["matmul"] = {{"batch", m->batch}, {"m", m->m}, {"n", m->n}, {"k", m->k},
+                      {"transpose_a", m->transpose_a}, {"transpose_b", m->transpose_b},
+                      {"batch_stride_a", m->batch_stride_a}, {"batch_stride_b", m->batch_stride_b}};
+  }
+  return json;
+}
+
+codegen::LibraryCall library_from_json(const JsonAt& at) {
+  codegen::LibraryCall call;
+  call.library = at["library"].string();
+  if (call.library != codegen::kCudnnLibrary && call.library != codegen::kCublasLtLibrary)
+    at["library"].fail("unknown library '" + call.library + "'");
+  call.routine = at["routine"].string();
+  call.descriptor = at["descriptor"].string();
+  call.workspace_bytes = at["workspace_bytes"].integer();
+  call.bias = at["bias"].boolean();
+  call.residual = at["residual"].boolean();
+  call.activation = activation_from_json(at["activation"]);
+  call.x_arg = to_int(at["x_arg"]);
+  call.weight_arg = to_int(at["weight_arg"]);
+  call.bias_arg = to_int(at["bias_arg"]);
+  call.residual_arg = to_int(at["residual_arg"]);
+  call.out_arg = to_int(at["out_arg"]);
+  if (at.has("conv")) {
+    const JsonAt c = at["conv"];
+    call.op = codegen::ConvCall{c["n"].integer(),        c["c"].integer(),        c["h"].integer(),
+                                c["w"].integer(),        c["k"].integer(),        c["r"].integer(),
+                                c["s"].integer(),        c["groups"].integer(),   c["pad_h"].integer(),
+                                c["pad_w"].integer(),    c["stride_h"].integer(), c["stride_w"].integer(),
+                                c["dilation_h"].integer(), c["dilation_w"].integer(),
+                                c["p"].integer(),        c["q"].integer()};
+  } else {
+    const JsonAt m = at["matmul"];
+    call.op = codegen::MatmulCall{m["batch"].integer(),  m["m"].integer(),
+                                  m["n"].integer(),      m["k"].integer(),
+                                  m["transpose_a"].boolean(), m["transpose_b"].boolean(),
+                                  m["batch_stride_a"].integer(), m["batch_stride_b"].integer()};
+  }
+  return call;
+}
+
+// ---- kernels and buffers ---------------------------------------------------------------------
+
+Json kernel_to_json(const codegen::Kernel& k) {
+  Json json = {{"name", k.name},
+               {"source_nodes", k.source_nodes},
+               {"source_ops", k.source_ops},
+               {"op_kind", k.op_kind},
+               {"grid", dim3_to_json(k.grid)},
+               {"block", dim3_to_json(k.block)},
+               {"dynamic_shared_bytes", k.dynamic_shared_bytes},
+               {"uses_barriers", k.uses_barriers},
+               {"args", k.args},
+               {"num_outputs", k.num_outputs},
+               {"flops", k.flops},
+               {"bytes_read", k.bytes_read},
+               {"bytes_written", k.bytes_written},
+               {"unfused_bytes", k.unfused_bytes}};
+  if (k.library) json["library"] = library_to_json(*k.library);
+  return json;
+}
+
+codegen::Kernel kernel_from_json(const JsonAt& at) {
+  codegen::Kernel k;
+  k.name = at["name"].string();
+  k.source_nodes = at["source_nodes"].strings();
+  k.source_ops = at["source_ops"].strings();
+  k.op_kind = at["op_kind"].string();
+  k.grid = dim3_from_json(at["grid"]);
+  k.block = dim3_from_json(at["block"]);
+  const int64_t shared = at["dynamic_shared_bytes"].integer();
+  if (shared < 0 || shared > UINT32_MAX) at["dynamic_shared_bytes"].fail("out of range");
+  k.dynamic_shared_bytes = static_cast<uint32_t>(shared);
+  k.uses_barriers = at["uses_barriers"].boolean();
+  for (size_t i = 0; i < at["args"].size(); ++i) k.args.push_back(to_int(at["args"][i]));
+  k.num_outputs = to_int(at["num_outputs"]);
+  k.flops = at["flops"].integer();
+  k.bytes_read = at["bytes_read"].integer();
+  k.bytes_written = at["bytes_written"].integer();
+  k.unfused_bytes = at["unfused_bytes"].integer();
+  if (at.has("library")) k.library = library_from_json(at["library"]);
+  return k;
+}
+
+}  // namespace
+
+Json program_to_json(const codegen::Program& program) {
+  Json buffers = Json::array();
+  for (const codegen::Buffer& b : program.buffers)
+    buffers.push_back({{"name", b.name}, {"type", type_to_json(b.type)},
+                       {"role", std::string(codegen::buffer_role_name(b.role))},
+                       {"index", b.index}, {"bytes", b.bytes}, {"arena_offset", b.arena_offset}});
+  Json kernels = Json::array();
+  for (const codegen::Kernel& k : program.kernels) kernels.push_back(kernel_to_json(k));
+  Json state = Json::array();
+  for (const auto& update : program.state_updates)
+    state.push_back({{"output", update.output}, {"parameter", update.parameter}});
+  return {{"graph_name", program.graph_name},
+          {"buffers", std::move(buffers)},
+          {"kernels", std::move(kernels)},
+          {"outputs", program.outputs},
+          {"output_names", program.output_names},
+          {"state_updates", std::move(state)},
+          {"memory_plan", {{"planned", program.planned},
+                           {"arena_bytes", program.arena_bytes},
+                           {"naive_bytes", program.naive_bytes},
+                           {"lower_bound_bytes", program.lower_bound_bytes}}}};
+}
+
+codegen::Program program_from_json(const JsonAt& at) {
+  codegen::Program program;
+  program.graph_name = at["graph_name"].string();
+  const JsonAt buffers = at["buffers"];
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const JsonAt b = buffers[i];
+    program.buffers.push_back(codegen::Buffer{b["name"].string(), type_from_json(b["type"]),
+                                              role_from_json(b["role"]), to_int(b["index"]),
+                                              b["bytes"].integer(), b["arena_offset"].integer()});
+  }
+  const JsonAt kernels = at["kernels"];
+  for (size_t i = 0; i < kernels.size(); ++i) program.kernels.push_back(kernel_from_json(kernels[i]));
+  for (size_t i = 0; i < at["outputs"].size(); ++i) program.outputs.push_back(to_int(at["outputs"][i]));
+  program.output_names = at["output_names"].strings();
+  const JsonAt state = at["state_updates"];
+  for (size_t i = 0; i < state.size(); ++i)
+    program.state_updates.push_back({to_int(state[i]["output"]), to_int(state[i]["parameter"])});
+  const JsonAt plan = at["memory_plan"];
+  program.planned = plan["planned"].boolean();
+  program.arena_bytes = plan["arena_bytes"].integer();
+  program.naive_bytes = plan["naive_bytes"].integer();
+  program.lower_bound_bytes = plan["lower_bound_bytes"].integer();
+  return program;
+}
+
+Json resources_to_json(const std::vector<KernelResources>& resources) {
+  Json list = Json::array();
+  for (const KernelResources& r : resources)
+    list.push_back({{"kernel", r.kernel}, {"arch", r.arch}, {"registers", r.registers},
+                    {"spill_store_bytes", r.spill_store_bytes}, {"spill_load_bytes", r.spill_load_bytes},
+                    {"static_shared_bytes", r.static_shared_bytes},
+                    {"stack_frame_bytes", r.stack_frame_bytes}, {"constant_bytes", r.constant_bytes},
+                    {"barriers", r.barriers}});
+  return list;
+}
+
+std::vector<KernelResources> resources_from_json(const JsonAt& at) {
+  std::vector<KernelResources> resources;
+  for (size_t i = 0; i < at.size(); ++i) {
+    const JsonAt r = at[i];
+    resources.push_back({r["kernel"].string(), r["arch"].string(), to_int(r["registers"]),
+                         to_int(r["spill_store_bytes"]), to_int(r["spill_load_bytes"]),
+                         to_int(r["static_shared_bytes"]), to_int(r["stack_frame_bytes"]),
+                         to_int(r["constant_bytes"]), to_int(r["barriers"])});
+  }
+  return resources;
+}
+
+void validate_program(const codegen::Program& program, const std::string& path,
+                      const std::string& what) {
+  auto fail = [&](const std::string& message) {
+    throw Error(path, fmt::format("{} program '{}': {}", what, program.graph_name, message));
+  };
+  const int num_buffers = static_cast<int>(program.buffers.size());
+  auto check_id = [&](int id, const std::string& where) {
+    if (id < 0 || id >= num_buffers)
+      fail(fmt::format("{} names buffer {}, and there are {}", where, id, num_buffers));
+  };
+  for (const codegen::Buffer& b : program.buffers) {
+    const int64_t bytes = ir::num_elements(b.type.shape) * static_cast<int64_t>(ir::dtype_size(b.type.dtype));
+    if (b.bytes != bytes)
+      fail(fmt::format("buffer '{}' of type {} has {} bytes, not {}", b.name, b.type.to_string(), b.bytes, bytes));
+    if (b.arena_offset >= 0 &&
+        (b.arena_offset % ir::kArenaAlignment != 0 || b.arena_offset + b.bytes > program.arena_bytes))
+      fail(fmt::format("buffer '{}' at arena offset {} does not fit the {}-byte arena", b.name,
+                       b.arena_offset, program.arena_bytes));
+  }
+  for (codegen::BufferRole role : {codegen::BufferRole::Input, codegen::BufferRole::Parameter}) {
+    std::set<int> indices;
+    for (const codegen::Buffer& b : program.buffers)
+      if (b.role == role && (b.index < 0 || !indices.insert(b.index).second))
+        fail(fmt::format("{} '{}' has index {}, missing or repeated", codegen::buffer_role_name(role),
+                         b.name, b.index));
+    if (!indices.empty() && *indices.rbegin() != static_cast<int>(indices.size()) - 1)
+      fail(fmt::format("the {} indices have gaps", codegen::buffer_role_name(role)));
+  }
+  for (const codegen::Kernel& k : program.kernels) {
+    for (int id : k.args) check_id(id, "kernel '" + k.name + "'");
+    if (k.num_outputs < 1 || k.num_outputs > static_cast<int>(k.args.size()))
+      fail(fmt::format("kernel '{}' writes {} of its {} arguments", k.name, k.num_outputs, k.args.size()));
+    if (k.block.count() > 1024) fail(fmt::format("kernel '{}' has a block of more than 1024 threads", k.name));
+    if (k.source_ops.size() != k.source_nodes.size())
+      fail(fmt::format("kernel '{}' lists {} source nodes and {} ops", k.name, k.source_nodes.size(),
+                       k.source_ops.size()));
+    if (k.library) {
+      for (int arg : {k.library->x_arg, k.library->weight_arg, k.library->out_arg})
+        if (arg < 0 || arg >= static_cast<int>(k.args.size()))
+          fail(fmt::format("kernel '{}': library call argument {} out of range", k.name, arg));
+      for (int arg : {k.library->bias_arg, k.library->residual_arg})
+        if (arg >= static_cast<int>(k.args.size()))
+          fail(fmt::format("kernel '{}': library call argument {} out of range", k.name, arg));
+    }
+  }
+  for (int id : program.outputs) check_id(id, "an output");
+  if (program.output_names.size() != program.outputs.size())
+    fail(fmt::format("{} outputs and {} output names", program.outputs.size(), program.output_names.size()));
+  for (const auto& update : program.state_updates) {
+    check_id(update.output, "a state update");
+    check_id(update.parameter, "a state update");
+    if (program.buffers[update.output].type != program.buffers[update.parameter].type)
+      fail("state update '" + program.buffers[update.output].name + "' has another type than its parameter");
+  }
+}
+
+}  // namespace kiln::runtime

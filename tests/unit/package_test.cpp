@@ -1,0 +1,168 @@
+// The package format (runtime/package/package.h): a round trip keeps every table, binary and
+// weight; every way a file can be damaged is a kiln::Error that names the file and says what.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include "codegen/emit.h"
+#include "compiler/model_loader.h"
+#include "compiler/parameters.h"
+#include "ir/diagnostic.h"
+#include "passes/pass_manager.h"
+#include "runtime/package/package.h"
+#include "runtime/package/program_json.h"
+
+namespace kiln::runtime {
+namespace {
+
+// The seed CNN at -O1 (fused, planned), with a fake binary: NVRTC is not what is tested here.
+Package make_package() {
+  ir::Graph graph = compiler::load_model(KILN_SOURCE_DIR "/examples/mnist_cnn.json");
+  compiler::load_parameter_data(graph);
+  std::ostringstream log;
+  passes::PassManager manager({}, log);
+  manager.add_all(passes::inference_pipeline(1));
+  manager.run(graph);
+  Package package;
+  package.manifest.kiln_version = "0.1.0";
+  package.manifest.model = "mnist_cnn.json";
+  package.manifest.model_hash = "0123456789abcdef";
+  package.manifest.archs = {"sm_80", "sm_90"};
+  package.manifest.pipeline = passes::inference_pipeline(1);
+  package.manifest.options = {{"opt_level", 1}};
+  package.manifest.report = {{"fusion_decisions", Json::array()}};
+  PackageProgram program{std::string(kInferenceProgram), codegen::emit_program(graph), {}};
+  program.binary.ptx = ".version 9.0\n.target sm_80\n";
+  program.binary.ptx_arch = "compute_80";
+  program.binary.cubins = {{"sm_80", std::string("\x7f" "ELF\0cubin 80", 14)},
+                           {"sm_90", std::string("\x7f" "ELF\0cubin 90", 14)}};
+  program.binary.resources = {{"conv2d_bias_relu_0", "sm_80", 40, 0, 0, 0, 0, 0, 1}};
+  program.binary.compiler = "nvrtc 13.0";
+  package.programs.push_back(std::move(program));
+  for (const ir::Value* param : graph.parameters) package.weights.emplace(param->name, *param->data);
+  return package;
+}
+
+std::string error_of(std::string_view bytes) {
+  try {
+    parse_package(bytes, "m.kiln");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+void put_u32(std::string& bytes, size_t offset, uint32_t value) {
+  for (int i = 0; i < 4; ++i) bytes[offset + i] = static_cast<char>((value >> (8 * i)) & 0xFF);
+}
+
+// Rewrites the header's own checksum after a change to bytes 0..35.
+void reseal_header(std::string& bytes) {
+  put_u32(bytes, 36, static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), 36)));
+}
+
+TEST(Package, RoundTripKeepsEverything) {
+  const Package package = make_package();
+  const std::string bytes = serialize_package(package);
+  const Package read = parse_package(bytes, "m.kiln");
+  EXPECT_EQ(read.manifest.model_hash, "0123456789abcdef");
+  EXPECT_EQ(read.manifest.archs, package.manifest.archs);
+  EXPECT_EQ(read.manifest.pipeline, package.manifest.pipeline);
+  EXPECT_EQ(read.manifest.options, package.manifest.options);
+  ASSERT_EQ(read.programs.size(), 1u);
+  const PackageProgram& a = package.programs[0];
+  const PackageProgram& b = read.programs[0];
+  EXPECT_EQ(program_to_json(a.program), program_to_json(b.program));
+  EXPECT_EQ(a.program.source, b.program.source);
+  EXPECT_EQ(a.binary.ptx, b.binary.ptx);
+  EXPECT_EQ(a.binary.cubins, b.binary.cubins);  // binary bytes, NUL included
+  EXPECT_EQ(resources_to_json(a.binary.resources), resources_to_json(b.binary.resources));
+  ASSERT_EQ(read.weights.size(), package.weights.size());
+  for (const auto& [name, tensor] : package.weights) {
+    EXPECT_EQ(read.weights.at(name).type(), tensor.type()) << name;
+    EXPECT_EQ(read.weights.at(name).bytes(), tensor.bytes()) << name;
+  }
+  // Deterministic: the same package gives the same bytes.
+  EXPECT_EQ(serialize_package(read), bytes);
+}
+
+TEST(Package, TruncatedAnywhereIsTruncated) {
+  const std::string bytes = serialize_package(make_package());
+  for (size_t size : {size_t{10}, size_t{63}, size_t{64}, bytes.size() / 2, bytes.size() - 1}) {
+    const std::string error = error_of(std::string_view(bytes).substr(0, size));
+    EXPECT_NE(error.find("m.kiln: error: truncated package"), std::string::npos) << size << ": " << error;
+  }
+}
+
+TEST(Package, WrongMagic) {
+  std::string bytes = serialize_package(make_package());
+  bytes[1] = 'X';
+  EXPECT_EQ(error_of(bytes),
+            "m.kiln: error: not a kiln package (wrong magic bytes); `kiln compile MODEL -o FILE.kiln` makes one");
+  EXPECT_NE(error_of("{\"format\": \"kiln.model\"}").find("not a kiln package"), std::string::npos);
+}
+
+TEST(Package, NewerFormatVersion) {
+  std::string bytes = serialize_package(make_package());
+  put_u32(bytes, 8, kPackageFormatVersion + 1);
+  reseal_header(bytes);
+  EXPECT_EQ(error_of(bytes), fmt::format("m.kiln: error: package format version {} is newer than this kiln "
+                                         "reads ({}); use a newer kiln, or recompile the model with this one",
+                                         kPackageFormatVersion + 1, kPackageFormatVersion));
+}
+
+TEST(Package, ChecksumMismatchNamesTheSection) {
+  const std::string good = serialize_package(make_package());
+  // One flipped bit in the last byte: the weights section comes last.
+  std::string bytes = good;
+  bytes.back() = static_cast<char>(bytes.back() ^ 1);
+  EXPECT_NE(error_of(bytes).find("m.kiln: error: corrupt package: checksum mismatch in section 'weights'"),
+            std::string::npos)
+      << error_of(bytes);
+  // In the manifest.
+  bytes = good;
+  bytes[100] = static_cast<char>(bytes[100] ^ 1);
+  EXPECT_EQ(error_of(bytes), "m.kiln: error: corrupt package: checksum mismatch in the manifest");
+  // In the header (say, the file size).
+  bytes = good;
+  bytes[16] = static_cast<char>(bytes[16] ^ 1);
+  EXPECT_EQ(error_of(bytes), "m.kiln: error: corrupt package: the header's checksum does not match");
+}
+
+TEST(Package, ArchMissingWithoutPtx) {
+  CudaBinary binary = make_package().programs[0].binary;
+  EXPECT_NO_THROW(require_code_for(binary, 90, "m.kiln"));
+  EXPECT_NO_THROW(require_code_for(binary, 86, "m.kiln"));  // the PTX, JIT-compiled
+  binary.ptx.clear();
+  binary.cubins.erase("sm_90");
+  EXPECT_NO_THROW(require_code_for(binary, 80, "m.kiln"));
+  try {
+    require_code_for(binary, 90, "m.kiln");
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_STREQ(error.what(), "m.kiln: error: the package has no code for this GPU (sm_90): it holds "
+                               "cubins for sm_80; recompile it with `kiln compile --arch sm_90`, or "
+                               "without --no-ptx");
+  }
+}
+
+TEST(Package, InconsistentKernelTableIsTheFilesError) {
+  Package package = make_package();
+  package.programs[0].program.kernels[1].args[0] = 999;
+  const std::string error = error_of(serialize_package(package));
+  EXPECT_NE(error.find("m.kiln: error: inference program 'mnist_cnn': kernel 'max_pool2d_1' names "
+                       "buffer 999"),
+            std::string::npos)
+      << error;
+}
+
+TEST(Package, MissingWeightsAreNamed) {
+  Package package = make_package();
+  package.weights.erase(package.weights.begin());
+  const std::string error = error_of(serialize_package(package));
+  EXPECT_NE(error.find("m.kiln: error: the package has no weights for parameter"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace kiln::runtime
