@@ -11,6 +11,7 @@
 #include "compiler/model_loader.h"
 #include "compiler/pipeline_flags.h"
 #include "compiler/npy.h"
+#include "compiler/output_file.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
 #include "runtime/compile/nvrtc.h"
@@ -31,6 +32,7 @@ struct Options {
   std::vector<std::string> inputs;  // NAME=PATH
   std::string output_dir;
   bool timings = false;
+  std::string profile;  // --profile: a Chrome trace of the run
   bool no_cuda_graph = false;
   CacheFlags cache;
   LibraryFlag library;
@@ -126,6 +128,14 @@ std::string resolve_backend(const Options& options) {
   return "host";
 }
 
+// --profile: one event per kernel of the run, in the Chrome trace format.
+void write_profile(const Options& options, const codegen::Program& program,
+                   const runtime::RunProfile& profile) {
+  compiler::write_file_atomically(options.profile, runtime::chrome_trace_json(program, {profile}));
+  std::cerr << fmt::format("kiln: wrote {} ({} kernels on the {} backend)\n", options.profile,
+                           profile.kernels.size(), profile.backend);
+}
+
 std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
                                      const std::vector<ir::Tensor>& inputs, PhaseTimer& timer) {
   options.backend = resolve_backend(options);
@@ -138,9 +148,13 @@ std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
     });
     runtime::host::HostOptions host_options;
     host_options.schedule = runtime::host::Schedule::from_environment();
-    return timer.time("run", [&] {
-      return runtime::host::run_program(program, module, inputs, parameter_tensors(graph), host_options);
+    runtime::host::HostExecutable executable(program, module, parameter_tensors(graph), host_options);
+    runtime::RunProfile profile;
+    std::vector<ir::Tensor> outputs = timer.time("run", [&] {
+      return executable.run(inputs, options.profile.empty() ? nullptr : &profile);
     });
+    if (!options.profile.empty()) write_profile(options, program, profile);
+    return outputs;
   }
   std::string why;
   if (!runtime::cuda::cuda_available(&why))
@@ -159,7 +173,12 @@ std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
   });
   if (options.cache.verbose)
     for (const std::string& line : executable->library_report()) std::cerr << "kiln: " << line << "\n";
-  return timer.time("run", [&] { return executable->run(inputs); });
+  runtime::RunProfile profile;
+  std::vector<ir::Tensor> outputs = timer.time("run", [&] {
+    return executable->run(inputs, options.profile.empty() ? nullptr : &profile);
+  });
+  if (!options.profile.empty()) write_profile(options, program, profile);
+  return outputs;
 }
 
 // A package: its inference program, with the code it carries (no NVRTC on the GPU; the host
@@ -196,7 +215,12 @@ std::vector<ir::Tensor> run_package(Options options, const CLI::App& command,
     return runtime::Executable::create(program->program, package.parameters(program->program, options.model),
                                        exe, &program->binary);
   });
-  return timer.time("run", [&] { return executable->run(ordered); });
+  runtime::RunProfile profile;
+  std::vector<ir::Tensor> outputs = timer.time("run", [&] {
+    return executable->run(ordered, options.profile.empty() ? nullptr : &profile);
+  });
+  if (!options.profile.empty()) write_profile(options, program->program, profile);
+  return outputs;
 }
 
 int run(const Options& options, const CLI::App& command) {
@@ -211,6 +235,9 @@ int run(const Options& options, const CLI::App& command) {
     timer.time("weights", [&] { compiler::load_parameter_data(graph); });
     timer.time("passes", [&] { options.pipeline.run(graph); });
     if (options.backend == "reference") {
+      if (!options.profile.empty())
+        throw Error("--profile", "times generated kernels; the reference interpreter runs none "
+                                 "(use --backend=host or cuda)");
       outputs = timer.time("run", [&] { return runtime::run_reference(graph, inputs); });
     } else {
       outputs = run_compiled(options, graph, ordered_inputs(input_slots(graph), inputs), timer);
@@ -256,6 +283,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("-o,--output-dir", options->output_dir, "write each output as NAME.npy in this directory");
   cmd->add_flag("--timings", options->timings,
                 "print the time of each phase (parse, weights, codegen, compile, load, run) on stderr");
+  cmd->add_option("--profile", options->profile,
+                  "write a Chrome trace (chrome://tracing, Perfetto) of the run to this file: one "
+                  "event per kernel (host: wall time; cuda: CUDA events)");
   cmd->add_flag("--no-cuda-graph", options->no_cuda_graph,
                 "cuda backend: launch kernels one by one instead of replaying a captured CUDA graph");
   options->cache.add_to(*cmd);

@@ -102,7 +102,7 @@ class DeviceExecutable final : public CudaExecutable {
                    const CudaOptions& options);
   ~DeviceExecutable() override;
 
-  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) override;
+  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override;
   ir::Tensor parameter(int index) override;
   void set_parameter(int index, const ir::Tensor& value) override;
   std::string device_name() const override { return device_.name; }
@@ -128,6 +128,7 @@ class DeviceExecutable final : public CudaExecutable {
   void prepare_library_calls(const CudaOptions& options);
   void enqueue(Launch& launch);
   void enqueue_all();
+  void enqueue_profiled(RunProfile& profile);
   void capture_graph();
 
   const DriverApi& api_;
@@ -350,6 +351,35 @@ void DeviceExecutable::enqueue_all() {
   for (Launch& launch : launches_) enqueue(launch);
 }
 
+// Each launch between two events on the stream; the times are read after the launches, so the
+// events do not serialize the host with the device.
+void DeviceExecutable::enqueue_profiled(RunProfile& profile) {
+  std::vector<Owned<CUevent>> events;
+  for (size_t i = 0; i <= launches_.size(); ++i) {
+    CUevent event = nullptr;
+    api_.check(api_.cuEventCreate(&event, CU_EVENT_DEFAULT), "cuEventCreate");
+    events.emplace_back(event, api_.cuEventDestroy_v2);
+  }
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    api_.check(api_.cuEventRecord(events[i].get(), stream_.get()), "cuEventRecord");
+    enqueue(launches_[i]);
+  }
+  api_.check(api_.cuEventRecord(events.back().get(), stream_.get()), "cuEventRecord");
+  api_.check(api_.cuEventSynchronize(events.back().get()), "cuEventSynchronize",
+             fmt::format("running graph '{}'", program_.graph_name));
+  profile.backend = "cuda";
+  profile.device = device_.name;
+  profile.kernels.clear();
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    float start_ms = 0, duration_ms = 0;
+    api_.check(api_.cuEventElapsedTime_v2(&start_ms, events[0].get(), events[i].get()), "cuEventElapsedTime");
+    api_.check(api_.cuEventElapsedTime_v2(&duration_ms, events[i].get(), events[i + 1].get()),
+               "cuEventElapsedTime");
+    profile.kernels.push_back({static_cast<int>(launches_[i].kernel - program_.kernels.data()),
+                               1000.0 * start_ms, 1000.0 * duration_ms});
+  }
+}
+
 void DeviceExecutable::capture_graph() {
   // Thread-local mode: only this thread's calls are checked for capture safety, so other
   // threads of a host application may keep allocating while we capture.
@@ -376,7 +406,7 @@ void DeviceExecutable::capture_graph() {
   // The executable graph is independent of the captured one, which graph_owner frees now.
 }
 
-std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inputs) {
+std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) {
   check_tensors(program_, "input", bindings_.inputs, inputs);
   make_current();
   CUstream stream = stream_.get();
@@ -387,7 +417,9 @@ std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inp
                "cuMemcpyHtoDAsync", fmt::format("input '{}'", program_.buffers[id].name));
   }
 
-  if (use_graph_ && !launches_.empty()) {
+  if (profile) {
+    enqueue_profiled(*profile);
+  } else if (use_graph_ && !launches_.empty()) {
     if (!graph_.owns()) capture_graph();
     api_.check(api_.cuGraphLaunch(graph_.get(), stream), "cuGraphLaunch",
                fmt::format("graph '{}'", program_.graph_name));

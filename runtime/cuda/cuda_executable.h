@@ -13,6 +13,7 @@
 #include "ir/tensor.h"
 #include "runtime/compile/nvrtc.h"
 #include "runtime/cuda/library_paths.h"
+#include "runtime/executor/profile.h"
 
 namespace kiln::runtime::cuda {
 
@@ -67,7 +68,10 @@ class CudaExecutable {
   // thread-safe: one run at a time per executable.
   // A training step's state outputs (Program::state_updates) are copied, on the device, into
   // their parameters after the launches and are not returned.
-  virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) = 0;
+  // `profile`: when given, the kernels are launched one by one (not as the CUDA graph), each
+  // between two CUDA events, and their times go there.
+  virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs,
+                                      RunProfile* profile = nullptr) = 0;
   // The current value of parameter `index` (graph order; downloaded), and replacing it
   // (uploaded; kiln::Error when the type differs). For checkpoints and for evaluation graphs
   // that share a training step's parameters.

@@ -19,7 +19,7 @@
 #include "ir/diagnostic.h"
 
 // Every driver function kiln calls: X(exported symbol, signature). The newest ABI here is
-// cuGraphInstantiateWithFlags (CUDA 11.4).
+// cuEventElapsedTime_v2 (CUDA 12.8; the code NVRTC 13 makes needs a CUDA 13 driver anyway).
 #define KILN_CUDA_DRIVER_FUNCTIONS(X)                                          \
   X(cuInit, PFN_cuInit_v2000)                                                  \
   X(cuDriverGetVersion, PFN_cuDriverGetVersion_v2020)                          \
@@ -51,7 +51,12 @@
   X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)       \
   X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)                                   \
   X(cuGraphDestroy, PFN_cuGraphDestroy_v10000)                                 \
-  X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)
+  X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                         \
+  X(cuEventCreate, PFN_cuEventCreate_v2000)                                    \
+  X(cuEventRecord, PFN_cuEventRecord_v2000)                                    \
+  X(cuEventSynchronize, PFN_cuEventSynchronize_v2000)                          \
+  X(cuEventElapsedTime_v2, PFN_cuEventElapsedTime_v12080)                      \
+  X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000)
 
 namespace kiln::runtime::cuda {
 

@@ -20,8 +20,8 @@ class HostBacked final : public Executable {
                                           options.verbose)),
         executable_(program_, module_, parameters, options.host) {}
 
-  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) override {
-    return executable_.run(inputs);
+  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override {
+    return executable_.run(inputs, profile);
   }
   ir::Tensor parameter(int index) override { return executable_.parameter(index); }
   void set_parameter(int index, const ir::Tensor& value) override {
@@ -49,8 +49,8 @@ class CudaBacked final : public Executable {
     executable_ = cuda::CudaExecutable::create(program_, compiled, parameters, options.cuda);
   }
 
-  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) override {
-    return executable_->run(inputs);
+  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override {
+    return executable_->run(inputs, profile);
   }
   ir::Tensor parameter(int index) override { return executable_->parameter(index); }
   void set_parameter(int index, const ir::Tensor& value) override {

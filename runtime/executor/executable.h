@@ -15,6 +15,7 @@
 #include "ir/tensor.h"
 #include "runtime/compile/kernel_cache.h"
 #include "runtime/cuda/cuda_executable.h"
+#include "runtime/executor/profile.h"
 #include "runtime/host/host_module.h"
 
 namespace kiln::runtime {
@@ -46,7 +47,9 @@ class Executable {
 
   // One run: inputs in graph order; returns the outputs; state outputs (next.P) become the
   // parameters of the next run (Program::state_updates).
-  virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs) = 0;
+  // `profile`: when given, each kernel's time goes there (runtime/executor/profile.h).
+  virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs,
+                                      RunProfile* profile = nullptr) = 0;
   // Parameter `index` (graph order) as it is now, and replacing it.
   virtual ir::Tensor parameter(int index) = 0;
   virtual void set_parameter(int index, const ir::Tensor& value) = 0;

@@ -1,5 +1,10 @@
 #include "runtime/executor/host_executor.h"
 
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
+
 #include <cstring>
 
 #include "ir/diagnostic.h"
@@ -63,7 +68,7 @@ HostExecutable::HostExecutable(const codegen::Program& program, const HostModule
 
 HostExecutable::~HostExecutable() = default;
 
-std::vector<ir::Tensor> HostExecutable::run(const std::vector<ir::Tensor>& inputs) {
+std::vector<ir::Tensor> HostExecutable::run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) {
   check_count(input_buffers_, inputs.size(), program_, "input");
   for (size_t i = 0; i < input_buffers_.size() && i < inputs.size(); ++i) {
     const int id = input_buffers_[i];
@@ -73,11 +78,25 @@ std::vector<ir::Tensor> HostExecutable::run(const std::vector<ir::Tensor>& input
   }
 
   std::vector<void*> args;
-  for (const codegen::Kernel& kernel : program_.kernels) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point first = Clock::now();
+  auto microseconds = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  if (profile) {
+    profile->backend = "host";
+    profile->device = fmt::format("{} CPU worker(s)", options_.workers > 0 ? options_.workers
+                                                                            : std::thread::hardware_concurrency());
+    profile->kernels.clear();
+  }
+  for (size_t k = 0; k < program_.kernels.size(); ++k) {
+    const codegen::Kernel& kernel = program_.kernels[k];
     args.clear();
     for (int id : kernel.args) args.push_back(pointers_.at(id));
+    const Clock::time_point start = Clock::now();
     module_.launch(kernel.name, args.data(), kernel.grid, kernel.block,
                    kernel.dynamic_shared_bytes, kernel.uses_barriers, options_);
+    if (profile)
+      profile->kernels.push_back({static_cast<int>(k), microseconds(start - first),
+                                  microseconds(Clock::now() - start)});
   }
 
   std::vector<ir::Tensor> outputs;

@@ -12,6 +12,7 @@
 
 #include "codegen/program.h"
 #include "ir/tensor.h"
+#include "runtime/executor/profile.h"
 #include "runtime/host/host_module.h"
 
 namespace kiln::runtime::host {
@@ -28,7 +29,8 @@ class HostExecutable {
 
   // Copies `inputs` (graph order, checked like the parameters) in, launches every kernel in
   // program order, applies the state updates and returns the outputs (Program::outputs).
-  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs);
+  // `profile`: when given, each launch's wall time goes there.
+  std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile = nullptr);
 
   // The current value of parameter `index` (graph order), and replacing it (checked type).
   ir::Tensor parameter(int index) const;

@@ -221,6 +221,35 @@ TEST_F(CudaMockDriver, GraphIsCapturedOnceAndReplayed) {
   expect_all_released();
 }
 
+// --profile: each launch between two events, outside the CUDA graph, the events freed after.
+TEST_F(CudaMockDriver, ProfiledRunTimesEveryKernelWithEvents) {
+  auto executable = create(/*use_graph=*/true);
+  std::vector<float> x = {1, 1, 2, 3, 4, 5}, b = {1, -1, 0.5};
+  RunProfile profile;
+  std::vector<ir::Tensor> outputs =
+      executable->run({make_tensor({2, 3}, x), make_tensor({3}, b)}, &profile);
+  EXPECT_EQ(to_floats(outputs[0])[5], 5 * kWeights[2] + 0.5f);
+  EXPECT_EQ(profile.backend, "cuda");
+  EXPECT_EQ(profile.device, "Kiln Mock GPU 0");
+  ASSERT_EQ(profile.kernels.size(), 3u);
+  double previous_start = -1;
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(profile.kernels[k].kernel, static_cast<int>(k));
+    EXPECT_GE(profile.kernels[k].duration_us, 0);
+    EXPECT_GT(profile.kernels[k].start_us, previous_start);
+    previous_start = profile.kernels[k].start_us;
+  }
+  KilnMockStats s = stats();
+  EXPECT_EQ(s.captures, 0);  // not replayed as a graph: events need launches of their own
+  EXPECT_EQ(s.kernel_runs, 3);
+  EXPECT_EQ(s.event_records, 4);
+  EXPECT_EQ(s.events, 0);
+  expect_correct(*executable, 2.f);  // an unprofiled run afterwards uses the graph
+  EXPECT_EQ(stats().captures, 1);
+  executable.reset();
+  expect_all_released();
+}
+
 TEST_F(CudaMockDriver, ArenaStartsZeroed) {
   codegen::Program program = make_program();
   program.kernels.clear();  // nothing writes the outputs

@@ -2,6 +2,8 @@
 // declaration, so a signature that differs from the real driver's does not compile.
 #include "runtime/cuda/testing/mock_libcuda.h"
 
+#include <chrono>
+#include <optional>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -62,6 +64,8 @@ struct State {
   std::map<uintptr_t, size_t> allocations;  // start → bytes
   std::set<std::vector<Launch>*> graphs;
   std::set<std::vector<Launch>*> graph_execs;
+  // Streams run their work when it is enqueued, so an event's time is when it was recorded.
+  std::map<CUevent, std::optional<std::chrono::steady_clock::time_point>> events;
   KilnMockStats stats;
 };
 
@@ -145,6 +149,8 @@ void kiln_mock_reset(const KilnMockConfig* config) {
   s.graphs.clear();
   for (std::vector<Launch>* exec : s.graph_execs) delete exec;
   s.graph_execs.clear();
+  for (const auto& [event, time] : s.events) delete reinterpret_cast<int*>(event);
+  s.events.clear();
   s.stats = KilnMockStats{};
   current = nullptr;
 }
@@ -170,6 +176,7 @@ void kiln_mock_stats(KilnMockStats* stats) {
   stats->allocations = static_cast<int>(s.allocations.size());
   stats->graphs = static_cast<int>(s.graphs.size());
   stats->graph_execs = static_cast<int>(s.graph_execs.size());
+  stats->events = static_cast<int>(s.events.size());
   stats->capturing = false;
   for (MockStream* stream : s.streams) stats->capturing |= stream->capturing;
 }
@@ -510,6 +517,53 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
   auto* launches = reinterpret_cast<std::vector<Launch>*>(exec);
   if (state().graph_execs.erase(launches) == 0) return CUDA_ERROR_INVALID_VALUE;
   delete launches;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent* event, unsigned int flags) {
+  MOCK_ENTER();
+  MOCK_NEED_CONTEXT();
+  if (event == nullptr || flags != CU_EVENT_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  *event = reinterpret_cast<CUevent>(new int(0));
+  state().events.emplace(*event, std::nullopt);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
+  MOCK_ENTER();
+  MOCK_NEED_CONTEXT();
+  auto it = state().events.find(event);
+  if (it == state().events.end() || find_stream(stream) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // Recording on a capturing stream would add a node to the graph; kiln never does that.
+  if (find_stream(stream)->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  it->second = std::chrono::steady_clock::now();
+  ++state().stats.event_records;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent event) {
+  MOCK_ENTER();
+  MOCK_NEED_CONTEXT();
+  return state().events.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuEventElapsedTime_v2(float* milliseconds, CUevent start, CUevent end) {
+  MOCK_ENTER();
+  MOCK_NEED_CONTEXT();
+  auto a = state().events.find(start), b = state().events.find(end);
+  if (milliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (a == state().events.end() || b == state().events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (!a->second || !b->second) return CUDA_ERROR_INVALID_HANDLE;  // never recorded
+  *milliseconds = std::chrono::duration<float, std::milli>(*b->second - *a->second).count();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventDestroy_v2(CUevent event) {
+  MOCK_ENTER();
+  auto it = state().events.find(event);
+  if (it == state().events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  delete reinterpret_cast<int*>(event);
+  state().events.erase(it);
   return CUDA_SUCCESS;
 }
 

@@ -32,6 +32,8 @@ struct KilnMockStats {
   int instantiations = 0;
   int graph_launches = 0;
   int kernel_runs = 0;         // kernels executed (directly or by a graph)
+  int events = 0;              // live events
+  int event_records = 0;
   bool capturing = false;      // some stream is still capturing
   bool loaded_ptx = false;     // the last module loaded was PTX (else a cubin)
 };
