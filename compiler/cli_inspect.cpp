@@ -24,14 +24,18 @@ struct Options {
   std::string format = "text";
   std::vector<std::string> archs = {"sm_80", "sm_90"};
   std::string dot;
+  std::string html;
   std::string program;  // of a package: inference or train_step
   CacheFlags cache;
   LibraryFlag library;
   PipelineFlags pipeline;
 };
 
-void print(const Options& options, const compiler::Inspection& inspection) {
-  // The graph file first: when it cannot be written, the command fails before printing.
+void print(const Options& options, const compiler::Inspection& inspection,
+           const std::vector<std::pair<std::string, std::string>>& decisions) {
+  // The files first: when one cannot be written, the command fails before printing.
+  if (!options.html.empty())
+    compiler::write_file_atomically(options.html, compiler::format_inspection_html(inspection, decisions));
   if (!options.dot.empty())
     compiler::write_file_atomically(options.dot, compiler::format_kernel_graph_dot(inspection.program));
   std::cout << (options.format == "json" ? compiler::format_inspection_json(inspection)
@@ -49,8 +53,18 @@ int inspect_package(const Options& options, const CLI::App& command) {
                                                                     : runtime::kInferenceProgram;
   const runtime::PackageProgram* program = package.find(role);
   if (!program) throw Error("--program", "the package has no program '" + role + "'");
-  print(options, compiler::Inspection{program->program, program->binary, package.manifest.archs,
-                                      package.manifest.pipeline});
+  // The fusion decisions kiln compile recorded (training packages record none).
+  std::vector<std::pair<std::string, std::string>> decisions;
+  const auto& report = package.manifest.report;
+  if (report.is_object() && report.contains("fusion_decisions") && report["fusion_decisions"].is_array())
+    for (const auto& d : report["fusion_decisions"])
+      if (d.is_object() && d.contains("pass") && d.contains("message") && d["pass"].is_string() &&
+          d["message"].is_string())
+        decisions.emplace_back(d["pass"].get<std::string>(), d["message"].get<std::string>());
+  print(options,
+        compiler::Inspection{program->program, program->binary, package.manifest.archs,
+                             package.manifest.pipeline},
+        decisions);
   return kExitOk;
 }
 
@@ -59,10 +73,12 @@ int run(const Options& options, const CLI::App& command) {
   if (!options.program.empty())
     throw Error("--program", "chooses a program of a package; this is a model");
   ir::Graph graph = compiler::load_model(options.model);
-  options.pipeline.run(graph);
+  std::vector<std::pair<std::string, std::string>> decisions;
+  options.pipeline.run(graph, &decisions);
   const codegen::Program program = codegen::emit_program(graph, options.library.selection());
   const runtime::CudaBinary binary = options.cache.compile(program.source, graph.name + ".cu", options.archs);
-  print(options, compiler::Inspection{program, binary, options.archs, options.pipeline.pass_names()});
+  print(options, compiler::Inspection{program, binary, options.archs, options.pipeline.pass_names()},
+        decisions);
   return kExitOk;
 }
 }  // namespace
@@ -82,6 +98,9 @@ Command add_inspect_command(CLI::App& app) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   cmd->add_option("--dot", options->dot, "also write the fused kernels as a Graphviz graph to this file");
+  cmd->add_option("--html", options->html,
+                  "also write the report as one self-contained HTML page: the kernel graph, the "
+                  "kernel table, the memory plan as a timeline, the fusion refusals (needs Graphviz)");
   add_arch_option(*cmd, options->archs);
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);

