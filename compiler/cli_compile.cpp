@@ -15,6 +15,7 @@
 #include "compiler/output_file.h"
 #include "compiler/parameters.h"
 #include "compiler/pipeline_flags.h"
+#include "compiler/package_builder.h"
 #include "compiler/trainer.h"
 #include "ir/diagnostic.h"
 #include "runtime/package/package.h"
@@ -41,85 +42,35 @@ struct Options {
   uint64_t seed = 0;
 };
 
-std::string read_model_bytes(const std::string& path) {
-  if (path == "-")
-    throw Error("-", "kiln compile reads the model from a file (the package records its hash)");
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error(path, "cannot open the model: " + std::string(std::strerror(errno)));
-  std::ostringstream bytes;
-  bytes << file.rdbuf();
-  return bytes.str();
-}
-
-runtime::PackageProgram compile_program(const Options& options, std::string role,
-                                        codegen::Program program, PhaseTimer& timer) {
-  runtime::CudaBinary binary = timer.time("nvrtc " + role, [&] {
-    return options.cache.compile(program.source, program.graph_name + ".cu", options.archs);
-  });
-  if (options.no_ptx) {
-    binary.ptx.clear();
-    binary.ptx_arch.clear();
-  }
-  return {std::move(role), std::move(program), std::move(binary)};
-}
-
-nlohmann::ordered_json decisions_json(const std::vector<std::pair<std::string, std::string>>& decisions) {
-  nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const auto& [pass, message] : decisions) list.push_back({{"pass", pass}, {"message", message}});
-  return list;
-}
-
 int run(const Options& options, const CLI::App& command) {
   PhaseTimer timer;
   if (!options.train)
     for (const char* flag : {"--batch-size", "--optimizer", "--lr", "--momentum", "--weight-decay", "--seed"})
       if (command.count(flag) > 0) throw Error(flag, "applies to training packages: add --train");
-  if (runtime::is_package_file(options.model))
-    throw Error(options.model, "this is already a package; kiln compile takes a model (.json or IR)");
-  const std::string model_bytes = read_model_bytes(options.model);
-
-  runtime::Package package;
-  runtime::PackageManifest& m = package.manifest;
-  m.kiln_version = KILN_VERSION;
-  m.model = std::filesystem::path(options.model).filename().string();
-  m.model_hash = runtime::hash_text(model_bytes);
-  m.archs = options.archs;
-  m.options = {{"library", options.library.text}, {"ptx", !options.no_ptx}};
-  nlohmann::ordered_json report = nlohmann::ordered_json::object();
-
+  compiler::PackageRequest request;
+  request.model = options.model;
+  request.archs = options.archs;
+  request.ptx = !options.no_ptx;
+  request.library = options.library.text;
+  options.library.selection();  // a bad --library fails here, naming the flag
   if (options.train) {
     if (options.pipeline.given(command))
       throw Error("-O/--passes", "a training package always runs the training pipeline "
                                  "(docs/training.md); leave these flags out with --train");
-    const std::string optimizer =
-        compiler::optimizer_spec(options.optimizer, options.lr, options.momentum, options.weight_decay);
-    compiler::TrainingPrograms programs = timer.time("passes", [&] {
-      return compiler::build_training_programs(options.model, options.batch_size, options.seed,
-                                               optimizer, options.library.selection());
-    });
-    m.pipeline = passes::training_pipeline(optimizer);
-    m.options["train"] = compiler::training_options_json(programs);
-    package.programs.push_back(compile_program(options, std::string(runtime::kInferenceProgram),
-                                               std::move(programs.eval), timer));
-    package.programs.push_back(compile_program(options, std::string(runtime::kTrainStepProgram),
-                                               std::move(programs.step), timer));
-    package.weights = std::move(programs.weights);
-  } else {
-    ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
-    timer.time("weights", [&] { compiler::load_parameter_data(graph); });
-    std::vector<std::pair<std::string, std::string>> decisions;
-    timer.time("passes", [&] { options.pipeline.run(graph, &decisions); });
-    report["fusion_decisions"] = decisions_json(decisions);
-    m.pipeline = options.pipeline.pass_names();
-    m.options["opt_level"] = options.pipeline.opt_level;
-    codegen::Program program = timer.time("codegen", [&] {
-      return codegen::emit_program(graph, options.library.selection());
-    });
-    package.programs.push_back(compile_program(options, std::string(runtime::kInferenceProgram),
-                                               std::move(program), timer));
-    for (const ir::Value* param : graph.parameters) package.weights.emplace(param->name, *param->data);
+    request.train = compiler::PackageRequest::Training{
+        options.batch_size,
+        compiler::optimizer_spec(options.optimizer, options.lr, options.momentum, options.weight_decay),
+        options.seed};
   }
-  m.report = std::move(report);
+  request.opt_level = options.pipeline.opt_level;
+  request.pipeline = options.pipeline.pass_names();
+  request.run_pipeline = [&](ir::Graph& graph, compiler::PassDecisions* decisions) {
+    options.pipeline.run(graph, decisions);
+  };
+  std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
+  request.cache = cache.get();
+  request.verbose = options.cache.verbose;
+  const runtime::Package package = timer.time("compile", [&] { return compiler::build_package(request); });
 
   const std::string bytes = timer.time("write", [&] {
     std::string serialized = runtime::serialize_package(package);

@@ -12,26 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/error.h"  // Diagnostic and Error, public (ir/public/)
+
 namespace kiln {
-
-struct Diagnostic {
-  std::string location;            // "model.json: /nodes/3/inputs/1", "net.ir:12:7", or empty
-  std::string message;             // "conv2d 'conv1': weight has 3 input channels, input has 64"
-  std::vector<std::string> notes;  // extra "note:" lines
-
-  // "<location>: error: <message>" followed by one "note: ..." line per note.
-  std::string render() const;
-};
-
-class Error : public std::runtime_error {
- public:
-  explicit Error(Diagnostic diagnostic);
-  Error(std::string location, std::string message);
-  const Diagnostic& diagnostic() const { return diagnostic_; }
-
- private:
-  Diagnostic diagnostic_;
-};
 
 // Thrown when kiln itself is wrong. Never caused by user input.
 class InternalError : public std::logic_error {

@@ -1,0 +1,18 @@
+// What the API's source files share: conversions between the public types (kiln/kiln.h) and
+// kiln's own, and the Model's state.
+#pragma once
+
+#include <optional>
+
+#include "ir/tensor.h"
+#include "kiln/kiln.h"
+#include "runtime/executor/executable.h"
+#include "runtime/package/package.h"
+
+namespace kiln::api {
+
+ir::Tensor to_ir(const Tensor& tensor);
+Tensor from_ir(const ir::Tensor& tensor);
+DType from_ir(ir::DType dtype);
+
+}  // namespace kiln::api

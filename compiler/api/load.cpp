@@ -1,0 +1,37 @@
+// Model::load: a package read from a file, or a model file compiled here into a package first
+// (the same build as `kiln compile`).
+#include <fstream>
+#include <sstream>
+
+#include "compiler/api/api_internal.h"
+#include "compiler/package_builder.h"
+#include "compiler/trainer.h"
+#include "passes/pass_manager.h"
+#include "ir/diagnostic.h"
+
+namespace kiln {
+
+Model Model::load(const std::string& path, const Options& options) {
+  if (runtime::is_package_file(path)) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw Error(path, "cannot open the package");
+    std::ostringstream bytes;
+    bytes << file.rdbuf();
+    return load_package(bytes.str(), path, options);
+  }
+  compiler::PackageRequest request;
+  request.model = path;
+  request.archs = options.archs;
+  request.opt_level = options.opt_level;
+  request.pipeline = passes::inference_pipeline(options.opt_level);
+  request.run_pipeline = compiler::default_pipeline(options.opt_level);
+  if (options.train_batch_size > 0)
+    request.train = compiler::PackageRequest::Training{options.train_batch_size, options.optimizer, 0};
+  std::unique_ptr<runtime::KernelCache> cache;
+  if (options.use_cache) cache = std::make_unique<runtime::KernelCache>(runtime::KernelCache::default_directory());
+  request.cache = cache.get();
+  const runtime::Package package = compiler::build_package(request);
+  return load_package(runtime::serialize_package(package), path, options);
+}
+
+}  // namespace kiln

@@ -1,0 +1,139 @@
+// kiln::Model from a package: the inference program (and the training step, when the package
+// has one) on a backend, inputs bound by name. Loading from a file, which may mean compiling a
+// model, is load.cpp: a program that only embeds a package links none of the compiler.
+#include <fmt/format.h>
+
+#include "compiler/api/api_internal.h"
+#include "ir/diagnostic.h"
+#include "runtime/cuda/cuda_executable.h"
+
+namespace kiln {
+
+struct Model::Impl {
+  std::string name;
+  std::vector<TensorInfo> inputs, outputs;
+  std::string backend;
+  std::unique_ptr<runtime::KernelCache> cache;
+  std::unique_ptr<runtime::Executable> inference;         // without a training step
+  std::unique_ptr<runtime::TrainingExecutable> training;  // with one (owns both programs)
+  int64_t train_batch = 0;
+  std::map<std::string, Tensor> bound;
+  std::map<std::string, Tensor> results;
+};
+
+namespace {
+
+std::vector<TensorInfo> infos(const codegen::Program& program, codegen::BufferRole role,
+                              const std::vector<std::string>* names = nullptr) {
+  std::vector<TensorInfo> list;
+  const std::vector<int> ids = role == codegen::BufferRole::Output ? program.outputs : program.buffer_ids(role);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const codegen::Buffer& buffer = program.buffers[static_cast<size_t>(ids[i])];
+    list.push_back({names ? (*names)[i] : buffer.name, api::from_ir(buffer.type.dtype), buffer.type.shape});
+  }
+  return list;
+}
+
+runtime::Backend choose_backend(Backend backend) {
+  if (backend == Backend::Host) return runtime::Backend::Host;
+  std::string why;
+  const bool gpu = runtime::cuda::cuda_available(&why);
+  if (backend == Backend::Cuda && !gpu)
+    throw Error("kiln::Backend::Cuda", why + "; use kiln::Backend::Host to run on the CPU");
+  return gpu ? runtime::Backend::Cuda : runtime::Backend::Host;
+}
+
+}  // namespace
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::load_package(std::string_view bytes, const std::string& name, const Options& options) {
+  const runtime::Package package = runtime::parse_package(bytes, name);
+  const runtime::PackageProgram* inference = package.find(runtime::kInferenceProgram);
+  if (!inference) throw Error(name, "the package has no inference program");
+  const runtime::PackageProgram* step = package.find(runtime::kTrainStepProgram);
+
+  auto impl = std::make_unique<Impl>();
+  impl->name = inference->program.graph_name;
+  impl->inputs = infos(inference->program, codegen::BufferRole::Input);
+  impl->outputs = infos(inference->program, codegen::BufferRole::Output, &inference->program.output_names);
+  if (options.use_cache)
+    impl->cache = std::make_unique<runtime::KernelCache>(runtime::KernelCache::default_directory());
+  runtime::ExecutableOptions exe;
+  exe.backend = choose_backend(options.backend);
+  exe.cache = impl->cache.get();
+  impl->backend = exe.backend == runtime::Backend::Cuda ? "cuda" : "host";
+  auto create = [&](const runtime::PackageProgram& p) {
+    if (exe.backend == runtime::Backend::Cuda)
+      runtime::require_code_for(p.binary, runtime::cuda::cuda_device_info(0).sm, name);
+    return runtime::Executable::create(p.program, package.parameters(p.program, name), exe, &p.binary);
+  };
+  if (step) {
+    impl->train_batch = step->program.buffers.at(step->program.buffer_ids(codegen::BufferRole::Input).at(0))
+                            .type.shape.at(0);
+    impl->training = std::make_unique<runtime::TrainingExecutable>(create(*step), create(*inference));
+  } else {
+    impl->inference = create(*inference);
+  }
+  return Model(std::move(impl));
+}
+
+const std::string& Model::name() const { return impl_->name; }
+const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
+const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
+std::string Model::backend() const { return impl_->backend; }
+bool Model::can_train() const { return impl_->training != nullptr; }
+int64_t Model::train_batch_size() const { return impl_->train_batch; }
+
+void Model::set_input(const std::string& name, Tensor value) {
+  for (const TensorInfo& input : impl_->inputs) {
+    if (input.name != name) continue;
+    if (value.dtype() != input.dtype || value.shape() != input.shape)
+      throw Error("input '" + name + "'", fmt::format("expected {}, got {}",
+                                                      Tensor(input.dtype, input.shape).type_string(),
+                                                      value.type_string()));
+    impl_->bound[name] = std::move(value);
+    return;
+  }
+  throw Error("input '" + name + "'", "the model has no such input");
+}
+
+void Model::run() {
+  std::vector<ir::Tensor> inputs;
+  for (const TensorInfo& input : impl_->inputs) {
+    auto it = impl_->bound.find(input.name);
+    if (it == impl_->bound.end()) throw Error("input '" + input.name + "'", "not set (Model::set_input)");
+    inputs.push_back(api::to_ir(it->second));
+  }
+  const std::vector<ir::Tensor> outputs =
+      impl_->training ? impl_->training->evaluate(inputs) : impl_->inference->run(inputs);
+  impl_->results.clear();
+  for (size_t i = 0; i < impl_->outputs.size() && i < outputs.size(); ++i)
+    impl_->results[impl_->outputs[i].name] = api::from_ir(outputs[i]);
+}
+
+const Tensor& Model::output(const std::string& name) const {
+  auto it = impl_->results.find(name);
+  if (it != impl_->results.end()) return it->second;
+  for (const TensorInfo& output : impl_->outputs)
+    if (output.name == name) throw Error("output '" + name + "'", "no run yet (Model::run)");
+  throw Error("output '" + name + "'", "the model has no such output");
+}
+
+std::map<std::string, Tensor> Model::run(const std::map<std::string, Tensor>& inputs) {
+  for (const auto& [name, value] : inputs) set_input(name, value);
+  run();
+  return impl_->results;
+}
+
+float Model::train_step(const Tensor& batch, const Tensor& labels) {
+  if (!impl_->training)
+    throw Error(impl_->name, "no training step: compile with `kiln compile --train` or set "
+                             "Options::train_batch_size");
+  return impl_->training->train_step({api::to_ir(batch), api::to_ir(labels)}).loss;
+}
+
+}  // namespace kiln

@@ -1,0 +1,121 @@
+// kiln's C++ API: load a compiled package (or compile a model), bind inputs, run, take a
+// training step, read outputs. Installed as <kiln/kiln.h>; link with kiln::kiln
+// (`find_package(kiln)`, see examples/embed/ and docs/api.md).
+//
+//   kiln::Model model = kiln::Model::load("mnist.kiln");       // or "mnist_cnn.json"
+//   model.set_input("image", kiln::read_npy("image.npy"));
+//   model.run();
+//   kiln::write_npy("probs.npy", model.output("probs"));
+//
+// Errors are exceptions, one type: every failure (a bad package or model, a missing input, an
+// input of the wrong type, no GPU for Backend::Cuda) throws kiln::Error (<kiln/error.h>), whose
+// what() is the one-line diagnostic the `kiln` tool prints, location first.
+// A Model is not thread-safe: one run or step at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/error.h"
+
+namespace kiln {
+
+// Element types, as in kiln's IR ("f32", "i32", ...).
+enum class DType { F32, F16, BF16, I32, I64, Bool, F64 };
+std::string_view dtype_name(DType dtype);
+
+// A dense, row-major tensor in host memory.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DType dtype, std::vector<int64_t> shape);  // zero-filled
+  static Tensor from_floats(std::vector<int64_t> shape, const std::vector<float>& values);
+  static Tensor from_ints(std::vector<int64_t> shape, const std::vector<int32_t>& values);  // i32
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t num_elements() const;
+  std::byte* data() { return bytes_.data(); }
+  const std::byte* data() const { return bytes_.data(); }
+  size_t byte_size() const { return bytes_.size(); }
+  std::string type_string() const;  // "f32[1,10]"
+  // The elements as floats (f32 only; kiln::Error otherwise).
+  std::vector<float> to_floats() const;
+
+ private:
+  DType dtype_ = DType::F32;
+  std::vector<int64_t> shape_;
+  std::vector<std::byte> bytes_;
+};
+
+// NumPy .npy files (little-endian, C order; the dtypes above).
+Tensor read_npy(const std::string& path);
+void write_npy(const std::string& path, const Tensor& tensor);  // via a temporary file
+
+enum class Backend {
+  Auto,  // the GPU when there is one, else the host backend
+  Host,  // the generated CUDA kernels on the CPU (compiled once into the kernel cache)
+  Cuda,  // the GPU, through the driver API
+};
+
+struct Options {
+  Backend backend = Backend::Auto;
+  bool use_cache = true;  // the kernel cache ($KILN_CACHE_DIR, else ~/.cache/kiln)
+  // Compiling a model file (not a package):
+  int opt_level = 1;                                    // 0: no passes
+  std::vector<std::string> archs = {"sm_80", "sm_90"};  // cubins to build
+  int64_t train_batch_size = 0;  // > 0: also compile a training step at this batch size
+  std::string optimizer = "optimizer=adam lr=0.001";    // its optimizer (append-optimizer's options)
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
+
+class Model {
+ public:
+  // A package (`kiln compile`), told by its contents, or a model file (.json or textual IR),
+  // compiled here with `options`.
+  static Model load(const std::string& path, const Options& options = {});
+  // A package held in memory (an executable that embeds one); `name` names it in errors.
+  static Model load_package(std::string_view bytes, const std::string& name, const Options& options = {});
+
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  const std::string& name() const;                // the graph's name
+  const std::vector<TensorInfo>& inputs() const;   // of the inference program, in order
+  const std::vector<TensorInfo>& outputs() const;
+  std::string backend() const;                    // "host" or "cuda"
+
+  // Binds input `name` for the next run (kiln::Error for an unknown name or a wrong type).
+  void set_input(const std::string& name, Tensor value);
+  // Runs the inference program on the bound inputs (all must be bound).
+  void run();
+  // Output `name` of the last run.
+  const Tensor& output(const std::string& name) const;
+  // Binds `inputs`, runs, returns every output by name.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs);
+
+  // Training: packages compiled with `kiln compile --train`, or Options::train_batch_size.
+  bool can_train() const;
+  int64_t train_batch_size() const;  // 0 without a training step
+  // One optimizer step on a batch (the model's input) and its labels (i32 [batch]); returns
+  // the loss. Later runs use the updated parameters.
+  float train_step(const Tensor& batch, const Tensor& labels);
+
+ private:
+  struct Impl;
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

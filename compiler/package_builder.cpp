@@ -1,0 +1,104 @@
+#include "compiler/package_builder.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "codegen/emit.h"
+#include "codegen/library_dispatch.h"
+#include "compiler/model_loader.h"
+#include "compiler/parameters.h"
+#include "compiler/trainer.h"
+#include "ir/diagnostic.h"
+#include "passes/pass_manager.h"
+
+namespace kiln::compiler {
+namespace {
+
+std::string read_model_bytes(const std::string& path) {
+  if (path == "-") throw Error("-", "a package is compiled from a model file (it records the file's hash)");
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw Error(path, "cannot open the model: " + std::string(std::strerror(errno)));
+  std::ostringstream bytes;
+  bytes << file.rdbuf();
+  return bytes.str();
+}
+
+runtime::PackageProgram compile_program(const PackageRequest& request, std::string role,
+                                        codegen::Program program) {
+  runtime::NvrtcOptions nvrtc;
+  nvrtc.archs = request.archs;
+  nvrtc.cache = request.cache;
+  nvrtc.verbose = request.verbose;
+  runtime::CudaBinary binary = runtime::compile_with_nvrtc(program.source, program.graph_name + ".cu", nvrtc);
+  if (!request.ptx) {
+    binary.ptx.clear();
+    binary.ptx_arch.clear();
+  }
+  return {std::move(role), std::move(program), std::move(binary)};
+}
+
+nlohmann::ordered_json decisions_json(const PassDecisions& decisions) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& [pass, message] : decisions) list.push_back({{"pass", pass}, {"message", message}});
+  return list;
+}
+
+}  // namespace
+
+std::function<void(ir::Graph&, PassDecisions*)> default_pipeline(int opt_level) {
+  return [opt_level](ir::Graph& graph, PassDecisions* decisions) {
+    passes::PassManagerOptions options;
+    if (decisions) {
+      options.decisions = decisions;
+      options.record_decisions = {"fuse-conv-bias-relu", "fuse-elementwise"};
+    }
+    passes::PassManager manager(options, std::cerr);
+    manager.add_all(passes::inference_pipeline(opt_level));
+    manager.run(graph);
+  };
+}
+
+runtime::Package build_package(const PackageRequest& request) {
+  if (runtime::is_package_file(request.model))
+    throw Error(request.model, "this is already a package; kiln compile takes a model (.json or IR)");
+  const std::string model_bytes = read_model_bytes(request.model);
+  const codegen::LibrarySelection libraries = codegen::parse_library_flag(request.library);
+
+  runtime::Package package;
+  runtime::PackageManifest& m = package.manifest;
+  m.kiln_version = KILN_VERSION;
+  m.model = std::filesystem::path(request.model).filename().string();
+  m.model_hash = runtime::hash_text(model_bytes);
+  m.archs = request.archs;
+  m.options = {{"library", request.library}, {"ptx", request.ptx}};
+  m.report = nlohmann::ordered_json::object();
+
+  if (request.train) {
+    TrainingPrograms programs = build_training_programs(request.model, request.train->batch_size,
+                                                        request.train->seed, request.train->optimizer,
+                                                        libraries);
+    m.pipeline = passes::training_pipeline(request.train->optimizer);
+    m.options["train"] = training_options_json(programs);
+    package.programs.push_back(compile_program(request, std::string(runtime::kInferenceProgram),
+                                               std::move(programs.eval)));
+    package.programs.push_back(compile_program(request, std::string(runtime::kTrainStepProgram),
+                                               std::move(programs.step)));
+    package.weights = std::move(programs.weights);
+    return package;
+  }
+  ir::Graph graph = load_model(request.model);
+  load_parameter_data(graph);
+  PassDecisions decisions;
+  if (request.run_pipeline) request.run_pipeline(graph, &decisions);
+  m.report["fusion_decisions"] = decisions_json(decisions);
+  m.pipeline = request.pipeline;
+  m.options["opt_level"] = request.opt_level;
+  package.programs.push_back(compile_program(request, std::string(runtime::kInferenceProgram),
+                                             codegen::emit_program(graph, libraries)));
+  for (const ir::Value* param : graph.parameters) package.weights.emplace(param->name, *param->data);
+  return package;
+}
+
+}  // namespace kiln::compiler

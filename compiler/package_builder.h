@@ -1,0 +1,46 @@
+// Compiling a model into a package (runtime/package/package.h): what `kiln compile` writes and
+// what the C++ API's Model::load does with a model file.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/compile/kernel_cache.h"
+#include "runtime/package/package.h"
+
+namespace kiln::compiler {
+
+using PassDecisions = std::vector<std::pair<std::string, std::string>>;
+
+struct PackageRequest {
+  std::string model;  // a model file (.json or textual IR)
+  std::vector<std::string> archs = {"sm_80", "sm_90"};
+  bool ptx = true;                  // false: cubins only (--no-ptx)
+  std::string library = "auto";     // --library
+  // The inference pipeline: its pass names (recorded in the manifest) and how to run it
+  // (the CLI's flags or the default pipeline), keeping the fusion decisions.
+  int opt_level = 1;
+  std::vector<std::string> pipeline;
+  std::function<void(ir::Graph&, PassDecisions*)> run_pipeline;
+  // Set: a training package (the training step and the inference graph at this batch size).
+  struct Training {
+    int64_t batch_size = 32;
+    std::string optimizer = "optimizer=adam lr=0.001";  // append-optimizer's options
+    uint64_t seed = 0;
+  };
+  std::optional<Training> train;
+  runtime::KernelCache* cache = nullptr;
+  bool verbose = false;
+};
+
+// Loads, optimizes, emits and compiles (NVRTC for every arch) the model. Throws kiln::Error.
+runtime::Package build_package(const PackageRequest& request);
+
+// The default -O pipeline, for callers without the CLI's flags.
+std::function<void(ir::Graph&, PassDecisions*)> default_pipeline(int opt_level);
+
+}  // namespace kiln::compiler

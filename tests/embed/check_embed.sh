@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The C++ API as a user gets it: `cmake --install` kiln into a fresh prefix, build
+# examples/embed against it with find_package(kiln), and run it on a package: its outputs equal
+# `kiln run`'s bit for bit; a training package takes steps; a damaged package is kiln::Error.
+# Usage: check_embed.sh BUILD_DIR SOURCE_DIR WORK_DIR
+set -euo pipefail
+build=$1 source=$2 work=$3
+rm -rf "$work" && mkdir -p "$work/out" "$work/ref"
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+cmake -S "$source/examples/embed" -B "$work/embed" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+      >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
+cmake --build "$work/embed" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+embed=$work/embed/embed kiln=$work/prefix/bin/kiln
+image=$source/examples/data/mnist_cnn.image.npy
+
+"$kiln" compile "$source/examples/mnist_cnn.json" -o "$work/mnist.kiln" >/dev/null
+"$embed" "$work/mnist.kiln" "$work/out" image="$image"
+"$kiln" run "$work/mnist.kiln" --backend=auto --input image="$image" --output-dir "$work/ref" >/dev/null
+cmp "$work/out/probs.npy" "$work/ref/probs.npy"
+echo "embed == kiln run: probs.npy identical"
+
+# A model file is compiled at start-up, through the same API.
+"$embed" "$source/examples/mnist_cnn.json" "$work/out" image="$image" >/dev/null
+cmp "$work/out/probs.npy" "$work/ref/probs.npy"
+
+# Training: three steps on one batch of 4 lower the loss.
+"$kiln" compile "$source/examples/mnist_cnn.json" --train --batch-size 4 -o "$work/train.kiln" >/dev/null
+/usr/bin/python3 - "$work" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(0)
+np.save(f"{sys.argv[1]}/batch.npy", rng.random((4, 1, 28, 28), dtype=np.float32))
+np.save(f"{sys.argv[1]}/labels.npy", np.array([1, 7, 3, 3], dtype=np.int32))
+np.save(f"{sys.argv[1]}/image4.npy", rng.random((4, 1, 28, 28), dtype=np.float32))
+PY
+"$embed" "$work/train.kiln" "$work/out" --train "$work/batch.npy" "$work/labels.npy" 3 \
+    image="$work/image4.npy" | tee "$work/train.log"
+/usr/bin/python3 - "$work/train.log" <<'PY'
+import re, sys
+losses = [float(x) for x in re.findall(r"loss ([0-9.]+)", open(sys.argv[1]).read())]
+assert len(losses) == 3 and losses[2] < losses[0], losses
+PY
+
+# Errors are kiln::Error, exit 1 in the example.
+head -c 1000 "$work/mnist.kiln" > "$work/truncated.kiln"
+if "$embed" "$work/truncated.kiln" "$work/out" 2>"$work/error.log"; then
+  echo "a truncated package loaded" >&2; exit 1
+fi
+grep -q "truncated.kiln: error: truncated package" "$work/error.log"
+echo "embed: all checks passed"
