@@ -15,6 +15,7 @@
 #include "compiler/output_file.h"
 #include "compiler/parameters.h"
 #include "compiler/pipeline_flags.h"
+#include "compiler/exe_builder.h"
 #include "compiler/package_builder.h"
 #include "compiler/trainer.h"
 #include "ir/diagnostic.h"
@@ -29,6 +30,7 @@ struct Options {
   std::vector<std::string> archs = {"sm_80", "sm_90"};
   bool no_ptx = false;
   bool timings = false;
+  std::string emit = "package";
   CacheFlags cache;
   LibraryFlag library;
   PipelineFlags pipeline;
@@ -72,6 +74,18 @@ int run(const Options& options, const CLI::App& command) {
   request.verbose = options.cache.verbose;
   const runtime::Package package = timer.time("compile", [&] { return compiler::build_package(request); });
 
+  if (options.emit == "exe") {
+    if (!package.find(runtime::kInferenceProgram)) throw Error(options.output, "no inference program");
+    const std::string bytes = runtime::serialize_package(package);
+    timer.time("link", [&] {
+      compiler::build_standalone_executable(package, bytes, options.output, options.cache.verbose);
+    });
+    std::cout << fmt::format("wrote {}: a standalone program for graph @{} ({} bytes of package "
+                             "embedded); run it with --help\n",
+                             options.output, package.programs[0].program.graph_name, bytes.size());
+    if (options.timings) timer.print();
+    return kExitOk;
+  }
   const std::string bytes = timer.time("write", [&] {
     std::string serialized = runtime::serialize_package(package);
     compiler::write_file_atomically(options.output, serialized);
@@ -99,7 +113,14 @@ Command add_compile_command(CLI::App& app) {
       "compile", "Compile a model ahead of time into a package (.kiln) that run, train and "
                  "inspect take; loading it on the GPU needs no compiler");
   cmd->add_option("MODEL", options->model, "model file: .json or textual IR")->required();
-  cmd->add_option("-o,--output", options->output, "the package to write (model.kiln)")->required();
+  cmd->add_option("-o,--output", options->output,
+                  "the package to write (model.kiln), or the program with --emit=exe")
+      ->required();
+  cmd->add_option("--emit", options->emit,
+                  "package: a .kiln file for kiln run/train/inspect and the C++ API; exe: a "
+                  "standalone program (generated main + libkiln.a + the package embedded)")
+      ->check(CLI::IsMember({"package", "exe"}))
+      ->capture_default_str();
   add_arch_option(*cmd, options->archs);
   cmd->add_flag("--no-ptx", options->no_ptx,
                 "leave out the PTX: smaller, but the package then runs only on the --arch GPUs");

@@ -69,7 +69,7 @@ Model Model::load_package(std::string_view bytes, const std::string& name, const
   auto create = [&](const runtime::PackageProgram& p) {
     if (exe.backend == runtime::Backend::Cuda)
       runtime::require_code_for(p.binary, runtime::cuda::cuda_device_info(0).sm, name);
-    return runtime::Executable::create(p.program, package.parameters(p.program, name), exe, &p.binary);
+    return runtime::Executable::load(p.program, package.parameters(p.program, name), exe, &p.binary);
   };
   if (step) {
     impl->train_batch = step->program.buffers.at(step->program.buffer_ids(codegen::BufferRole::Input).at(0))

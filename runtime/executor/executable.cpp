@@ -5,7 +5,6 @@
 #include <set>
 
 #include "ir/diagnostic.h"
-#include "runtime/compile/nvrtc.h"
 #include "runtime/executor/host_executor.h"
 
 namespace kiln::runtime {
@@ -38,15 +37,7 @@ class CudaBacked final : public Executable {
   CudaBacked(codegen::Program program, const std::vector<ir::Tensor>& parameters,
              const ExecutableOptions& options, const CudaBinary* binary)
       : Executable(std::move(program)) {
-    if (binary != nullptr) {
-      executable_ = cuda::CudaExecutable::create(program_, *binary, parameters, options.cuda);
-      return;
-    }
-    NvrtcOptions nvrtc;
-    nvrtc.cache = options.cache;
-    nvrtc.verbose = options.verbose;
-    const CudaBinary compiled = compile_with_nvrtc(program_.source, program_.graph_name + ".cu", nvrtc);
-    executable_ = cuda::CudaExecutable::create(program_, compiled, parameters, options.cuda);
+    executable_ = cuda::CudaExecutable::create(program_, *binary, parameters, options.cuda);
   }
 
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override {
@@ -63,10 +54,12 @@ class CudaBacked final : public Executable {
 
 }  // namespace
 
-std::unique_ptr<Executable> Executable::create(codegen::Program program,
-                                               const std::vector<ir::Tensor>& parameters,
-                                               const ExecutableOptions& options,
-                                               const CudaBinary* binary) {
+std::unique_ptr<Executable> Executable::load(codegen::Program program,
+                                             const std::vector<ir::Tensor>& parameters,
+                                             const ExecutableOptions& options,
+                                             const CudaBinary* binary) {
+  KILN_CHECK(options.backend != Backend::Cuda || binary != nullptr)
+      << "the CUDA backend loads compiled code; Executable::create compiles it";
   if (options.backend == Backend::Cuda)
     return std::make_unique<CudaBacked>(std::move(program), parameters, options, binary);
   return std::make_unique<HostBacked>(std::move(program), parameters, options);

@@ -42,6 +42,12 @@ class Executable {
                                             const std::vector<ir::Tensor>& parameters,
                                             const ExecutableOptions& options,
                                             const CudaBinary* binary = nullptr);
+  // The same with the CUDA code already compiled: `binary` is required on the CUDA backend.
+  // Links no NVRTC (executable_create.cpp has create()), for programs that only load packages.
+  static std::unique_ptr<Executable> load(codegen::Program program,
+                                          const std::vector<ir::Tensor>& parameters,
+                                          const ExecutableOptions& options,
+                                          const CudaBinary* binary);
 
   const codegen::Program& program() const { return program_; }
 
