@@ -15,6 +15,7 @@
 #include "compiler/output_file.h"
 #include "compiler/parameters.h"
 #include "compiler/pipeline_flags.h"
+#include "compiler/cuda_project.h"
 #include "compiler/exe_builder.h"
 #include "compiler/package_builder.h"
 #include "compiler/trainer.h"
@@ -74,6 +75,14 @@ int run(const Options& options, const CLI::App& command) {
   request.verbose = options.cache.verbose;
   const runtime::Package package = timer.time("compile", [&] { return compiler::build_package(request); });
 
+  if (options.emit == "cuda-project") {
+    compiler::write_cuda_project(package, options.output);
+    std::cout << fmt::format("wrote {}/: model.cu, main.cu, weights.bin, CMakeLists.txt for graph @{}; "
+                             "build with: cmake -S {} -B {}/build && cmake --build {}/build\n",
+                             options.output, package.programs[0].program.graph_name, options.output,
+                             options.output, options.output);
+    return kExitOk;
+  }
   if (options.emit == "exe") {
     if (!package.find(runtime::kInferenceProgram)) throw Error(options.output, "no inference program");
     const std::string bytes = runtime::serialize_package(package);
@@ -118,8 +127,9 @@ Command add_compile_command(CLI::App& app) {
       ->required();
   cmd->add_option("--emit", options->emit,
                   "package: a .kiln file for kiln run/train/inspect and the C++ API; exe: a "
-                  "standalone program (generated main + libkiln.a + the package embedded)")
-      ->check(CLI::IsMember({"package", "exe"}))
+                  "standalone program (generated main + libkiln.a + the package embedded); cuda-project: "
+                  "a directory (-o) with the kernels, a main.cu and a CMakeLists.txt for nvcc")
+      ->check(CLI::IsMember({"package", "exe", "cuda-project"}))
       ->capture_default_str();
   add_arch_option(*cmd, options->archs);
   cmd->add_flag("--no-ptx", options->no_ptx,
