@@ -9,25 +9,13 @@
 
 #include "compiler/output_file.h"
 #include "ir/diagnostic.h"
+#include "ir/printer.h"
 #include "kiln_link_config.h"
 
 namespace kiln::compiler {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string c_string(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 
 // Where libkiln.a and the public headers are: next to the tool in a build tree, or the
 // install prefix's lib/ and include/ beside its bin/.
@@ -157,7 +145,7 @@ int main(int argc, char** argv) {{
 }}
 )cpp",
                      fmt::arg("model", package.manifest.model), fmt::arg("graph", p.program.graph_name),
-                     fmt::arg("help", c_string(help)), fmt::arg("name", program_name));
+                     fmt::arg("help", ir::quoted_string(help)), fmt::arg("name", program_name));
 }
 
 void build_standalone_executable(const runtime::Package& package, const std::string& package_bytes,

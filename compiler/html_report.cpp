@@ -22,20 +22,6 @@
 namespace kiln::compiler {
 namespace {
 
-std::string escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string thousands(int64_t value) {
   std::string digits = std::to_string(value < 0 ? -value : value), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -125,7 +111,7 @@ std::string memory_timeline_svg(const codegen::Program& program) {
     svg += fmt::format(
         "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" class=\"value c{}\">"
         "<title>{}: {} ({} B at offset {}), kernels {}..{}</title></rect>\n",
-        x, y, w, h, i % 6, escape(buffer.name), buffer.type.to_string(), thousands(buffer.bytes),
+        x, y, w, h, i % 6, html_escape(buffer.name), buffer.type.to_string(), thousands(buffer.bytes),
         thousands(buffer.arena_offset), program.kernels[static_cast<size_t>(life.first)].name,
         program.kernels[static_cast<size_t>(life.last)].name);
   }
@@ -138,8 +124,8 @@ std::string kernel_rows(const Inspection& in) {
     const codegen::Kernel& kernel = in.program.kernels[k];
     std::string nodes;
     for (size_t i = 0; i < kernel.source_nodes.size(); ++i)
-      nodes += fmt::format("{}{} <span class=\"op\">{}</span>", i ? ", " : "", escape(kernel.source_nodes[i]),
-                           escape(i < kernel.source_ops.size() ? kernel.source_ops[i] : "?"));
+      nodes += fmt::format("{}{} <span class=\"op\">{}</span>", i ? ", " : "", html_escape(kernel.source_nodes[i]),
+                           html_escape(i < kernel.source_ops.size() ? kernel.source_ops[i] : "?"));
     std::string shapes;
     for (size_t a = kernel.args.size() - static_cast<size_t>(kernel.num_outputs); a < kernel.args.size(); ++a)
       shapes += (shapes.empty() ? "" : ", ") + in.program.buffers[static_cast<size_t>(kernel.args[a])].type.to_string();
@@ -147,7 +133,7 @@ std::string kernel_rows(const Inspection& in) {
     const double seconds = codegen::kH100.seconds(kernel.flops, bytes);
     rows += fmt::format("<tr><td data-v=\"{}\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td>"
                         "<td>{} {}</td><td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td>",
-                        k, k, escape(kernel.name), nodes, escape(shapes), dim3_text(kernel.grid),
+                        k, k, html_escape(kernel.name), nodes, html_escape(shapes), dim3_text(kernel.grid),
                         dim3_text(kernel.block), kernel.flops, thousands(kernel.flops), bytes,
                         thousands(bytes));
     for (const std::string& arch : in.archs) {
@@ -162,7 +148,7 @@ std::string kernel_rows(const Inspection& in) {
                           f->occupancy.fraction(), 100 * f->occupancy.fraction());
     }
     rows += fmt::format("<td data-v=\"{:.6e}\">{:.1f} ns</td><td>{}</td></tr>\n", seconds, seconds * 1e9,
-                        kernel.library ? escape(kernel.library->routine) : "generated");
+                        kernel.library ? html_escape(kernel.library->routine) : "generated");
   }
   return rows;
 }
@@ -173,7 +159,7 @@ std::string decisions_list(const std::vector<std::pair<std::string, std::string>
   for (const auto& [pass, message] : decisions) {
     if (message.rfind("not fusing", 0) != 0) continue;
     ++refusals;
-    items += fmt::format("<li><span class=\"pass\">{}</span> {}</li>\n", escape(pass), escape(message));
+    items += fmt::format("<li><span class=\"pass\">{}</span> {}</li>\n", html_escape(pass), html_escape(message));
   }
   if (refusals == 0) return "<p class=\"note\">No fusion was refused (or none was recorded).</p>";
   return fmt::format("<p>{} refusal(s), in the order the passes made them.</p>\n<ul class=\"refusals\">\n{}</ul>\n",
@@ -235,11 +221,11 @@ std::string format_inspection_html(const Inspection& in,
     arch_headers += fmt::format("<th>{0} regs</th><th>{0} spill B</th><th>{0} occupancy</th>", arch);
 
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  html += fmt::format("<title>kiln report: {}</title>\n<style>{}</style>\n</head>\n<body>\n", escape(p.graph_name), kStyle);
-  html += fmt::format("<h1>kiln compile report: graph @{}</h1>\n", escape(p.graph_name));
+  html += fmt::format("<title>kiln report: {}</title>\n<style>{}</style>\n</head>\n<body>\n", html_escape(p.graph_name), kStyle);
+  html += fmt::format("<h1>kiln compile report: graph @{}</h1>\n", html_escape(p.graph_name));
   html += fmt::format("<p>pipeline: {}<br>archs: {}</p>\n",
-                      in.passes.empty() ? "none (-O0)" : escape(fmt::format("{}", fmt::join(in.passes, ", "))),
-                      escape(fmt::format("{}", fmt::join(in.archs, ", "))));
+                      in.passes.empty() ? "none (-O0)" : html_escape(fmt::format("{}", fmt::join(in.passes, ", "))),
+                      html_escape(fmt::format("{}", fmt::join(in.archs, ", "))));
   html += "<table class=\"figures\">\n";
   html += fmt::format("<tr><td>kernels</td><td>{} (from {} nodes)</td></tr>\n", p.kernels.size(), nodes);
   html += fmt::format("<tr><td>FLOPs</td><td>{}</td></tr>\n", thousands(flops));

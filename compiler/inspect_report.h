@@ -30,6 +30,9 @@ std::string format_inspection_json(const Inspection& inspection);
 // box of the kernel that reads them; see kernel_dot.cpp for why).
 std::string format_kernel_graph_dot(const codegen::Program& program);
 
+// `text` with & < > " as HTML entities (for Graphviz HTML labels and the HTML report).
+std::string html_escape(std::string_view text);
+
 // One self-contained HTML page (html_report.cpp): the kernel graph (drawn by Graphviz's dot,
 // kiln::Error when it is missing), the kernel table, the memory plan as a timeline and the
 // fusion refusals among `decisions` ((pass, message) as --debug-only prints them).

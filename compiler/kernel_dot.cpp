@@ -21,20 +21,6 @@ namespace {
 // Rows of a kernel box past this many source nodes are summed up in one "… N more" row.
 constexpr size_t kMaxNodeRows = 16;
 
-std::string html_escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 // A double-quoted DOT string; "\n" in `text` stays a DOT line break.
 std::string quoted(std::string_view text) {
   std::string out = "\"";
@@ -67,6 +53,20 @@ std::string kernel_box(const codegen::Kernel& kernel, const std::vector<std::str
 }
 
 }  // namespace
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 std::string format_kernel_graph_dot(const codegen::Program& program) {
   // The kernel that writes each buffer; -1 for inputs and parameters.

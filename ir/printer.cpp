@@ -10,9 +10,7 @@
 
 namespace kiln::ir {
 
-namespace {
-
-std::string quoted(std::string_view text) {
+std::string quoted_string(std::string_view text) {
   std::string out = "\"";
   for (char c : text) {
     if (c == '"' || c == '\\') out += '\\';
@@ -25,8 +23,10 @@ std::string quoted(std::string_view text) {
   return out + "\"";
 }
 
+namespace {
+
 std::string sigil_name(char sigil, std::string_view name) {
-  return std::string(1, sigil) + (is_plain_name(name) ? std::string(name) : quoted(name));
+  return std::string(1, sigil) + (is_plain_name(name) ? std::string(name) : quoted_string(name));
 }
 
 // Assigns every value the name it prints under: its own when it has one, else a number
@@ -114,7 +114,7 @@ void print_node(std::ostream& out, const Node& node, const ValueNamer& name_of,
       out << (i ? ", " : " ") << body_name_of(node.body->outputs[i]);
     out << "\n" << indent << "}";
   } else if (!node.name.empty()) {
-    out << " loc(" << quoted(node.name) << ")";
+    out << " loc(" << quoted_string(node.name) << ")";
   }
   if (plan) out << slices_comment(node, *plan, name_of);
   out << "\n";
@@ -132,7 +132,7 @@ std::string param_source_to_string(const ParamSource& source) {
   if (const auto* data = std::get_if<InlineData>(&source))
     return "dense<" + attribute_to_string(data->values) + ">";
   const auto& file = std::get<ExternalData>(source);
-  return "file(" + quoted(file.path) + ", " + quoted(file.key) + ")";
+  return "file(" + quoted_string(file.path) + ", " + quoted_string(file.key) + ")";
 }
 
 void print_graph(std::ostream& out, const Graph& graph) {

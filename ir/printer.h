@@ -42,6 +42,10 @@
 
 namespace kiln::ir {
 
+// `text` as a double-quoted string with C escapes (\" \\ \n): how the printer writes names
+// that need quotes; also a valid C/C++ string literal.
+std::string quoted_string(std::string_view text);
+
 std::string print_graph(const Graph& graph);
 void print_graph(std::ostream& out, const Graph& graph);
 
