@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <ostream>
 #include <set>
@@ -264,6 +265,15 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   const std::string optimizer =
       package ? std::string() : optimizer_spec(options.optimizer, options.lr, options.momentum, options.weight_decay);
   const runtime::Backend backend = resolve_backend(options.backend, options.verbose);
+
+  // The checkpoint's directory now, so that an epoch's work is never lost to a missing one.
+  if (!options.checkpoint.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(options.checkpoint).parent_path();
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    if (ec)
+      throw Error(options.checkpoint, "cannot create the checkpoint's directory: " + ec.message());
+  }
 
   // Data first: a wrong --data fails before minutes of compilation.
   const data::Dataset train_set = load_split(options, data::Split::Train, options.train_samples,
