@@ -53,11 +53,15 @@ int inspect_package(const Options& options, const CLI::App& command) {
                                                                     : runtime::kInferenceProgram;
   const runtime::PackageProgram* program = package.find(role);
   if (!program) throw Error("--program", "the package has no program '" + role + "'");
-  // The fusion decisions kiln compile recorded (training packages record none).
+  // The fusion decisions kiln compile recorded for this program (report.fusion_decisions.<role>).
   std::vector<std::pair<std::string, std::string>> decisions;
   const auto& report = package.manifest.report;
-  if (report.is_object() && report.contains("fusion_decisions") && report["fusion_decisions"].is_array())
-    for (const auto& d : report["fusion_decisions"])
+  const auto recorded = report.is_object() && report.contains("fusion_decisions") &&
+                                report["fusion_decisions"].is_object()
+                            ? report["fusion_decisions"].value(role, nlohmann::ordered_json::array())
+                            : nlohmann::ordered_json::array();
+  if (recorded.is_array())
+    for (const auto& d : recorded)
       if (d.is_object() && d.contains("pass") && d.contains("message") && d["pass"].is_string() &&
           d["message"].is_string())
         decisions.emplace_back(d["pass"].get<std::string>(), d["message"].get<std::string>());

@@ -81,6 +81,7 @@ runtime::Package build_package(const PackageRequest& request) {
                                                         libraries);
     m.pipeline = passes::training_pipeline(request.train->optimizer);
     m.options["train"] = training_options_json(programs);
+    m.report["fusion_decisions"] = {{std::string(runtime::kTrainStepProgram), decisions_json(programs.step_decisions)}};
     package.programs.push_back(compile_program(request, std::string(runtime::kInferenceProgram),
                                                std::move(programs.eval)));
     package.programs.push_back(compile_program(request, std::string(runtime::kTrainStepProgram),
@@ -92,7 +93,7 @@ runtime::Package build_package(const PackageRequest& request) {
   load_parameter_data(graph);
   PassDecisions decisions;
   if (request.run_pipeline) request.run_pipeline(graph, &decisions);
-  m.report["fusion_decisions"] = decisions_json(decisions);
+  m.report["fusion_decisions"] = {{std::string(runtime::kInferenceProgram), decisions_json(decisions)}};
   m.pipeline = request.pipeline;
   m.options["opt_level"] = request.opt_level;
   package.programs.push_back(compile_program(request, std::string(runtime::kInferenceProgram),

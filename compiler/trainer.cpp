@@ -37,8 +37,14 @@ const std::vector<std::string> kEvalPipeline = {"canonicalize", "cse", "dce",
                                                 "fuse-conv-bias-relu", "fuse-elementwise",
                                                 "plan-memory"};
 
-void run_pipeline(ir::Graph& graph, const std::vector<std::string>& passes) {
-  passes::PassManager manager(passes::PassManagerOptions{}, std::cerr);
+void run_pipeline(ir::Graph& graph, const std::vector<std::string>& passes,
+                  std::vector<std::pair<std::string, std::string>>* decisions = nullptr) {
+  passes::PassManagerOptions options;
+  if (decisions) {
+    options.decisions = decisions;
+    options.record_decisions = {"fuse-conv-bias-relu", "fuse-elementwise"};
+  }
+  passes::PassManager manager(options, std::cerr);
   manager.add_all(passes);
   manager.run(graph);
 }
@@ -199,7 +205,7 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
   programs.optimizer = optimizer;
   programs.seed = seed;
   programs.info = make_training_graph(step_graph, TrainingGraphOptions{batch_size, seed});
-  run_pipeline(step_graph, passes::training_pipeline(optimizer));
+  run_pipeline(step_graph, passes::training_pipeline(optimizer), &programs.step_decisions);
   set_batch_size(eval_graph, batch_size);
   run_pipeline(eval_graph, kEvalPipeline);
   add_weights(step_graph, programs.weights);

@@ -49,6 +49,8 @@ struct TrainingPrograms {
   int64_t batch_size = 0;
   std::string optimizer;  // the append-optimizer options: "optimizer=adam lr=0.001"
   uint64_t seed = 0;      // of the dropout streams
+  // The fusion passes' decisions on the training step ((pass, message), refusals included).
+  std::vector<std::pair<std::string, std::string>> step_decisions;
 };
 
 // "optimizer=adam lr=0.001 ..." for the flags; kiln::Error naming a bad one.
