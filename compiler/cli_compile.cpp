@@ -3,17 +3,11 @@
 // `kiln train` and `kiln inspect` take in place of the model (runtime/package/package.h).
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
-#include "codegen/emit.h"
 #include "compiler/cli.h"
 #include "compiler/cli_common.h"
-#include "compiler/model_loader.h"
 #include "compiler/output_file.h"
-#include "compiler/parameters.h"
 #include "compiler/pipeline_flags.h"
 #include "compiler/cuda_project.h"
 #include "compiler/exe_builder.h"

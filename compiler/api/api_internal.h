@@ -15,4 +15,12 @@ ir::Tensor to_ir(const Tensor& tensor);
 Tensor from_ir(const ir::Tensor& tensor);
 DType from_ir(ir::DType dtype);
 
+// Models from packages already in memory as kiln's own type (model.cpp).
+class ModelFactory {
+ public:
+  // `name` names the package in errors.
+  static Model from_package(const runtime::Package& package, const std::string& name,
+                            const Options& options);
+};
+
 }  // namespace kiln::api

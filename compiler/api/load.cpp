@@ -30,8 +30,7 @@ Model Model::load(const std::string& path, const Options& options) {
   std::unique_ptr<runtime::KernelCache> cache;
   if (options.use_cache) cache = std::make_unique<runtime::KernelCache>(runtime::KernelCache::default_directory());
   request.cache = cache.get();
-  const runtime::Package package = compiler::build_package(request);
-  return load_package(runtime::serialize_package(package), path, options);
+  return api::ModelFactory::from_package(compiler::build_package(request), path, options);
 }
 
 }  // namespace kiln

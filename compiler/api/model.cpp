@@ -51,12 +51,16 @@ Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
 Model Model::load_package(std::string_view bytes, const std::string& name, const Options& options) {
-  const runtime::Package package = runtime::parse_package(bytes, name);
+  return api::ModelFactory::from_package(runtime::parse_package(bytes, name), name, options);
+}
+
+Model api::ModelFactory::from_package(const runtime::Package& package, const std::string& name,
+                                      const Options& options) {
   const runtime::PackageProgram* inference = package.find(runtime::kInferenceProgram);
   if (!inference) throw Error(name, "the package has no inference program");
   const runtime::PackageProgram* step = package.find(runtime::kTrainStepProgram);
 
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Model::Impl>();
   impl->name = inference->program.graph_name;
   impl->inputs = infos(inference->program, codegen::BufferRole::Input);
   impl->outputs = infos(inference->program, codegen::BufferRole::Output, &inference->program.output_names);

@@ -25,6 +25,10 @@
 
 namespace kiln {
 
+namespace api {
+class ModelFactory;  // kiln's side of the API (compiler/api/api_internal.h)
+}
+
 // Element types, as in kiln's IR ("f32", "i32", ...).
 enum class DType { F32, F16, BF16, I32, I64, Bool, F64 };
 std::string_view dtype_name(DType dtype);
@@ -114,6 +118,7 @@ class Model {
 
  private:
   struct Impl;
+  friend class api::ModelFactory;
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
