@@ -23,20 +23,24 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(
   bytes_.resize(static_cast<size_t>(*count) * ir::dtype_size(to_ir(dtype)));
 }
 
-Tensor Tensor::from_floats(std::vector<int64_t> shape, const std::vector<float>& values) {
-  Tensor tensor(DType::F32, std::move(shape));
+namespace {
+// A tensor of `dtype` holding `values` (one per element; kiln::Error naming `who` otherwise).
+template <typename T>
+Tensor filled(const char* who, DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
+  Tensor tensor(dtype, std::move(shape));
   if (static_cast<int64_t>(values.size()) != tensor.num_elements())
-    throw Error("kiln::Tensor::from_floats", fmt::format("{} values for a {}", values.size(), tensor.type_string()));
+    throw Error(who, fmt::format("{} values for a {}", values.size(), tensor.type_string()));
   std::memcpy(tensor.data(), values.data(), tensor.byte_size());
   return tensor;
 }
+}  // namespace
+
+Tensor Tensor::from_floats(std::vector<int64_t> shape, const std::vector<float>& values) {
+  return filled("kiln::Tensor::from_floats", DType::F32, std::move(shape), values);
+}
 
 Tensor Tensor::from_ints(std::vector<int64_t> shape, const std::vector<int32_t>& values) {
-  Tensor tensor(DType::I32, std::move(shape));
-  if (static_cast<int64_t>(values.size()) != tensor.num_elements())
-    throw Error("kiln::Tensor::from_ints", fmt::format("{} values for a {}", values.size(), tensor.type_string()));
-  std::memcpy(tensor.data(), values.data(), tensor.byte_size());
-  return tensor;
+  return filled("kiln::Tensor::from_ints", DType::I32, std::move(shape), values);
 }
 
 int64_t Tensor::num_elements() const { return ir::num_elements(shape_); }

@@ -76,17 +76,19 @@ const PackageProgram* Package::find(std::string_view role) const {
   return nullptr;
 }
 
+const ir::Tensor& Package::weights_for(const codegen::Buffer& buffer, const std::string& path) const {
+  auto it = weights.find(buffer.name);
+  if (it == weights.end()) throw Error(path, "the package has no weights for parameter '" + buffer.name + "'");
+  if (it->second.type() != buffer.type)
+    throw Error(path, fmt::format("weights '{}' are {}, the program takes {}", buffer.name,
+                                  it->second.type().to_string(), buffer.type.to_string()));
+  return it->second;
+}
+
 std::vector<ir::Tensor> Package::parameters(const codegen::Program& program, const std::string& path) const {
   std::vector<ir::Tensor> tensors;
-  for (int id : program.buffer_ids(codegen::BufferRole::Parameter)) {
-    const codegen::Buffer& buffer = program.buffers[id];
-    auto it = weights.find(buffer.name);
-    if (it == weights.end()) throw Error(path, "the package has no weights for parameter '" + buffer.name + "'");
-    if (it->second.type() != buffer.type)
-      throw Error(path, fmt::format("weights '{}' are {}, the program takes {}", buffer.name,
-                                    it->second.type().to_string(), buffer.type.to_string()));
-    tensors.push_back(it->second);
-  }
+  for (int id : program.buffer_ids(codegen::BufferRole::Parameter))
+    tensors.push_back(weights_for(program.buffers[id], path));
   return tensors;
 }
 
@@ -290,7 +292,10 @@ Package parse_package(std::string_view bytes, const std::string& path) {
     std::memcpy(data.data(), weights.data() + offset, data.size());
     package.weights.emplace(name, ir::Tensor(type, std::move(data)));
   }
-  for (const PackageProgram& program : package.programs) package.parameters(program.program, path);
+  // Every parameter has weights of its type (checked, not copied).
+  for (const PackageProgram& program : package.programs)
+    for (int id : program.program.buffer_ids(codegen::BufferRole::Parameter))
+      package.weights_for(program.program.buffers[id], path);
   return package;
 }
 

@@ -63,6 +63,8 @@ struct Package {
   // Parameter tensors of `program` in graph order, from `weights`. kiln::Error naming `path`
   // when one is missing or has another type.
   std::vector<ir::Tensor> parameters(const codegen::Program& program, const std::string& path) const;
+  // The weights of one parameter buffer, checked the same way.
+  const ir::Tensor& weights_for(const codegen::Buffer& buffer, const std::string& path) const;
 };
 
 // The package's bytes (written with compiler::write_file_atomically, so that a failure leaves
