@@ -14,13 +14,13 @@
 #include "compiler/output_file.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
 #include "runtime/compile/nvrtc.h"
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/executor/executable.h"
 #include "runtime/package/package.h"
 #include "runtime/executor/host_executor.h"
 #include "runtime/host/host_module.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln::cli {
 
@@ -238,7 +238,7 @@ int run(const Options& options, const CLI::App& command) {
       if (!options.profile.empty())
         throw Error("--profile", "times generated kernels; the reference interpreter runs none "
                                  "(use --backend=host or cuda)");
-      outputs = timer.time("run", [&] { return runtime::run_reference(graph, inputs); });
+      outputs = timer.time("run", [&] { return eval::run_reference(graph, inputs); });
     } else {
       outputs = run_compiled(options, graph, ordered_inputs(input_slots(graph), inputs), timer);
     }

@@ -1,7 +1,7 @@
 // constant-fold: whatever depends only on parameters is computed once, at compile time.
 //
 // Nodes are visited in graph (topological) order. A node all of whose operands are parameters
-// with data is evaluated with the reference interpreter's kernel (runtime/reference: double
+// with data is evaluated with the reference interpreter's kernel (ir/eval: double
 // arithmetic, rounded once to the result dtype, exactly what the graph would compute) and its
 // result becomes a new parameter with an inline source and the result's name. Because that
 // parameter replaces every use, a later node fed only by folded values folds too, so a whole
@@ -16,8 +16,8 @@
 #include <unordered_set>
 
 #include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
 #include "passes/pass.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln::passes {
 namespace {
@@ -51,7 +51,7 @@ std::string refusal(const ir::Node& node) {
     if (training != node.attrs.end() && std::get<bool>(training->second))
       return "training-mode dropout reads the step counter, which changes every step";
   }
-  if (runtime::find_reference_kernel(node.op) == nullptr)
+  if (eval::find_reference_kernel(node.op) == nullptr)
     return "the reference interpreter has no kernel for op '" + node.op + "'";
   std::unordered_set<const ir::Value*> operands;
   int64_t operand_bytes = 0;
@@ -87,7 +87,7 @@ bool ConstantFold::run(ir::Graph& graph, PassContext& context) {
     for (const ir::Value* operand : node->inputs) operands.push_back(operand->data.get());
     std::vector<ir::Tensor> results;
     try {
-      results = (*runtime::find_reference_kernel(node->op))(*node, operands);
+      results = (*eval::find_reference_kernel(node->op))(*node, operands);
     } catch (const Error& error) {
       // A data error (integer division by zero) stays where it was: a run-time error.
       context.debug(kPass, fmt::format("not folding {}: evaluating it fails: {}", who(*node),

@@ -1,5 +1,5 @@
 // CUDA kernels for the window backward ops (ir/ops/nn_grad_ops.cpp). Semantics:
-// runtime/reference/kernels_nn_grad.cpp, which scatters; these kernels gather instead, one
+// ir/eval/kernels_nn_grad.cpp, which scatters; these kernels gather instead, one
 // thread per result element in a grid-stride loop, so no atomics and a deterministic sum:
 //
 //   conv2d_grad_input   dx[n,c,h,w]: over the out channels of c's group and the kernel taps,

@@ -1,5 +1,5 @@
 // CUDA kernels for normalization in training (ir/ops/norm_train_ops.cpp). Semantics:
-// runtime/reference/kernels_norm_train.cpp.
+// ir/eval/kernels_norm_train.cpp.
 //
 //   batch_norm_train       one block per channel: two block reductions over its N * inner values
 //                          (the mean, then the squared deviations: no E[x^2] - E[x]^2

@@ -1,5 +1,5 @@
 // CUDA kernels for pooling, bias_add and batch_norm. Semantics: docs/ops.md and
-// runtime/reference/kernels_nn.cpp.
+// ir/eval/kernels_nn.cpp.
 //
 //   max_pool2d, avg_pool2d  one thread per output in a grid-stride loop; the window is walked
 //                           with compile-time bounds, taps in the padding skipped (max: -inf,

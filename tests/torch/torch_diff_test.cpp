@@ -11,8 +11,8 @@
 #include <set>
 
 #include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
 #include "ir/op_registry.h"
-#include "runtime/reference/interpreter.h"
 #include "tests/torch/torch_cases.h"
 
 namespace kiln {
@@ -44,7 +44,7 @@ void run_case(const TorchCase& test_case) {
 
   std::vector<ir::Tensor> got;
   try {
-    got = runtime::run_reference(graph, inputs);
+    got = eval::run_reference(graph, inputs);
   } catch (const Error& error) {
     FAIL() << test_case.name << ": " << error.what();
   }

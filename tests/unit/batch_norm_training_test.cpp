@@ -9,13 +9,13 @@
 #include "codegen/emit.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
 #include "ir/op_registry.h"
 #include "ir/parser.h"
 #include "passes/batch_norm_training.h"
 #include "passes/pass.h"
 #include "passes/pass_manager.h"
 #include "runtime/executor/executable.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln {
 namespace {
@@ -66,7 +66,7 @@ TEST(BatchNormTraining, RewritesIntoBatchNormTrainAndRunningUpdates) {
 TEST(BatchNormTraining, MatchesPyTorchOnTheReferenceInterpreter) {
   ir::Graph graph = parse(kGraph);
   passes::lower_batch_norm_for_training(graph);
-  const std::vector<ir::Tensor> out = runtime::run_reference(graph, {{"x", input_x()}});
+  const std::vector<ir::Tensor> out = eval::run_reference(graph, {{"x", input_x()}});
   ASSERT_EQ(out.size(), 3u);
   expect_values(out[0], {0.25, 1.0715826038847676, 2.714747811654303, 1.6891457998655934,
                          1.1929608239623661, 0.36598586412365414, -0.5715826038847676,
@@ -100,7 +100,7 @@ graph @train(%x: f32[2,2,1,3])
   // loss = sum(y^2) with y = scale * xhat + bias: dbias[c] = 2 sum(y) = 2 * 6 * bias[c] (xhat
   // sums to 0) and dscale[c] = 2 sum(y * xhat) = 2 * 6 * scale[c] (xhat^2 sums to 6 / (1 + eps
   // / var)).
-  const std::vector<ir::Tensor> out = runtime::run_reference(graph, {{"x", input_x()}});
+  const std::vector<ir::Tensor> out = eval::run_reference(graph, {{"x", input_x()}});
   for (size_t i = 0; i < graph.outputs.size(); ++i) {
     if (graph.output_names[i] == "grad.bias") expect_values(out[i], {3.0, 12.0});
     if (graph.output_names[i] == "grad.scale") {
@@ -194,7 +194,7 @@ TEST(BatchNormTraining, StatisticGradientsAgreeWithFiniteDifferences) {
                                    {{"y", types[0]}, {"mean", types[1]}, {"var", types[2]}})
                         ->results;
     const auto out =
-        runtime::run_reference(alone, {{"x", at}, {"scale", scale}, {"bias", bias}});
+        eval::run_reference(alone, {{"x", at}, {"scale", scale}, {"bias", bias}});
     double loss = 0;
     for (size_t r = 0; r < 3; ++r)
       for (int64_t i = 0; i < out[r].num_elements(); ++i) loss += out[r].get(i) * weights[r].get(i);
@@ -229,7 +229,7 @@ TEST(BatchNormTraining, StatisticGradientsAgreeWithFiniteDifferences) {
   ASSERT_TRUE(passes::Autodiff::run(graph, context));
   std::map<std::string, ir::Tensor> feed = {{"scale", scale}, {"bias", bias}};
   for (size_t r = 0; r < 3; ++r) feed.emplace("w" + std::to_string(r), weights[r]);
-  const std::vector<ir::Tensor> out = runtime::run_reference(graph, feed);
+  const std::vector<ir::Tensor> out = eval::run_reference(graph, feed);
   ASSERT_EQ(graph.output_name(1), "grad.x");
 
   for (int64_t k = 0; k < x.num_elements(); ++k) {
@@ -297,7 +297,7 @@ graph @mlp_bn(%x: f32[8,6], %t: f32[8,3])
       batch.push_back(t);
     }
     const std::vector<ir::Tensor> expected =
-        runtime::run_reference(reference, {{"x", batch[0]}, {"t", batch[1]}});
+        eval::run_reference(reference, {{"x", batch[0]}, {"t", batch[1]}});
     for (size_t i = 0; i < expected.size(); ++i) {
       const std::string& name = reference.output_name(i);
       if (name.rfind("next.", 0) == 0)

@@ -16,6 +16,7 @@
 #include <map>
 
 #include "codegen/emit.h"
+#include "ir/eval/interpreter.h"
 #include "ir/op_registry.h"
 #include "ir/parser.h"
 #include "ir/verifier.h"
@@ -23,7 +24,6 @@
 #include "runtime/compile/nvrtc.h"
 #include "runtime/executor/host_executor.h"
 #include "runtime/host/host_module.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln::codegen::testing {
 
@@ -209,7 +209,7 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
     options.edit_inputs(inputs);
     for (size_t i = 0; i < graph.inputs.size(); ++i) named[graph.inputs[i]->name] = inputs[i];
   }
-  const std::vector<ir::Tensor> want = runtime::run_reference(graph, named);
+  const std::vector<ir::Tensor> want = eval::run_reference(graph, named);
   const runtime::host::HostModule module =
       runtime::host::HostModule::compile(program.source, name, &test_cache());
   for (const runtime::host::Schedule& schedule : options.schedules) {

@@ -17,9 +17,9 @@
 
 #include "codegen/emit.h"
 #include "codegen/kernel_emitter.h"
+#include "ir/eval/interpreter.h"
 #include "ir/parser.h"
 #include "ir/verifier.h"
-#include "runtime/reference/interpreter.h"
 
 // Define as 0 to build these tests without NVRTC (runtime/compile) or the host backend
 // (runtime/host): the source checks still run.
@@ -169,7 +169,7 @@ inline Program check_graph(const std::string& name, const std::string& text,
 #if KILN_CODEGEN_TEST_HOST
   std::map<std::string, ir::Tensor> named;
   for (size_t i = 0; i < graph.inputs.size(); ++i) named[graph.inputs[i]->name] = inputs[i];
-  const std::vector<ir::Tensor> want = runtime::run_reference(graph, named);
+  const std::vector<ir::Tensor> want = eval::run_reference(graph, named);
   const runtime::host::HostModule module =
       runtime::host::HostModule::compile(program.source, name, nullptr);
   using Kind = runtime::host::Schedule::Kind;

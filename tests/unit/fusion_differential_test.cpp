@@ -57,6 +57,7 @@
 #include "codegen/emit.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
 #include "ir/kernel_region.h"
 #include "ir/op_registry.h"
 #include "ir/parser.h"
@@ -65,7 +66,6 @@
 #include "runtime/compile/kernel_cache.h"
 #include "runtime/executor/host_executor.h"
 #include "runtime/host/host_module.h"
-#include "runtime/reference/interpreter.h"
 #include "tests/unit/random_graph.h"
 
 namespace kiln {
@@ -175,7 +175,7 @@ void check_graph(GraphRun& run) {
       << "seed " << seed << ": the built graph does not round-trip";
   compiler::load_parameter_data(oracle);
   const std::map<std::string, ir::Tensor> inputs = random_inputs(oracle, seed);
-  const std::vector<ir::Tensor> want = runtime::run_reference(oracle, inputs);
+  const std::vector<ir::Tensor> want = eval::run_reference(oracle, inputs);
   for (size_t i = 0; i < want.size(); ++i)
     for (int64_t e = 0; e < want[i].num_elements(); ++e)
       ASSERT_TRUE(std::isfinite(want[i].get(e))) << "seed " << seed << ": generator bug: output "
@@ -211,7 +211,7 @@ void check_graph(GraphRun& run) {
   ASSERT_EQ(fused.outputs.size(), oracle.outputs.size()) << where;
 
   // 2. The reference interpreter on the fused graph: bit for bit.
-  const std::vector<ir::Tensor> reference_fused = runtime::run_reference(fused, inputs);
+  const std::vector<ir::Tensor> reference_fused = eval::run_reference(fused, inputs);
   for (size_t i = 0; i < want.size(); ++i) {
     const std::string mismatch = compare(reference_fused[i], want[i], 0.0);
     if (!mismatch.empty())

@@ -15,9 +15,9 @@
 #include <random>
 
 #include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
 #include "ir/op_registry.h"
 #include "passes/pass.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln {
 namespace {
@@ -113,7 +113,7 @@ void check_gradients(const Case& c, unsigned seed) {
   std::map<std::string, ir::Tensor> feed = {{"w", weights}};
   for (size_t i = 0; i < values.size(); ++i)
     if (!ir::is_floating(values[i].dtype())) feed.emplace("in" + std::to_string(i), values[i]);
-  const std::vector<ir::Tensor> outputs = runtime::run_reference(graph, feed);
+  const std::vector<ir::Tensor> outputs = eval::run_reference(graph, feed);
 
   // The op alone, for finite differences.
   ir::Graph alone;
@@ -122,7 +122,7 @@ void check_gradients(const Case& c, unsigned seed) {
   auto weighted_sum = [&](const std::vector<ir::Tensor>& in) {
     std::map<std::string, ir::Tensor> f;
     for (size_t i = 0; i < in.size(); ++i) f.emplace("in" + std::to_string(i), in[i]);
-    const std::vector<double> out = runtime::run_reference(alone, f)[0].to_doubles();
+    const std::vector<double> out = eval::run_reference(alone, f)[0].to_doubles();
     double sum = 0;
     for (size_t k = 0; k < out.size(); ++k) sum += out[k] * w_values[k];
     return sum;

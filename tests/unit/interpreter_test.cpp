@@ -5,11 +5,11 @@
 #include <cmath>
 
 #include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
 #include "ir/op_registry.h"
 #include "ir/philox.h"
-#include "runtime/reference/interpreter.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using ir::DType;
@@ -250,4 +250,4 @@ TEST(ReferenceInterpreter, ParameterWithoutDataIsAnInternalError) {
 }
 
 }  // namespace
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
 #include "ir/op_registry.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln {
 namespace {
@@ -131,7 +131,7 @@ std::vector<Tensor> step(const std::string& op, const std::vector<Tensor>& opera
   ir::Node* node = graph.add_node(op, op, inputs, attrs, results);
   node->def = def;
   graph.outputs = node->results;
-  return runtime::run_reference(graph, feed);
+  return eval::run_reference(graph, feed);
 }
 
 const std::vector<double> kP0 = {1.0, -2.0, 0.5};

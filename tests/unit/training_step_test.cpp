@@ -12,11 +12,11 @@
 #include "compiler/model_loader.h"
 #include "compiler/parameters.h"
 #include "compiler/training_graph.h"
+#include "ir/eval/interpreter.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "passes/pass_manager.h"
 #include "runtime/executor/executable.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln {
 namespace {
@@ -69,7 +69,7 @@ std::vector<double> reference_steps(ir::Graph& graph, const std::vector<std::pai
   std::vector<double> losses;
   for (const auto& [images, labels] : batches) {
     const std::vector<ir::Tensor> outputs =
-        runtime::run_reference(graph, {{graph.inputs[0]->name, images}, {"label", labels}});
+        eval::run_reference(graph, {{graph.inputs[0]->name, images}, {"label", labels}});
     losses.push_back(outputs[0].get(0));
     for (size_t i = 0; i < outputs.size(); ++i) {
       const std::string& name = graph.output_name(i);
@@ -166,7 +166,7 @@ graph @drop(%x: f32[4099], %step: i32[1]) -> (f32[4099]) {
   std::vector<ir::Tensor> masks;
   for (double step : {1.0, 2.0, 1.0}) {
     const ir::Tensor s = ir::Tensor::from_doubles(graph.inputs[1]->type, {step});
-    const ir::Tensor expected = runtime::run_reference(graph, {{"x", x}, {"step", s}})[0];
+    const ir::Tensor expected = eval::run_reference(graph, {{"x", x}, {"step", s}})[0];
     const ir::Tensor actual = host->run({x, s})[0];
     int64_t kept = 0;
     for (int64_t i = 0; i < x.num_elements(); ++i) {

@@ -1,11 +1,11 @@
 // Reference kernels for the window backward ops (ir/ops/nn_grad_ops.cpp), in double. Each
-// walks the forward loop nest of runtime/reference/kernels_nn.cpp and scatters dy where the
+// walks the forward loop nest of ir/eval/kernels_nn.cpp and scatters dy where the
 // forward read its operand: obviously the adjoint, which is what the oracle needs to be.
 #include <cmath>
 
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using Inputs = std::vector<const ir::Tensor*>;
@@ -146,4 +146,4 @@ void add_nn_grad_kernels(KernelTable& table) {
   table["avg_pool2d_grad"] = avg_pool2d_grad;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

@@ -16,9 +16,9 @@
 #include "ir/diagnostic.h"
 #include "ir/graph.h"
 #include "ir/tensor.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/eval/interpreter.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 
 // Kernels keyed by op name; std::less<> allows lookup by string_view.
 using KernelTable = std::map<std::string, ReferenceKernel, std::less<>>;
@@ -114,4 +114,4 @@ inline int64_t broadcast_source(const std::vector<int64_t>& out_index, const ir:
 }
 
 }  // namespace ref
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

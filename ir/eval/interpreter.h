@@ -14,7 +14,7 @@
 #include "ir/graph.h"
 #include "ir/tensor.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 
 // Evaluates one node: given its operands, returns one tensor per result. Throws kiln::Error
 // for run-time data errors (a label out of range), located at the node.
@@ -31,4 +31,4 @@ const ReferenceKernel* find_reference_kernel(std::string_view op);
 std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
                                       const std::map<std::string, ir::Tensor>& inputs);
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

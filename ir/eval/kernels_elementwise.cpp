@@ -5,9 +5,9 @@
 #include <numbers>
 
 #include "ir/philox.h"
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using Inputs = std::vector<const ir::Tensor*>;
@@ -134,4 +134,4 @@ void add_elementwise_kernels(KernelTable& table) {
   };
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

@@ -1,15 +1,15 @@
 // The reference interpreter's driver: checks the run's inputs against the graph, then evaluates
 // nodes in their (topological) order with the kernels from kernels_*.cpp.
-#include "runtime/reference/interpreter.h"
+#include "ir/eval/interpreter.h"
 
 #include <algorithm>
 #include <memory>
 
 #include "ir/op_registry.h"
 #include "ir/kernel_region.h"
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 std::vector<ir::Tensor> run_kernel_body(const ir::Node& node,
@@ -138,4 +138,4 @@ std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
   return outputs;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

@@ -2,9 +2,9 @@
 // elements without arithmetic, so values pass through exactly (the dtype never changes).
 #include <algorithm>
 
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using Inputs = std::vector<const ir::Tensor*>;
@@ -103,4 +103,4 @@ void add_shape_kernels(KernelTable& table) {
   table["slice"] = slice;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using Inputs = std::vector<const ir::Tensor*>;
@@ -333,4 +333,4 @@ void add_nn_kernels(KernelTable& table) {
   };
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

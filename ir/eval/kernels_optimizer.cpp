@@ -3,9 +3,9 @@
 // can be checked against PyTorch's source. Everything is in double; each result rounds once.
 #include <cmath>
 
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using Inputs = std::vector<const ir::Tensor*>;
@@ -82,4 +82,4 @@ void add_optimizer_kernels(KernelTable& table) {
   };
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using Inputs = std::vector<const ir::Tensor*>;
@@ -94,4 +94,4 @@ void add_reduce_kernels(KernelTable& table) {
   table["mse_loss"] = mse_loss;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

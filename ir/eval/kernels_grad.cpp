@@ -4,9 +4,9 @@
 #include <cmath>
 #include <numbers>
 
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using Inputs = std::vector<const ir::Tensor*>;
@@ -191,4 +191,4 @@ void add_grad_kernels(KernelTable& table) {
   table["softmax_cross_entropy_grad"] = softmax_cross_entropy_grad;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval

@@ -6,9 +6,9 @@
 // ir/gradients/norm_grads.cpp. Checked against torch.autograd in tests/torch/norm_train_cases.py.
 #include <cmath>
 
-#include "runtime/reference/kernel_util.h"
+#include "ir/eval/kernel_util.h"
 
-namespace kiln::runtime {
+namespace kiln::eval {
 namespace {
 
 using Inputs = std::vector<const ir::Tensor*>;
@@ -131,4 +131,4 @@ void add_norm_train_kernels(KernelTable& table) {
   table["layer_norm_grad"] = layer_norm_grad;
 }
 
-}  // namespace kiln::runtime
+}  // namespace kiln::eval
