@@ -58,7 +58,7 @@ class CudaExecutable {
                                                 const std::vector<ir::Tensor>& parameters,
                                                 const CudaOptions& options);
   // The same on a given driver instead of the process-wide libcuda.so.1 (the unit tests use a
-  // mock driver, runtime/cuda/testing/). `driver` must be initialized and outlive the result.
+  // mock driver, tests/mocks/). `driver` must be initialized and outlive the result.
   static std::unique_ptr<CudaExecutable> create_with_driver(
       const DriverApi& driver, const codegen::Program& program, const CudaBinary& binary,
       const std::vector<ir::Tensor>& parameters, const CudaOptions& options);

@@ -9,7 +9,7 @@ namespace kiln::runtime::cuda {
 inline constexpr const char* kCublasLtLibraryFile = "libcublasLt.so.13";
 inline constexpr const char* kCudnnLibraryFile = "libcudnn.so.9";
 
-// Tests point these at mock libraries (runtime/cuda/testing/).
+// Tests point these at mock libraries (tests/mocks/).
 struct LibraryPaths {
   std::string cublaslt = kCublasLtLibraryFile;
   std::string cudnn = kCudnnLibraryFile;

@@ -1,4 +1,4 @@
-// CudaExecutable end to end against the mock libcuda (runtime/cuda/testing/mock_libcuda.h):
+// CudaExecutable end to end against the mock libcuda (tests/mocks/mock_libcuda.h):
 // the calls a real driver would get, the memory they touch, graph capture and replay, every
 // failure path's message, and that every handle is released, including after a failure.
 // What only a GPU can show (real kernels, JIT, timing) is tests/gpu/cuda_run_test.cpp.
@@ -12,14 +12,14 @@
 #include "ir/diagnostic.h"
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/cuda/driver_api.h"
-#include "runtime/cuda/testing/mock_libcuda.h"
+#include "tests/mocks/mock_libcuda.h"
 
 namespace kiln::runtime::cuda {
 namespace {
 
 using codegen::BufferRole;
 
-constexpr const char* kMockLibrary = KILN_BINARY_DIR "/runtime/cuda/libkiln_mock_cuda.so";
+constexpr const char* kMockLibrary = KILN_BINARY_DIR "/tests/mocks/libkiln_mock_cuda.so";
 constexpr uint32_t kSumSharedBytes = 64 * 1024;  // above the 48 KB default: needs the opt-in
 
 // The host versions of the program's kernels: t = x * w, y = t + b, s = sum(y).

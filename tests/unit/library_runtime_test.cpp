@@ -1,5 +1,5 @@
 // The library path of the CUDA backend without a GPU: CudaExecutable end to end on the mock
-// driver with mock cuBLASLt and cuDNN (runtime/cuda/testing/mock_vendor_libraries.h), which
+// driver with mock cuBLASLt and cuDNN (tests/mocks/mock_vendor_libraries.h), which
 // compute what the libraries document: results, the algorithm and workspace chosen, fallback
 // to the generated kernel with its reason, errors, capture, and every handle released. The
 // LibraryCalls come from select_library_call on textual IR, as codegen makes them.
@@ -17,17 +17,17 @@
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/cuda/driver_api.h"
 #include "runtime/cuda/library_runner.h"
-#include "runtime/cuda/testing/mock_libcuda.h"
-#include "runtime/cuda/testing/mock_vendor_libraries.h"
+#include "tests/mocks/mock_libcuda.h"
+#include "tests/mocks/mock_vendor_libraries.h"
 
 namespace kiln::runtime::cuda {
 namespace {
 
 using codegen::BufferRole;
 
-constexpr const char* kMockDriver = KILN_BINARY_DIR "/runtime/cuda/libkiln_mock_cuda.so";
-constexpr const char* kMockCublasLt = KILN_BINARY_DIR "/runtime/cuda/libkiln_mock_cublaslt.so";
-constexpr const char* kMockCudnn = KILN_BINARY_DIR "/runtime/cuda/libkiln_mock_cudnn.so";
+constexpr const char* kMockDriver = KILN_BINARY_DIR "/tests/mocks/libkiln_mock_cuda.so";
+constexpr const char* kMockCublasLt = KILN_BINARY_DIR "/tests/mocks/libkiln_mock_cublaslt.so";
+constexpr const char* kMockCudnn = KILN_BINARY_DIR "/tests/mocks/libkiln_mock_cudnn.so";
 constexpr size_t kMiB = size_t{1} << 20;
 
 codegen::Buffer make_buffer(std::string name, ir::TensorType type, BufferRole role, int index,

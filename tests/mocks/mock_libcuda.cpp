@@ -1,6 +1,6 @@
 // The mock libcuda (see mock_libcuda.h). Every function is defined against cuda.h's own
 // declaration, so a signature that differs from the real driver's does not compile.
-#include "runtime/cuda/testing/mock_libcuda.h"
+#include "tests/mocks/mock_libcuda.h"
 
 #include <chrono>
 #include <optional>

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "runtime/cuda/testing/mock_vendor_libraries.h"
+#include "tests/mocks/mock_vendor_libraries.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
