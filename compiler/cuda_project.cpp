@@ -33,13 +33,6 @@ std::string npy_shape(const ir::Shape& shape) {
   return fmt::format("({})", fmt::join(shape, ", "));
 }
 
-// A C++ identifier for a buffer.
-std::string ident(const std::string& name, int id) {
-  std::string out = "b" + std::to_string(id) + "_";
-  for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  return out;
-}
-
 std::string main_source(const codegen::Program& program, const std::string& project) {
   std::string buffers, weights_table, inputs_table, outputs_table, launches;
   int64_t weight_offset = 0;

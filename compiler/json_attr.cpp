@@ -32,8 +32,4 @@ std::optional<ir::Attribute> attribute_from_json(const nlohmann::json& value, st
   return value.get<std::vector<double>>();
 }
 
-nlohmann::json attribute_to_json(const ir::Attribute& value) {
-  return std::visit([](const auto& v) { return nlohmann::json(v); }, value);
-}
-
 }  // namespace kiln::compiler

@@ -1,4 +1,4 @@
-// Attribute values in JSON: numbers, booleans, strings and flat lists of numbers.
+// Attribute values from JSON: numbers, booleans, strings and flat lists of numbers.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,7 +14,5 @@ namespace kiln::compiler {
 // any non-integer → floats, [] → ints (coerced by the op schema as needed).
 // Returns nullopt, with `why` set, for anything else (objects, nested or mixed lists, null).
 std::optional<ir::Attribute> attribute_from_json(const nlohmann::json& value, std::string& why);
-
-nlohmann::json attribute_to_json(const ir::Attribute& value);
 
 }  // namespace kiln::compiler

@@ -4,9 +4,7 @@
 #include "compiler/json_frontend.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "compiler/json_attr.h"
@@ -397,15 +395,6 @@ class Frontend {
 ir::Graph parse_json_model(std::string_view text, const std::string& display_name,
                            const std::string& base_dir) {
   return Frontend(display_name, base_dir).build(text);
-}
-
-ir::Graph load_json_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, "cannot open the model file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  return parse_json_model(text.str(), path, base_dir.empty() ? "." : base_dir);
 }
 
 }  // namespace kiln::compiler

@@ -15,12 +15,10 @@ namespace kiln::compiler {
 inline constexpr std::string_view kModelFormat = "kiln.model";
 inline constexpr int kModelFormatVersion = 1;
 
-// Reads and checks the model at `path`. Parameter sources are checked (weights files opened,
-// keys and shapes matched) but tensor data is not loaded: see compiler/parameters.h.
-ir::Graph load_json_model(const std::string& path);
-
-// Same, from text. `display_name` appears in diagnostics; relative weight paths resolve
-// against `base_dir`.
+// Parses and checks a model from its text (compiler/model_loader.h reads the file). Parameter
+// sources are checked (weights files opened, keys and shapes matched) but tensor data is not
+// loaded: see compiler/parameters.h. `display_name` appears in diagnostics; relative weight
+// paths resolve against `base_dir`.
 ir::Graph parse_json_model(std::string_view text, const std::string& display_name,
                            const std::string& base_dir);
 

@@ -127,16 +127,4 @@ Node* make_kernel(Graph& graph, const std::vector<Node*>& members, const std::st
   return kernel;
 }
 
-std::vector<const Node*> flattened_nodes(const Graph& graph) {
-  std::vector<const Node*> nodes;
-  for (const auto& node : graph.nodes()) {
-    if (!node->is_kernel()) {
-      nodes.push_back(node.get());
-      continue;
-    }
-    for (const auto& inner : node->body->nodes()) nodes.push_back(inner.get());
-  }
-  return nodes;
-}
-
 }  // namespace kiln::ir

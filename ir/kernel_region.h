@@ -60,8 +60,4 @@ bool is_reshape_like(std::string_view op);
 Node* make_kernel(Graph& graph, const std::vector<Node*>& members, const std::string& name,
                   std::string_view kind);
 
-// The nodes a graph computes with kernels expanded: for each node, the node itself, or the body
-// nodes of a kernel. What kernel counts "before fusion" count.
-std::vector<const Node*> flattened_nodes(const Graph& graph);
-
 }  // namespace kiln::ir

@@ -97,9 +97,6 @@ class TrainingExecutable {
   // The training step counter ("train.step": 1 before the first step), or 0 without one.
   int64_t step_count();
 
-  Executable& step_executable() { return *step_; }
-  Executable* eval_executable() { return eval_.get(); }
-
  private:
   void sync_eval_parameters();
   std::vector<std::string> state_names_;          // sorted

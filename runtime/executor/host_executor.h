@@ -35,7 +35,6 @@ class HostExecutable {
   // The current value of parameter `index` (graph order), and replacing it (checked type).
   ir::Tensor parameter(int index) const;
   void set_parameter(int index, const ir::Tensor& value);
-  int num_parameters() const { return static_cast<int>(parameter_buffers_.size()); }
 
  private:
   struct Storage;
