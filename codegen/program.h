@@ -16,8 +16,9 @@ namespace kiln::codegen {
 enum class BufferRole { Input, Parameter, Intermediate, Output };
 std::string_view buffer_role_name(BufferRole role);  // "input", "parameter", ...
 
-// One tensor the program reads or writes. Every value of the graph has its own buffer for now
-// (memory planning will place intermediates in one arena).
+// One tensor the program reads or writes: a graph input, parameter or output, or a value passed
+// between kernels. Intermediates placed by plan-memory share the activation arena
+// (arena_offset); the others have storage of their own.
 struct Buffer {
   std::string name;     // the IR value's name
   ir::TensorType type;
