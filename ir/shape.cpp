@@ -14,9 +14,11 @@ std::optional<int64_t> checked_num_elements(const Shape& shape) {
   return count;
 }
 
-int64_t num_elements(const Shape& shape) {
+int64_t num_elements(const Shape& shape) { return num_elements(shape, 0, shape.size()); }
+
+int64_t num_elements(const Shape& shape, size_t begin, size_t end) {
   int64_t count = 1;
-  for (int64_t dim : shape) count *= dim;
+  for (size_t d = begin; d < end; ++d) count *= shape[d];
   return count;
 }
 

@@ -1,6 +1,7 @@
 // Static shapes and tensor types.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,6 +21,9 @@ inline constexpr int64_t kMaxElements = int64_t{1} << 48;
 std::optional<int64_t> checked_num_elements(const Shape& shape);
 // Product of the dims of a shape already known to be valid.
 int64_t num_elements(const Shape& shape);
+// Product of the dims shape[begin, end) (1 for an empty range): the rows before an axis, the
+// elements after it.
+int64_t num_elements(const Shape& shape, size_t begin, size_t end);
 
 // "[1,64,56,56]"; "[]" for a scalar.
 std::string shape_to_string(const Shape& shape);

@@ -98,11 +98,6 @@ int axis_of(const ir::Node& node) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
-int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t d = begin; d < end; ++d) p *= shape[d];
-  return p;
-}
 
 int64_t largest_tensor(const ir::Node& node) {
   int64_t largest = 1;
@@ -284,11 +279,6 @@ StridedDims collapse(const StridedDims& strided) {
   return out;
 }
 
-int64_t count_of(const StridedDims& strided) {
-  int64_t count = 1;
-  for (int64_t dim : strided.dims) count *= dim;
-  return count;
-}
 
 void emit_strided_constants(BodyWriter& w, const std::string& prefix, const StridedDims& strided,
                             std::string_view type) {

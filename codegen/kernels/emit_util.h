@@ -95,8 +95,6 @@ const T& attr(const ir::Node& node, const std::string& name) {
 // The node's `axis` attribute counted from the front of its first operand's dims (-1: the last).
 int axis_of(const ir::Node& node);
 
-// The product of shape[begin, end): 1 for an empty range.
-int64_t product(const ir::Shape& shape, size_t begin, size_t end);
 // The element count of the largest operand or result of `node`.
 int64_t largest_tensor(const ir::Node& node);
 
@@ -183,7 +181,6 @@ struct StridedDims {
 // Drops size-1 dims and merges a dim into the next when stride[d] == stride[d+1] * dims[d+1];
 // the result may have no dims (a single element at offset 0).
 StridedDims collapse(const StridedDims& strided);
-int64_t count_of(const StridedDims& strided);  // product of the dims
 
 // Constants k<Prefix>Dims / k<Prefix>Strides (rank >= 2) or k<Prefix>Stride (rank 1) for
 // emit_strided_offset; nothing for rank 0 or a single stride of 1.

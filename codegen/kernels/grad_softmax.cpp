@@ -124,9 +124,9 @@ KernelSpec emit_strided_softmax_grad(const KernelRequest& request, int64_t outer
 KernelSpec emit_softmax_grad(const KernelRequest& request, bool log_form) {
   const ir::Shape& shape = request.node.inputs[0]->type.shape;
   const int axis = axis_of(request.node);
-  const int64_t outer = product(shape, 0, axis);
+  const int64_t outer = ir::num_elements(shape, 0, axis);
   const int64_t len = shape.empty() ? 1 : shape[axis];
-  const int64_t inner = product(shape, axis + 1, shape.size());
+  const int64_t inner = ir::num_elements(shape, axis + 1, shape.size());
   if (inner == 1) return emit_contiguous_softmax_grad(request, outer, len, log_form);
   return emit_strided_softmax_grad(request, outer, len, inner, log_form);
 }

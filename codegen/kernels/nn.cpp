@@ -27,9 +27,9 @@ constexpr const char* kGemmNote = "64x64x16 tiles, 256 threads, 4x4 per thread";
 std::string matmul_batch_offsets(const ir::Shape& a_batch, const ir::Shape& b_batch,
                                  const ir::Shape& out_batch, int64_t a_matrix, int64_t b_matrix) {
   BodyWriter w(0);
-  const int64_t batches = product(out_batch, 0, out_batch.size());
-  const int64_t a_count = product(a_batch, 0, a_batch.size());
-  const int64_t b_count = product(b_batch, 0, b_batch.size());
+  const int64_t batches = ir::num_elements(out_batch, 0, out_batch.size());
+  const int64_t a_count = ir::num_elements(a_batch, 0, a_batch.size());
+  const int64_t b_count = ir::num_elements(b_batch, 0, b_batch.size());
   const bool simple = (a_count == 1 || a_count == batches) && (b_count == 1 || b_count == batches);
   if (simple) {
     w.comment("Batch offsets: each operand has either every batch or one matrix.");
@@ -94,12 +94,12 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
   const ir::Shape a_batch(as.begin(), as.end() - 2);
   const ir::Shape b_batch(bs.begin(), bs.end() - 2);
   const ir::Shape out_batch(os.begin(), os.end() - 2);
-  const int64_t batches = product(out_batch, 0, out_batch.size());
+  const int64_t batches = ir::num_elements(out_batch, 0, out_batch.size());
 
   GemmSpec spec = gemm_for(request);
   // One matrix b for the whole batch and row-major a: the batch is just more rows of a and out.
-  const bool fold = batches > 1 && product(b_batch, 0, b_batch.size()) == 1 && !ta &&
-                    product(a_batch, 0, a_batch.size()) == batches;
+  const bool fold = batches > 1 && ir::num_elements(b_batch, 0, b_batch.size()) == 1 && !ta &&
+                    ir::num_elements(a_batch, 0, a_batch.size()) == batches;
   spec.m = fold ? batches * m : m;
   spec.m_is = fold ? "rows of a, all batches" : "rows of a";
   spec.n_is = "columns of b";

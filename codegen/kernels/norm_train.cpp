@@ -29,7 +29,7 @@ struct ChannelLoop {
 };
 
 void emit_channel_preamble(BodyWriter& w, const ir::Node& node, const ir::Shape& xs) {
-  const int64_t inner = product(xs, 2, xs.size());
+  const int64_t inner = ir::num_elements(xs, 2, xs.size());
   w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
   w.line("constexpr int kThreads = {};", kRowBlock);
   w.line("constexpr int kChannels = {};", xs[1]);
@@ -169,8 +169,8 @@ KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
   const DType dtype = node.inputs[1]->type.dtype;
   const ir::Shape& shape = node.inputs[1]->type.shape;
   const int axis = axis_of(node);
-  const int64_t rows = product(shape, 0, axis);
-  const int64_t size = product(shape, axis, shape.size());
+  const int64_t rows = ir::num_elements(shape, 0, axis);
+  const int64_t size = ir::num_elements(shape, axis, shape.size());
   const std::string type = index_type(rows * size);
   const bool per_warp = size <= kMaxWarpRow;
   const std::string first = per_warp ? "lane" : "static_cast<int>(threadIdx.x)";

@@ -103,9 +103,9 @@ KernelSpec emit_strided_softmax(const KernelRequest& request, int64_t outer, int
 KernelSpec emit_softmax(const KernelRequest& request, bool log_form) {
   const ir::Shape& shape = request.node.inputs[0]->type.shape;
   const int axis = axis_of(request.node);
-  const int64_t outer = product(shape, 0, axis);
+  const int64_t outer = ir::num_elements(shape, 0, axis);
   const int64_t len = shape[axis];
-  const int64_t inner = product(shape, axis + 1, shape.size());
+  const int64_t inner = ir::num_elements(shape, axis + 1, shape.size());
   if (inner == 1) return emit_contiguous_softmax(request, outer, len, log_form);
   return emit_strided_softmax(request, outer, len, inner, log_form);
 }
@@ -129,8 +129,8 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   const DType dtype = node.inputs[0]->type.dtype;
   const ir::Shape& shape = node.inputs[0]->type.shape;
   const int axis = axis_of(node);
-  const int64_t rows = product(shape, 0, axis);
-  const int64_t size = product(shape, axis, shape.size());
+  const int64_t rows = ir::num_elements(shape, 0, axis);
+  const int64_t size = ir::num_elements(shape, axis, shape.size());
   const std::string element(c_type(dtype));
   const std::string type = index_type(rows * size);
   const bool per_warp = size <= kMaxWarpRow;

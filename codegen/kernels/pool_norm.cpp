@@ -180,7 +180,7 @@ KernelSpec emit_bias_add(const KernelRequest& request) {
   w.line("constexpr index_t kCount = {};", count);
   w.line("constexpr int kChannels = {};  // size of axis {}", xs[axis], axis);
   w.line("constexpr index_t kInner = {};  // elements after axis {}",
-         product(xs, axis + 1, xs.size()), axis);
+         ir::num_elements(xs, axis + 1, xs.size()), axis);
   open_output_loop(w);
   w.line("const int channel = static_cast<int>(i / kInner % kChannels);");
   w.line("{}[i] = {};", request.output_params[0],
@@ -202,7 +202,7 @@ KernelSpec emit_batch_norm_inference(const KernelRequest& request) {
   w.line("constexpr int kThreads = {};", kDefaultBlock);
   w.line("constexpr index_t kCount = {};", count);
   w.line("constexpr int kChannels = {};", xs[1]);
-  w.line("constexpr index_t kInner = {};  // elements per (n, c)", product(xs, 2, xs.size()));
+  w.line("constexpr index_t kInner = {};  // elements per (n, c)", ir::num_elements(xs, 2, xs.size()));
   w.line("constexpr float kEpsilon = {};", literal(ir::DType::F32, attr<double>(node, "epsilon")));
   open_output_loop(w);
   w.line("const int c = static_cast<int>(i / kInner % kChannels);");
@@ -223,7 +223,7 @@ KernelSpec emit_batch_norm_training(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::Shape& xs = node.inputs[0]->type.shape;
   const int64_t channels = xs[1];
-  const int64_t inner = product(xs, 2, xs.size());
+  const int64_t inner = ir::num_elements(xs, 2, xs.size());
   const int64_t per_channel = xs[0] * inner;
   constexpr int kWarps = static_cast<int>(kDefaultBlock / kWarpSize);
 

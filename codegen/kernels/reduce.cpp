@@ -81,8 +81,8 @@ ReducePlan plan_reduction(const ir::Node& node) {
   }
   plan.kept = collapse(plan.kept);
   plan.reduced = collapse(plan.reduced);
-  plan.outputs = count_of(plan.kept);
-  plan.per_output = count_of(plan.reduced);
+  plan.outputs = ir::num_elements(plan.kept.dims);
+  plan.per_output = ir::num_elements(plan.reduced.dims);
   plan.count = ir::num_elements(shape);
   return plan;
 }

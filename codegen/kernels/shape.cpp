@@ -151,8 +151,8 @@ KernelSpec emit_concat(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::Shape& out_shape = node.results[0]->type.shape;
   const int axis = axis_of(node);  // operands and result have the same rank
-  const int64_t outer = product(out_shape, 0, axis);
-  const int64_t inner = product(out_shape, axis + 1, out_shape.size());
+  const int64_t outer = ir::num_elements(out_shape, 0, axis);
+  const int64_t inner = ir::num_elements(out_shape, axis + 1, out_shape.size());
   const int64_t count = ir::num_elements(out_shape);
   const std::string type = index_type(count);
   const std::string& out = request.output_params[0];

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "ir/diagnostic.h"
+#include "ir/shape.h"
 
 namespace kiln::data {
 namespace {
@@ -136,11 +137,7 @@ const char* idx_type_name(IdxType type) {
   return "?";
 }
 
-int64_t IdxArray::num_elements() const {
-  int64_t count = 1;
-  for (int64_t dim : dims) count *= dim;
-  return count;
-}
+int64_t IdxArray::num_elements() const { return ir::num_elements(dims); }
 
 double IdxArray::get(int64_t index) const {
   const std::byte* p = data.data() + static_cast<size_t>(index) * type_size(type);

@@ -92,9 +92,9 @@ TEST(CodegenEmitUtil, IndexTypes) {
 
 TEST(CodegenEmitUtil, ShapeHelpers) {
   const ir::Shape shape{2, 3, 4, 5};
-  EXPECT_EQ(product(shape, 0, 4), 120);
-  EXPECT_EQ(product(shape, 1, 3), 12);
-  EXPECT_EQ(product(shape, 2, 2), 1);
+  EXPECT_EQ(ir::num_elements(shape, 0, 4), 120);
+  EXPECT_EQ(ir::num_elements(shape, 1, 3), 12);
+  EXPECT_EQ(ir::num_elements(shape, 2, 2), 1);
 }
 
 }  // namespace
