@@ -24,6 +24,7 @@
 #include "ir/diagnostic.h"
 #include "ir/grad_builder.h"
 #include "ir/op_registry.h"
+#include "passes/dce.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
@@ -45,24 +46,6 @@ ir::Value* check_loss(const ir::Graph& graph) {
                             "(f32[] or f32[1]), got {}",
                             graph.output_name(0), loss->type.to_string()));
   return loss;
-}
-
-// Removes the backward nodes (index >= first_new) whose results nothing reads.
-void erase_unused_backward(ir::Graph& graph, size_t first_new) {
-  std::unordered_map<const ir::Value*, int> uses;
-  for (const auto& node : graph.nodes())
-    for (const ir::Value* input : node->inputs) ++uses[input];
-  for (const ir::Value* output : graph.outputs) ++uses[output];
-  std::unordered_set<const ir::Node*> dead;
-  const auto& nodes = graph.nodes();
-  for (size_t i = nodes.size(); i-- > first_new;) {
-    bool used = false;
-    for (const ir::Value* result : nodes[i]->results) used |= uses[result] > 0;
-    if (used) continue;
-    dead.insert(nodes[i].get());
-    for (const ir::Value* input : nodes[i]->inputs) --uses[input];
-  }
-  if (!dead.empty()) graph.erase_nodes([&](const ir::Node& node) { return dead.count(&node) > 0; });
 }
 
 }  // namespace
@@ -183,7 +166,9 @@ bool Autodiff::run(ir::Graph& graph, PassContext& context) {
     graph.output_names.push_back(name);
     context.debug(kPass, fmt::format("output {} = %{}", name, grad->name));
   }
-  erase_unused_backward(graph, first_new);
+  // Rules build gradients for every operand; those of operands that need none are dead. Only
+  // backward nodes go: dead forward nodes and unused parameters are dce's to remove, with fuel.
+  erase_dead_nodes(graph, first_new, [](const ir::Node&) { return true; });
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "passes/dce.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
@@ -28,31 +29,43 @@ std::string result_names(const ir::Node& node) {
   return out;
 }
 
-}  // namespace
-
-bool DeadCodeElimination::run(ir::Graph& graph, PassContext& context) {
-  // How many times each value is read: once per operand slot and once per graph output.
+// How many times each value is read: once per operand slot and once per graph output.
+std::unordered_map<const ir::Value*, int> count_uses(const ir::Graph& graph) {
   std::unordered_map<const ir::Value*, int> uses;
   for (const auto& node : graph.nodes())
     for (const ir::Value* input : node->inputs) ++uses[input];
   for (const ir::Value* output : graph.outputs) ++uses[output];
+  return uses;
+}
 
+}  // namespace
+
+size_t erase_dead_nodes(ir::Graph& graph, size_t first,
+                        const std::function<bool(const ir::Node&)>& may_erase) {
+  std::unordered_map<const ir::Value*, int> uses = count_uses(graph);
   std::unordered_set<const ir::Node*> dead;
   const auto& nodes = graph.nodes();
-  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-    const ir::Node& node = **it;
+  for (size_t i = nodes.size(); i-- > first;) {
+    const ir::Node& node = *nodes[i];
     bool used = false;
     for (const ir::Value* result : node.results) used |= uses[result] > 0;
-    if (used) continue;
-    if (!context.take_fuel(kPass, fmt::format("erase dead {} ({})", node.describe(),
-                                              result_names(node))))
-      continue;  // kept: its operands stay used
+    if (used || !may_erase(node)) continue;  // a kept node's operands stay used
     dead.insert(&node);
     for (const ir::Value* input : node.inputs) --uses[input];
   }
-  // erase_nodes asks the predicate more than once per node: it must not take fuel itself.
+  // erase_nodes asks the predicate more than once per node: it must not call may_erase.
   if (!dead.empty()) graph.erase_nodes([&](const ir::Node& node) { return dead.count(&node) > 0; });
+  return dead.size();
+}
 
+bool DeadCodeElimination::run(ir::Graph& graph, PassContext& context) {
+  const size_t erased = erase_dead_nodes(graph, 0, [&](const ir::Node& node) {
+    return context.take_fuel(kPass, fmt::format("erase dead {} ({})", node.describe(),
+                                                result_names(node)));
+  });
+
+  // Parameters and inputs that only the erased nodes read are unused now.
+  std::unordered_map<const ir::Value*, int> uses = count_uses(graph);
   std::unordered_set<const ir::Value*> dead_params;
   for (const ir::Value* param : graph.parameters) {
     if (uses[param] > 0) continue;
@@ -66,7 +79,7 @@ bool DeadCodeElimination::run(ir::Graph& graph, PassContext& context) {
     if (uses[input] == 0)
       context.debug(kPass, fmt::format("keep unused input %{}: graph inputs are the interface",
                                        input->name));
-  return !dead.empty() || !dead_params.empty();
+  return erased > 0 || !dead_params.empty();
 }
 
 }  // namespace kiln::passes
