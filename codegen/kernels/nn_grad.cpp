@@ -62,6 +62,28 @@ void open_outputs_reading(BodyWriter& w, const char* kh_bound, const char* kw_bo
   w.line("const int out_w = tw / kStrideW;");
 }
 
+// The opening every backward-conv kernel shares: the constants (dims of x [N,C,H,W], weight
+// [O,C/groups,KH,KW] and dy [N,O,OH,OW], the groups, the window) and the loop over results.
+// `with_batch`: kN too (the weight gradient sums over the batch).
+void open_conv_grad(BodyWriter& w, const ir::Node& node, int64_t count, const ir::Shape& xs,
+                    const ir::Shape& ws, const ir::Shape& ys, bool with_batch) {
+  const int64_t groups = attr<int64_t>(node, "groups");
+  preamble(w, node, count);
+  if (with_batch) w.line("constexpr int kN = {};", xs[0]);
+  w.line("constexpr int kC = {};", xs[1]);
+  w.line("constexpr int kH = {};", xs[2]);
+  w.line("constexpr int kW = {};", xs[3]);
+  w.line("constexpr int kO = {};", ws[0]);
+  w.line("constexpr int kChannelsPerGroup = {};", ws[1]);
+  w.line("constexpr int kOutPerGroup = {};", ws[0] / groups);
+  w.line("constexpr int kKernelH = {};", ws[2]);
+  w.line("constexpr int kKernelW = {};", ws[3]);
+  w.line("constexpr int kOutH = {};", ys[2]);
+  w.line("constexpr int kOutW = {};", ys[3]);
+  window_constants(w, node, attr<Ints>(node, "stride"));
+  open_output_loop(w);
+}
+
 KernelSpec finish(BodyWriter& w, int64_t count, std::string note) {
   KernelSpec spec = grid_stride_spec(count);
   spec.body = w.take();
@@ -76,22 +98,9 @@ KernelSpec emit_conv2d_grad_input(const KernelRequest& request) {
   const ir::Shape& ys = node.inputs[0]->type.shape;
   const ir::Shape& ws = node.inputs[1]->type.shape;
   const ir::Shape& xs = node.results[0]->type.shape;
-  const int64_t groups = attr<int64_t>(node, "groups");
   const int64_t count = ir::num_elements(xs);
   BodyWriter w;
-  preamble(w, node, count);
-  w.line("constexpr int kC = {};", xs[1]);
-  w.line("constexpr int kH = {};", xs[2]);
-  w.line("constexpr int kW = {};", xs[3]);
-  w.line("constexpr int kO = {};", ws[0]);
-  w.line("constexpr int kChannelsPerGroup = {};", ws[1]);
-  w.line("constexpr int kOutPerGroup = {};", ws[0] / groups);
-  w.line("constexpr int kKernelH = {};", ws[2]);
-  w.line("constexpr int kKernelW = {};", ws[3]);
-  w.line("constexpr int kOutH = {};", ys[2]);
-  w.line("constexpr int kOutW = {};", ys[3]);
-  window_constants(w, node, attr<Ints>(node, "stride"));
-  open_output_loop(w);
+  open_conv_grad(w, node, count, xs, ws, ys, /*with_batch=*/false);
   w.line("const int x_w = static_cast<int>(i % kW);");
   w.line("const int x_h = static_cast<int>(i / kW % kH);");
   w.line("const int c = static_cast<int>(i / (kW * kH) % kC);");
@@ -124,23 +133,9 @@ KernelSpec emit_conv2d_grad_weight(const KernelRequest& request) {
   const ir::Shape& ys = node.inputs[0]->type.shape;
   const ir::Shape& xs = node.inputs[1]->type.shape;
   const ir::Shape& ws = node.results[0]->type.shape;
-  const int64_t groups = attr<int64_t>(node, "groups");
   const int64_t count = ir::num_elements(ws);
   BodyWriter w;
-  preamble(w, node, count);
-  w.line("constexpr int kN = {};", xs[0]);
-  w.line("constexpr int kC = {};", xs[1]);
-  w.line("constexpr int kH = {};", xs[2]);
-  w.line("constexpr int kW = {};", xs[3]);
-  w.line("constexpr int kO = {};", ws[0]);
-  w.line("constexpr int kChannelsPerGroup = {};", ws[1]);
-  w.line("constexpr int kOutPerGroup = {};", ws[0] / groups);
-  w.line("constexpr int kKernelH = {};", ws[2]);
-  w.line("constexpr int kKernelW = {};", ws[3]);
-  w.line("constexpr int kOutH = {};", ys[2]);
-  w.line("constexpr int kOutW = {};", ys[3]);
-  window_constants(w, node, attr<Ints>(node, "stride"));
-  open_output_loop(w);
+  open_conv_grad(w, node, count, xs, ws, ys, /*with_batch=*/true);
   w.line("const int kw = static_cast<int>(i % kKernelW);");
   w.line("const int kh = static_cast<int>(i / kKernelW % kKernelH);");
   w.line("const int c_in_group = static_cast<int>(i / (kKernelW * kKernelH) % kChannelsPerGroup);");
