@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, build kiln twice (release-with-debug-info, and with
-# AddressSanitizer + UndefinedBehaviorSanitizer), run the unit and lit tests in the sanitizer
+# AddressSanitizer + UndefinedBehaviorSanitizer; warnings are errors in both), run the unit and lit tests in the sanitizer
 # build, then the whole suite in the normal build. ctest's summary is the last line printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,9 +8,9 @@ scripts/setup.sh --tests
 jobs=$(nproc)
 
 echo "== build (sanitizers: address, undefined)"
-scripts/build.sh build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+scripts/build.sh build-asan -DKILN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DKILN_WERROR=ON
 echo "== build"
-scripts/build.sh build
+scripts/build.sh build -DKILN_WERROR=ON
 
 echo "== tests under sanitizers (unit, lit)"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
