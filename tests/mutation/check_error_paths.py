@@ -168,6 +168,10 @@ def main():
     unknown = [m for m in modes if m not in MODES]
     if unknown or (not args.fault and {"asan", "ubsan"} & set(modes)):
         parser.error(f"modes are {', '.join(MODES)}; asan and ubsan need --fault")
+    if args.fault:
+        args.fault = os.path.abspath(args.fault)  # the wrapper runs in the tests' folders
+        if not os.access(args.fault, os.X_OK):
+            parser.error(f"--fault {args.fault}: not an executable")
 
     complaints = [f"{line}\n  (lit's `not` passes a crash: use %expect_exit CODE)"
                   for line in unguarded_runs()]
