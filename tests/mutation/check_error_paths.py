@@ -2,22 +2,23 @@
 """Mutation check of the error-path lit tests: each must fail against a kiln that is broken
 after printing its diagnostic.
 
-usage: check_error_paths.py [--lit LIT_PY] --build BUILD_DIR --work DIR --modes crash,exit0 [--fault PROG]
-                            [FILE...]
+usage: check_error_paths.py [--lit LIT_PY] --build BUILD_DIR --work DIR
+                            --modes crash,exit0 [--fault PROG] [FILE...]
 
 An error-path test is a lit file with a RUN line `%expect_exit N kiln ...` (N != 0), or one
-that runs kiln under lit's `not`: kiln must print a diagnostic and exit N. A test that passes whatever kiln's exit, or on a crash that
-happens once the message is out, guards nothing (lit's own `not` accepts a segfault; a
-sanitizer exits 1 by default, like kiln's user errors). For each mode the check writes a
-wrapper DIR/MODE/kiln that runs the real kiln and, when it fails, ends as that mode says:
+that runs kiln under lit's `not`: kiln must print a diagnostic and exit N. A test that passes
+whatever kiln's exit, or on a crash once the message is out, guards nothing (lit's own `not`
+accepts a segfault; a sanitizer exits 1 by default, like kiln's user errors). For each mode
+the check writes a wrapper DIR/MODE/kiln that runs the real kiln and, when that fails, ends as
+the mode says:
 
   crash  kill itself with SIGSEGV          asan   run PROG asan (a heap-use-after-free)
   exit0  exit 0                            ubsan  run PROG ubsan (a signed overflow)
 
 and runs lit once over the error-path files with --param kiln_dir=DIR/MODE (tests/lit/lit.cfg.py
-puts it first on PATH and in %kiln). Every file must fail, and fail at an exit-status check
-(a RUN line with Inputs/expect_exit.py), not for some unrelated reason. A kiln that succeeds is left
-alone, so the other RUN lines of a file behave as usual.
+puts it first on PATH and in %kiln). Every file must fail, and fail at an exit-status check (a
+RUN line with Inputs/expect_exit.py), not for some unrelated reason. A kiln that succeeds is
+left alone, so the other RUN lines of a file behave as usual.
 
 lit stops a file at its first failing line, so the run sees one error path per file; a static
 pass over every lit file covers the rest: no RUN line may run kiln (or a %python helper) under
