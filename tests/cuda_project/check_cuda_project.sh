@@ -32,7 +32,11 @@ PY
   else
     status=$?
     cat "$work/$stem.run.log"
-    [ "$status" = 1 ] && grep -q "^$stem: cudaGetDeviceCount: " "$work/$stem.run.log"
+    # Exactly exit 1 with the reason: a crash (or a sanitizer's report) after it is a failure.
+    if [ "$status" != 1 ] || ! grep -q "^$stem: cudaGetDeviceCount: " "$work/$stem.run.log"; then
+      echo "$stem: exited $status without a GPU; expected exit 1 after '$stem: cudaGetDeviceCount: ...'" >&2
+      exit 1
+    fi
     echo "$stem: no GPU here; the program said why and exited 1"
   fi
 }

@@ -42,8 +42,12 @@ PY
 
 # Errors are kiln::Error, exit 1 in the example.
 head -c 1000 "$work/mnist.kiln" > "$work/truncated.kiln"
-if "$embed" "$work/truncated.kiln" "$work/out" 2>"$work/error.log"; then
-  echo "a truncated package loaded" >&2; exit 1
+# Exactly exit 1 after the message: a crash once the message is out must not pass.
+status=0
+"$embed" "$work/truncated.kiln" "$work/out" 2>"$work/error.log" || status=$?
+if [ "$status" != 1 ] || ! grep -q "truncated.kiln: error: truncated package" "$work/error.log"; then
+  cat "$work/error.log" >&2
+  echo "a truncated package: exit $status, expected 1 with 'error: truncated package'" >&2
+  exit 1
 fi
-grep -q "truncated.kiln: error: truncated package" "$work/error.log"
 echo "embed: all checks passed"

@@ -8,16 +8,24 @@ config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".ir", ".test"]
 config.excludes = ["Inputs"]
 config.test_source_root = os.path.join(config.kiln_source_dir, "tests", "lit")
-config.test_exec_root = os.path.join(config.kiln_binary_dir, "tests", "lit-out")
+# --param exec_root=DIR and --param kiln_dir=DIR: tests/mutation/check_error_paths.py runs the
+# error-path tests against a broken kiln (kiln_dir/kiln wraps the real one), in a folder of its
+# own so that it never races the ordinary run.
+config.test_exec_root = lit_config.params.get(
+    "exec_root", os.path.join(config.kiln_binary_dir, "tests", "lit-out"))
+kiln_dir = lit_config.params.get("kiln_dir", config.kiln_binary_dir)
 
-config.substitutions.append(("%kiln", os.path.join(config.kiln_binary_dir, "kiln")))
+config.substitutions.append(("%kiln", os.path.join(kiln_dir, "kiln")))
 config.substitutions.append(("%examples", os.path.join(config.kiln_source_dir, "examples")))
 config.substitutions.append(("%python", config.python))
 config.substitutions.append(
     ("%expect_exit", config.python + " " + os.path.join(config.test_source_root, "Inputs", "expect_exit.py")))
 config.environment["PATH"] = os.pathsep.join(
-    [config.kiln_binary_dir, os.path.dirname(config.filecheck), config.environment.get("PATH", "")])
-# Keep sanitizer settings of the sanitizer build.
-for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
-    if name in os.environ:
-        config.environment[name] = os.environ[name]
+    [kiln_dir, os.path.dirname(config.filecheck), config.environment.get("PATH", "")])
+# Keep the sanitizer settings of the sanitizer build, but never let a sanitizer exit 1, kiln's
+# status for a user error: a use-after-free after an error message would pass as the expected
+# failure. ASan exits 86 and UBSan 87 (whatever the caller set: these come last, and the last
+# setting wins), and UBSan stops at its first report. Inputs/expect_exit.py never accepts them.
+SANITIZER_EXITS = {"ASAN_OPTIONS": "exitcode=86", "UBSAN_OPTIONS": "halt_on_error=1:exitcode=87"}
+for name, required in SANITIZER_EXITS.items():
+    config.environment[name] = ":".join(filter(None, [os.environ.get(name, ""), required]))

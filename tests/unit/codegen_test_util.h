@@ -102,7 +102,11 @@ inline void maybe_dump(const Program& program, const std::string& name) {
 // The text of kernel `name` in the program's source, from its signature to its closing brace.
 inline std::string kernel_source(const Program& program, const std::string& name) {
   const size_t begin = program.source.find(") " + name + "(\n");
-  if (begin == std::string::npos) return "";
+  if (begin == std::string::npos) {
+    // Else a check that the kernel lacks something would pass on a kernel that is not there.
+    ADD_FAILURE() << "no kernel named '" << name << "' in the generated source";
+    return "";
+  }
   return program.source.substr(begin, program.source.find("\n}\n", begin) - begin);
 }
 

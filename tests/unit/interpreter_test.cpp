@@ -176,9 +176,41 @@ TEST(ReferenceInterpreter, DropoutIsIdentityAtInference) {
   expect_values(run_unary("dropout", x, {{"rate", 0.5}}), {1, -2, 3}, 0);
 }
 
+// Philox 4x32-10 against the known-answer vectors of Random123 (kat_vectors, philox4x32_10):
+// counter, key (k0 | k1 << 32), result.
+TEST(Philox, MatchesRandom123KnownAnswers) {
+  struct Known {
+    ir::philox::Block counter;
+    uint64_t key;
+    ir::philox::Block want;
+  };
+  const Known known[] = {
+      {{{0, 0, 0, 0}}, 0, {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}}},
+      {{{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}},
+       0xffffffffffffffffull,
+       {{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}}},
+      {{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+       0x299f31d0a4093822ull,
+       {{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}}},
+  };
+  for (const Known& k : known) {
+    const ir::philox::Block got = ir::philox::philox4x32_10(k.counter, k.key);
+    for (int lane = 0; lane < 4; ++lane) EXPECT_EQ(got.v[lane], k.want.v[lane]) << lane;
+  }
+}
+
 // Training dropout keeps element i when Philox word i of (seed, step) reaches the threshold,
-// and scales what it keeps by 1 / (1 - rate).
+// and scales what it keeps by 1 / (1 - rate). The mask is written out, not recomputed with the
+// interpreter's own functions: bit i of kKeep is whether word i of the stream (seed 99, step 5)
+// -- block i / 4 with counter (i / 4, 0, 5, 0) and key 99, lane i % 4 -- has its top 24 bits
+// >= ceil(0.25 * 2^24). Computed by an independent Philox 4x32-10 in Python that reproduces
+// the Random123 vectors above; 49 of the 64 elements are kept.
 TEST(ReferenceInterpreter, TrainingDropoutDrawsItsMaskFromPhilox) {
+  constexpr uint64_t kKeep = 0xf2bb77ffbfb37dafull;
+  // The first words of that stream, for a reader checking by hand.
+  EXPECT_EQ(ir::philox::random_u32(99, 5, 0), 0xb6499cf5u);
+  EXPECT_EQ(ir::philox::random_u32(99, 5, 3), 0xf4257bdcu);
+  EXPECT_EQ(ir::philox::dropout_threshold(0.25), 0x400000u);
   ir::Graph graph;
   ir::Value* x = graph.add_input("x", TensorType{DType::F32, {64}});
   ir::Value* step = graph.add_input("step", TensorType{DType::I32, {1}});
@@ -188,9 +220,7 @@ TEST(ReferenceInterpreter, TrainingDropoutDrawsItsMaskFromPhilox) {
   const Tensor out = run_reference(graph, {{"x", f32({64}, std::vector<double>(64, 3.0))},
                                            {"step", Tensor::from_doubles({DType::I32, {1}}, {5})}})
                          .at(0);
-  const uint32_t threshold = ir::philox::dropout_threshold(0.25);
-  for (int64_t i = 0; i < 64; ++i)
-    EXPECT_EQ(out.get(i), ir::philox::dropout_keeps(99, 5, i, threshold) ? 4.0 : 0.0) << i;
+  for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(out.get(i), (kKeep >> i) & 1 ? 4.0 : 0.0) << i;
 }
 
 // A graph with one declared input, "image", feeding relu.
