@@ -53,7 +53,7 @@ int64_t pool_flops(const ir::Node& node) {
 // The window backward ops do the forward's multiply-adds (conv2d) or taps (pools) per dy
 // element, with the weight shape read from the weight operand or the dweight result.
 int64_t conv2d_grad_flops(const ir::Node& node) {
-  const ir::Shape& w = node.op == "conv2d_grad_input" ? operand_shape(node, 1)
+  const ir::Shape& w = node.op == ir::OpId::Conv2dGradInput ? operand_shape(node, 1)
                                                       : node.results.at(0)->type.shape;
   return 2 * operand_elements(node, 0) * w[1] * w[2] * w[3];
 }
@@ -110,88 +110,112 @@ int64_t kernel_flops(const ir::Node& node) {
   return flops;
 }
 
-struct Rule {
-  std::string_view op;
-  FlopRule flops;
-};
+// An activation's derivative: a few operations per element; gelu's is the costliest (an erf or
+// tanh and a handful of multiply-adds).
+int64_t activation_grad_flops(const ir::Node& node) {
+  switch (node.op) {
+    case ir::OpId::ReluGrad:
+    case ir::OpId::LeakyReluGrad: return per_result<1>(node);
+    case ir::OpId::SigmoidGrad:
+    case ir::OpId::TanhGrad: return per_result<3>(node);
+    case ir::OpId::GeluGrad: return per_result<8>(node);
+    default: return per_result<4>(node);
+  }
+}
 
-constexpr Rule kRules[] = {
-    // Binary arithmetic with broadcasting, unary math and activations: 1 per result element.
-    {"add", per_result<1>}, {"sub", per_result<1>}, {"mul", per_result<1>},
-    {"div", per_result<1>}, {"maximum", per_result<1>}, {"minimum", per_result<1>},
-    {"relu", per_result<1>}, {"leaky_relu", per_result<1>}, {"sigmoid", per_result<1>},
-    {"tanh", per_result<1>}, {"gelu", per_result<1>}, {"exp", per_result<1>},
-    {"log", per_result<1>}, {"sqrt", per_result<1>}, {"rsqrt", per_result<1>},
-    {"neg", per_result<1>}, {"abs", per_result<1>}, {"pow", per_result<1>},
-    {"clip", per_result<1>}, {"bias_add", per_result<1>},
+// The FLOP rule of every op. No default: an op added to ir/ops.def without a rule here is a
+// -Wswitch warning (an error in CI's -Werror build).
+FlopRule flop_rule(ir::OpId op) {
+  using ir::OpId;
+  switch (op) {
+    // Activations and unary math (rows of scalar expressions): 1 per result element.
+#define KILN_OP(...)
+#define KILN_ACTIVATION(Id, ...) case OpId::Id:
+#define KILN_MATH(Id, ...) case OpId::Id:
+#include "ir/ops.def"
+    // Binary arithmetic with broadcasting, unary math: 1 per result element.
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Div:
+    case OpId::Maximum:
+    case OpId::Minimum:
+    case OpId::Neg:
+    case OpId::Abs:
+    case OpId::Clip:
+    case OpId::BiasAdd:
+    case OpId::Scale:
+    case OpId::AbsGrad: return per_result<1>;
+#define KILN_OP(...)
+#define KILN_ACTIVATION(Id, ...) case OpId::Id##Grad:
+#include "ir/ops.def"
+      return activation_grad_flops;
     // A conversion or a copy: data movement only.
-    {"cast", no_flops}, {"dropout", dropout_flops},
-    {"reshape", no_flops}, {"flatten", no_flops}, {"transpose", no_flops},
-    {"concat", no_flops}, {"slice", no_flops},
+    case OpId::Cast:
+    case OpId::Reshape:
+    case OpId::Flatten:
+    case OpId::Transpose:
+    case OpId::Concat:
+    case OpId::Slice:
+    case OpId::BroadcastTo:
+    case OpId::SliceGrad: return no_flops;
+    case OpId::Dropout: return dropout_flops;
     // Products: a multiply-add (2) per weight and result element.
-    {"conv2d", conv2d_flops}, {"dense", dense_flops}, {"matmul", matmul_flops},
+    case OpId::Conv2d: return conv2d_flops;
+    case OpId::Dense: return dense_flops;
+    case OpId::Matmul: return matmul_flops;
     // Windows and reductions: one operation per element read.
-    {"max_pool2d", pool_flops}, {"avg_pool2d", pool_flops}, {"global_avg_pool", mean_flops},
-    {"reduce_sum", reduce_flops}, {"reduce_max", reduce_flops}, {"reduce_mean", mean_flops},
-    {"batch_norm", batch_norm_flops},
+    case OpId::MaxPool2d:
+    case OpId::AvgPool2d: return pool_flops;
+    case OpId::GlobalAvgPool:
+    case OpId::ReduceMean: return mean_flops;
+    case OpId::ReduceSum:
+    case OpId::ReduceMax: return reduce_flops;
+    case OpId::BatchNorm: return batch_norm_flops;
     // Mean (1), variance (subtract, square, add: 3), normalize, scale, shift (4).
-    {"layer_norm", per_result<8>},
+    case OpId::LayerNorm: return per_result<8>;
     // Row max, subtract, exp, row sum, divide (softmax) or subtract the log (log_softmax).
-    {"softmax", per_result<5>}, {"log_softmax", per_result<5>},
-    {"softmax_cross_entropy", softmax_cross_entropy_flops},
-    {"mse_loss", mse_loss_flops},
+    case OpId::Softmax:
+    case OpId::LogSoftmax: return per_result<5>;
+    case OpId::SoftmaxCrossEntropy: return softmax_cross_entropy_flops;
+    case OpId::MseLoss: return mse_loss_flops;
     // Optimizer updates: a fixed count per parameter element.
-    {"sgd_update", sgd_update_flops}, {"adam_update", adam_update_flops},
-    {"adamw_update", adam_update_flops},
-    // Backward ops (ir/ops/grad_ops.cpp). Elementwise derivatives: a few operations per
-    // element (gelu's is the costliest: an erf or tanh and a handful of multiply-adds).
-    {"broadcast_to", no_flops}, {"slice_grad", no_flops}, {"scale", per_result<1>},
-    {"relu_grad", per_result<1>}, {"leaky_relu_grad", per_result<1>},
-    {"sigmoid_grad", per_result<3>}, {"tanh_grad", per_result<3>}, {"gelu_grad", per_result<8>},
-    {"abs_grad", per_result<1>}, {"clip_grad", per_result<2>},
+    case OpId::SgdUpdate: return sgd_update_flops;
+    case OpId::AdamUpdate:
+    case OpId::AdamwUpdate: return adam_update_flops;
+    case OpId::ClipGrad: return per_result<2>;
     // Two comparisons per element.
-    {"maximum_share", per_result<2>}, {"minimum_share", per_result<2>},
+    case OpId::MaximumShare:
+    case OpId::MinimumShare: return per_result<2>;
     // A row sum of dy (times y for softmax), then a multiply-subtract per element.
-    {"softmax_grad", per_result<4>}, {"log_softmax_grad", per_result<4>},
+    case OpId::SoftmaxGrad:
+    case OpId::LogSoftmaxGrad: return per_result<4>;
     // The forward softmax of each row again (5), then subtract the one-hot and scale (2).
-    {"softmax_cross_entropy_grad", per_result<7>},
+    case OpId::SoftmaxCrossEntropyGrad: return per_result<7>;
+    case OpId::Conv2dGradInput:
+    case OpId::Conv2dGradWeight: return conv2d_grad_flops;
+    case OpId::MaxPool2dGrad:
+    case OpId::AvgPool2dGrad: return pool_grad_flops;
     // Normalization in training (per element of x). batch_norm_train: as batch_norm training.
     // Backward: the statistics again where not saved (layer_norm_grad: 4), xhat (2), the two
     // sums (3), dx (4) and layer_norm_grad's dy * xhat (1).
-    {"conv2d_grad_input", conv2d_grad_flops}, {"conv2d_grad_weight", conv2d_grad_flops},
-    {"max_pool2d_grad", pool_grad_flops}, {"avg_pool2d_grad", pool_grad_flops},
-    {"batch_norm_train", per_result<7>}, {"batch_norm_train_grad", per_result<9>},
-    {"layer_norm_grad", per_result<14>},
+    case OpId::BatchNormTrain: return per_result<7>;
+    case OpId::BatchNormTrainGrad: return per_result<9>;
+    case OpId::LayerNormGrad: return per_result<14>;
     // A fused kernel: the sum over the nodes of its body.
-    {"kernel", kernel_flops},
-};
-
-const Rule* find_rule(std::string_view op) {
-  for (const Rule& rule : kRules)
-    if (rule.op == op) return &rule;
-  return nullptr;
-}
-
-// An op added without a rule still gets a figure: nothing for pure data movement, a pass over
-// the input for a reduction, one operation per result element for the rest.
-int64_t fallback_flops(const ir::Node& node) {
-  if (node.def == nullptr || node.results.empty()) return 0;
-  switch (node.def->kind) {
-    case ir::OpKind::Injective: return 0;
-    case ir::OpKind::Reduce: return node.inputs.empty() ? 0 : operand_elements(node, 0);
-    default: return result_elements(node);
+    case OpId::Kernel: return kernel_flops;
   }
+  KILN_CHECK(false) << "unknown op id " << static_cast<int>(op);
+  return no_flops;
 }
 
 int64_t node_flops(const ir::Node& node) {
   if (node.is_kernel()) return kernel_flops(node);
-  const Rule* rule = find_rule(node.op);
-  return rule ? rule->flops(node) : fallback_flops(node);
+  return flop_rule(node.op)(node);
 }
 
 }  // namespace
 
-bool has_cost_rule(std::string_view op) { return find_rule(op) != nullptr; }
 
 NodeCost node_cost(const ir::Node& node) {
   NodeCost cost;

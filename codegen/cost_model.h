@@ -34,10 +34,6 @@ NodeCost node_cost(const ir::Node& node);
 // the sum of the body nodes' own bytes for a fused kernel, node_cost(node).bytes() otherwise.
 int64_t unfused_bytes(const ir::Node& node);
 
-// Whether node_cost has a rule written for `op`. Ops without one fall back to a rule by op kind
-// (1 FLOP per result element, 0 for injective ops); a unit test keeps the registry covered.
-bool has_cost_rule(std::string_view op);
-
 // A roofline: a kernel takes the longer of its compute time and its memory time.
 struct Roofline {
   const char* device;

@@ -1,6 +1,16 @@
 #include "codegen/device_library.h"
 
+#include <string>
+
 namespace kiln::codegen {
+
+extern const std::string_view kScalarMathText;  // scalar_math_text.cpp, generated
+
+std::string scalar_math_library() {
+  return "// ---- scalar functions of the op table (ir/scalar_math.h) ------------------------------\n"
+         "#define KILN_SCALAR_FN __device__ __forceinline__\n" +
+         std::string(kScalarMathText);
+}
 
 // Written once here rather than per kernel. Everything is __device__ __forceinline__ so that
 // NVRTC inlines it; on the host the prelude turns those qualifiers into `inline`.

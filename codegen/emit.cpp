@@ -133,7 +133,8 @@ class ProgramBuilder {
     std::string entries_text;
     for (const auto& node : graph_.nodes()) emit_node(*node, kernels_text, entries_text);
 
-    program_.source = prologue() + std::string(device_library()) + "\n" + kernels_text +
+    program_.source = prologue() + std::string(device_library()) + "\n" +
+                      scalar_math_library() + "\n" + kernels_text +
                       "#ifndef __CUDACC__\n"
                       "// Host entry points: the host backend calls every kernel through one "
                       "signature.\n" +
@@ -210,11 +211,11 @@ class ProgramBuilder {
     const KernelEmitter* emitter = find_kernel_emitter(node.op);
     if (emitter == nullptr)
       throw Error(node.loc.render(), node.describe() + ": codegen has no CUDA kernel for op '" +
-                                         node.op + "' yet");
+                                         ir::to_string(node.op) + "' yet");
     // Kernels are named after what they compute plus their position, which is also the
     // position of their node in the graph (the IR printer shows fused kernels the same way).
     KernelRequest request{node,
-                          fmt::format("{}_{}", node.is_kernel() ? node.name : node.op,
+                          fmt::format("{}_{}", node.is_kernel() ? node.name : ir::to_string(node.op),
                                       kernel_index_++),
                           operand_params(node), result_params(node), {}};
     const KernelSpec spec = (*emitter)(request);
@@ -228,12 +229,12 @@ class ProgramBuilder {
       for (const auto& inner : node.body->nodes()) {
         kernel.source_nodes.push_back(inner->name.empty() ? "%" + inner->results[0]->name
                                                           : inner->name);
-        kernel.source_ops.push_back(inner->op);
+        kernel.source_ops.push_back(ir::to_string(inner->op));
       }
       kernel.op_kind = ir::kernel_kind(node);
     } else {
       kernel.source_nodes = {node.name};
-      kernel.source_ops = {node.op};
+      kernel.source_ops = {ir::to_string(node.op)};
       kernel.op_kind = std::string(ir::op_kind_name(node.def->kind));
     }
     kernel.grid = spec.grid;

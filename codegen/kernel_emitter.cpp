@@ -6,7 +6,7 @@
 
 namespace kiln::codegen {
 
-const KernelEmitter* find_kernel_emitter(std::string_view op) {
+const KernelEmitter* find_kernel_emitter(ir::OpId op) {
   static const EmitterTable table = [] {
     EmitterTable t;
     add_elementwise_emitters(t);

@@ -59,10 +59,10 @@ struct KernelSpec {
 using KernelEmitter = std::function<KernelSpec(const KernelRequest&)>;
 
 // The emitter for an op, or nullptr when codegen cannot compile it.
-const KernelEmitter* find_kernel_emitter(std::string_view op);
+const KernelEmitter* find_kernel_emitter(ir::OpId op);
 
 // Registration hooks, one per file under codegen/kernels/.
-using EmitterTable = std::vector<std::pair<std::string, KernelEmitter>>;
+using EmitterTable = std::vector<std::pair<ir::OpId, KernelEmitter>>;
 void add_elementwise_emitters(EmitterTable& table);
 void add_shape_emitters(EmitterTable& table);
 void add_reduce_emitters(EmitterTable& table);

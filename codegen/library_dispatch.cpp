@@ -101,21 +101,21 @@ double float_attr(const ir::Node& node, const char* name) {
 // One epilogue node after the anchor; false (with `pattern.why`) when it does not fit.
 bool absorb(Pattern& p, const ir::Node& node, const std::vector<ir::Value*>& operands,
             int channel_axis) {
-  const std::string& op = node.op;
+  const ir::OpId op = node.op;
   const std::string after = fmt::format("{} after {}", op, p.anchor->op);
   if (!p.activation_op.empty())
     return refuse(p, fmt::format("{} after {}: the library applies its activation last", op,
                                  p.activation_op));
-  if (op == "relu" || op == "gelu" || op == "clip") {
+  if (op == ir::OpId::Relu || op == ir::OpId::Gelu || op == ir::OpId::Clip) {
     if (node.inputs[0] != p.value) return refuse(p, after + ": reads another value");
-    if (op == "gelu") {
+    if (op == ir::OpId::Gelu) {
       const auto& form = std::get<std::string>(node.attrs.at("approximate"));
       if (form != "tanh") {
         return refuse(p, after + ": this gelu is exact (erf); cuBLASLt's GELU epilogue is the "
                                  "tanh approximation");
       }
       p.activation = LibraryActivation::GeluTanh;
-    } else if (op == "clip") {
+    } else if (op == ir::OpId::Clip) {
       // clip to [0, inf) is relu; any other bound has no library epilogue.
       if (float_attr(node, "min") != 0.0 || !std::isinf(float_attr(node, "max")))
         return refuse(p, after + ": only clip to [0, inf) (relu) has a library epilogue");
@@ -123,24 +123,24 @@ bool absorb(Pattern& p, const ir::Node& node, const std::vector<ir::Value*>& ope
     } else {
       p.activation = LibraryActivation::Relu;
     }
-    p.activation_op = op;
+    p.activation_op = ir::to_string(op);
     p.value = node.results[0];
     return true;
   }
-  if (op != "bias_add" && op != "add")
+  if (op != ir::OpId::BiasAdd && op != ir::OpId::Add)
     return refuse(p, after + ": no library epilogue computes it");
   // bias_add(v, b) or add(v, p) / add(p, v): exactly one operand is the running value.
   const bool first = node.inputs[0] == p.value;
   const bool second = node.inputs[1] == p.value;
   if (first == second) return refuse(p, after + ": must read the running value once");
-  if (op == "bias_add" && !first) return refuse(p, after + ": reads another value");
+  if (op == ir::OpId::BiasAdd && !first) return refuse(p, after + ": reads another value");
   const ir::Value* other = first ? node.inputs[1] : node.inputs[0];
   const int position = operand_position(operands, other);
   if (position < 0) return refuse(p, after + ": its operand is computed inside the kernel");
   if (other->type.dtype != ir::DType::F32) return refuse(p, after + ": operand is not f32");
   const ir::Shape& out = p.value->type.shape;
   bool is_bias = false;
-  if (op == "bias_add") {
+  if (op == ir::OpId::BiasAdd) {
     const auto axis = ir::normalize_axis(std::get<int64_t>(node.attrs.at("axis")),
                                          static_cast<int>(out.size()));
     if (axis != channel_axis)
@@ -169,7 +169,7 @@ bool read_anchor(Pattern& p, const std::vector<ir::Value*>& operands) {
   p.weight = operand_position(operands, anchor.inputs[1]);
   if (anchor.inputs.size() > 2) p.bias = operand_position(operands, anchor.inputs[2]);
   if (p.x < 0 || p.weight < 0 || (anchor.inputs.size() > 2 && p.bias < 0))
-    return refuse(p, anchor.op + " reads a value computed inside the kernel");
+    return refuse(p, ir::to_string(anchor.op) + " reads a value computed inside the kernel");
   p.value = anchor.results[0];
   return true;
 }
@@ -177,8 +177,8 @@ bool read_anchor(Pattern& p, const std::vector<ir::Value*>& operands) {
 Pattern match(const ir::Node& node) {
   Pattern p;
   if (!node.is_kernel()) {
-    if (node.op != "conv2d" && node.op != "dense" && node.op != "matmul") {
-      p.why = node.op + ": no library routine";
+    if (node.op != ir::OpId::Conv2d && node.op != ir::OpId::Dense && node.op != ir::OpId::Matmul) {
+      p.why = ir::to_string(node.op) + ": no library routine";
       return p;
     }
     p.anchor = &node;
@@ -195,24 +195,24 @@ Pattern match(const ir::Node& node) {
     return p;
   }
   const ir::Node& anchor = *body.nodes().front();
-  if (anchor.op != "conv2d" && anchor.op != "dense" && anchor.op != "matmul") {
-    p.why = "the kernel starts with " + anchor.op + ", not conv2d, dense or matmul";
+  if (anchor.op != ir::OpId::Conv2d && anchor.op != ir::OpId::Dense && anchor.op != ir::OpId::Matmul) {
+    p.why = "the kernel starts with " + ir::to_string(anchor.op) + ", not conv2d, dense or matmul";
     return p;
   }
   p.anchor = &anchor;
   if (!read_anchor(p, body.inputs)) return p;
   const int rank = p.value->type.rank();
-  const int channel_axis = anchor.op == "conv2d" ? 1 : rank - 1;
+  const int channel_axis = anchor.op == ir::OpId::Conv2d ? 1 : rank - 1;
   const ir::Value* result = p.value;
   for (size_t i = 1; i < body.nodes().size(); ++i) {
     const ir::Node& step = *body.nodes()[i];
     if (ir::is_reshape_like(step.op)) {
       // Shape-only: the bytes of the result are the bytes of the operand.
-      if (step.inputs[0] != result) return refused(p, step.op + " of another value");
+      if (step.inputs[0] != result) return refused(p, ir::to_string(step.op) + " of another value");
       result = step.results[0];
       continue;
     }
-    if (result != p.value) return refused(p, step.op + " after a reshape");
+    if (result != p.value) return refused(p, ir::to_string(step.op) + " after a reshape");
     if (!absorb(p, step, body.inputs, channel_axis)) return p;
     result = p.value;
   }
@@ -298,7 +298,7 @@ std::optional<LibraryCall> matmul_call(const Pattern& p, LibraryCall call, std::
   const ir::Shape& b = anchor.inputs[1]->type.shape;
   const ir::Shape& y = anchor.results[0]->type.shape;
   MatmulCall m;
-  if (anchor.op == "dense") {
+  if (anchor.op == ir::OpId::Dense) {
     // x [..., K] @ weight[N, K]^T: the leading dims are rows of one matrix.
     m.m = product(a, 0, a.size() - 1);
     m.k = a.back();
@@ -353,15 +353,15 @@ std::optional<LibraryCall> matmul_call(const Pattern& p, LibraryCall call, std::
 std::optional<LibraryCall> select(const ir::Node& node, const LibrarySelection& selection,
                                   std::string& why) {
   const Pattern p = match(node);
-  const bool conv = p.why.empty() && p.anchor->op == "conv2d";
+  const bool conv = p.why.empty() && p.anchor->op == ir::OpId::Conv2d;
   if (!p.why.empty())
     why = p.why;
   else if (conv && !selection.cudnn)
     why = "conv2d: cuDNN not selected (--library)";
   else if (!conv && !selection.cublaslt)
-    why = p.anchor->op + ": cuBLASLt not selected (--library)";
+    why = ir::to_string(p.anchor->op) + ": cuBLASLt not selected (--library)";
   else if (!all_f32(node) || !all_f32(*p.anchor))
-    why = p.anchor->op + ": not f32 (the library calls are f32 only)";
+    why = ir::to_string(p.anchor->op) + ": not f32 (the library calls are f32 only)";
   if (!why.empty()) return std::nullopt;
 
   LibraryCall call;

@@ -352,7 +352,7 @@ class Frontend {
                                      " result(s), " + std::to_string(node.outputs.size()) + " named");
     std::vector<std::pair<std::string, ir::TensorType>> results;
     for (size_t i = 0; i < types.size(); ++i) results.push_back({node.outputs[i], types[i]});
-    ir::Node* added = graph_.add_node(def->name, node.name, std::move(operands), std::move(attrs),
+    ir::Node* added = graph_.add_node(def->id, node.name, std::move(operands), std::move(attrs),
                                       results, loc(node.at));
     added->def = def;
     for (size_t i = 0; i < added->results.size(); ++i) {

@@ -49,7 +49,7 @@ void set_batch_size(ir::Graph& graph, int64_t batch) {
   for (const auto& node : graph.nodes()) {
     if (node->is_kernel())
       throw Error(node->loc.render(), node->describe() + ": set the batch size before fusion");
-    if (node->op == "reshape") {
+    if (node->op == ir::OpId::Reshape) {
       auto& shape = std::get<std::vector<int64_t>>(node->attrs.at("shape"));
       if (!shape.empty() && shape[0] == old_batch) shape[0] = batch;
     }
@@ -67,7 +67,7 @@ TrainingGraphInfo make_training_graph(ir::Graph& graph, const TrainingGraphOptio
     const int64_t axis = std::get<int64_t>(node.attrs.at("axis"));
     return axis == -1 || axis == 1;
   };
-  if (softmax == nullptr || softmax->op != "softmax" || prediction->type.rank() != 2 ||
+  if (softmax == nullptr || softmax->op != ir::OpId::Softmax || prediction->type.rank() != 2 ||
       !class_axis(*softmax) || !graph.users(prediction).empty())
     throw Error(prediction->loc.render(),
                 fmt::format("kiln train: cannot derive a loss from the first output %{} ({}{}): "
@@ -81,12 +81,12 @@ TrainingGraphInfo make_training_graph(ir::Graph& graph, const TrainingGraphOptio
   ir::AttrMap attrs;
   std::vector<ir::TensorType> loss_type;
   try {
-    loss_type = ir::infer_op("softmax_cross_entropy", {logits, label}, attrs);
+    loss_type = ir::infer_op(ir::OpId::SoftmaxCrossEntropy, {logits, label}, attrs);
   } catch (const ir::OpError& error) {
     throw Error(softmax->loc.render(), "kiln train: the loss of " + softmax->describe() +
                                            "'s logits: " + error.message);
   }
-  ir::Node* loss = graph.add_node("softmax_cross_entropy", "loss", {logits, label}, attrs,
+  ir::Node* loss = graph.add_node(ir::OpId::SoftmaxCrossEntropy, "loss", {logits, label}, attrs,
                                   {{graph.unique_name("loss"), loss_type[0]}}, softmax->loc);
   graph.outputs = {loss->results[0], logits};
   graph.output_names = {"loss", "logits"};
@@ -96,13 +96,13 @@ TrainingGraphInfo make_training_graph(ir::Graph& graph, const TrainingGraphOptio
   info.label_input = label_name;
   info.logits = "logits";
   // Batch statistics, and the running averages as state outputs next.* (after loss, logits).
-  for (const auto& node : graph.nodes()) info.batch_norm_nodes += node->op == "batch_norm";
+  for (const auto& node : graph.nodes()) info.batch_norm_nodes += node->op == ir::OpId::BatchNorm;
   passes::lower_batch_norm_for_training(graph);
 
   ir::Value* step = nullptr;
   int index = 0;
   for (const auto& node : graph.nodes()) {
-    if (node->op != "dropout") continue;
+    if (node->op != ir::OpId::Dropout) continue;
     if (step == nullptr) {
       const ir::TensorType type{ir::DType::I32, {1}};
       step = graph.add_parameter("train.step", type, ir::InlineData{{1.0}});

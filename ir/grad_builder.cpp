@@ -9,22 +9,21 @@ GradBuilder::GradBuilder(Graph& graph, const Node& forward)
     : graph_(graph),
       base_name_("grad." + (!forward.name.empty()        ? forward.name
                             : !forward.results.empty() ? forward.results[0]->name
-                                                       : forward.op)) {}
+                                                       : std::string(forward.op_name()))) {}
 
 GradBuilder::GradBuilder(Graph& graph, std::string base_name)
     : graph_(graph), base_name_(std::move(base_name)) {}
 
-Value* GradBuilder::op(const std::string& op, std::vector<Value*> inputs, AttrMap attrs) {
+Value* GradBuilder::op(OpId op, std::vector<Value*> inputs, AttrMap attrs) {
   std::vector<Value*> results = op_results(op, std::move(inputs), std::move(attrs));
-  KILN_CHECK(results.size() == 1) << "GradBuilder::op builds single-result ops, " << op
+  KILN_CHECK(results.size() == 1) << "GradBuilder::op builds single-result ops, " << op_name(op)
                                   << " has " << results.size() << " (use op_results)";
   return results[0];
 }
 
-std::vector<Value*> GradBuilder::op_results(const std::string& op, std::vector<Value*> inputs,
+std::vector<Value*> GradBuilder::op_results(OpId op, std::vector<Value*> inputs,
                                             AttrMap attrs) {
-  const OpDef* def = OpRegistry::instance().find(op);
-  KILN_CHECK(def != nullptr) << "gradient rule uses unknown op '" << op << "'";
+  const OpDef* def = &OpRegistry::instance().get(op);
   std::vector<TensorType> types;
   for (const Value* input : inputs) types.push_back(input->type);
   std::vector<TensorType> results;
@@ -33,7 +32,7 @@ std::vector<Value*> GradBuilder::op_results(const std::string& op, std::vector<V
   } catch (const OpError& error) {
     std::string operands;
     for (const TensorType& type : types) operands += (operands.empty() ? "" : ", ") + type.to_string();
-    KILN_CHECK(false) << "gradient rule built an invalid " << op << " (" << operands
+    KILN_CHECK(false) << "gradient rule built an invalid " << op_name(op) << " (" << operands
                       << ") for " << base_name_ << ": " << error.message;
   }
   // Each result needs a name no value has yet, including its siblings: unique_name only
@@ -49,17 +48,17 @@ std::vector<Value*> GradBuilder::op_results(const std::string& op, std::vector<V
 
 Value* GradBuilder::reshape(Value* value, const Shape& shape) {
   if (value->type.shape == shape) return value;
-  return op("reshape", {value}, {{"shape", shape}});
+  return op(OpId::Reshape, {value}, {{"shape", shape}});
 }
 
 Value* GradBuilder::scale(Value* value, double factor) {
   if (factor == 1.0) return value;
-  return op("scale", {value}, {{"factor", factor}});
+  return op(OpId::Scale, {value}, {{"factor", factor}});
 }
 
 Value* GradBuilder::broadcast_to(Value* value, const Shape& shape) {
   if (value->type.shape == shape) return value;
-  return op("broadcast_to", {value}, {{"shape", shape}});
+  return op(OpId::BroadcastTo, {value}, {{"shape", shape}});
 }
 
 Value* GradBuilder::sum_to(Value* grad, const Shape& shape) {
@@ -71,7 +70,7 @@ Value* GradBuilder::sum_to(Value* grad, const Shape& shape) {
   std::vector<int64_t> axes;
   for (size_t d = 0; d < from.size(); ++d)
     if (d < lead || (shape[d - lead] == 1 && from[d] != 1)) axes.push_back(static_cast<int64_t>(d));
-  Value* summed = axes.empty() ? grad : op("reduce_sum", {grad}, {{"axes", axes}});
+  Value* summed = axes.empty() ? grad : op(OpId::ReduceSum, {grad}, {{"axes", axes}});
   return reshape(summed, shape);
 }
 

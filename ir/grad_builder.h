@@ -24,10 +24,10 @@ class GradBuilder {
 
   // Appends `op(inputs...)` with `attrs` and returns its (only) result. A rule that builds an
   // ill-typed node is a kiln bug: reported as an internal compiler error.
-  Value* op(const std::string& op, std::vector<Value*> inputs, AttrMap attrs = {});
+  Value* op(OpId op, std::vector<Value*> inputs, AttrMap attrs = {});
   // The same for an op with several results (batch_norm_train_grad: dx, dscale, dbias);
   // returns all of them, named "<base>", "<base>.1", ...
-  std::vector<Value*> op_results(const std::string& op, std::vector<Value*> inputs,
+  std::vector<Value*> op_results(OpId op, std::vector<Value*> inputs,
                                  AttrMap attrs = {});
 
   // --- helpers every family needs -----------------------------------------------------------

@@ -20,7 +20,8 @@ std::string SourceLoc::render(std::string_view sub) const {
 }
 
 std::string Node::describe() const {
-  return name.empty() ? op : op + " '" + name + "'";
+  const std::string op_text(op_name());
+  return name.empty() ? op_text : op_text + " '" + name + "'";
 }
 
 Value* Graph::new_value(std::string name, TensorType type, ValueRole role, SourceLoc loc) {
@@ -48,13 +49,13 @@ Value* Graph::add_parameter(std::string name, TensorType type, ParamSource sourc
   return value;
 }
 
-Node* Graph::add_node(std::string op, std::string name, std::vector<Value*> inputs,
+Node* Graph::add_node(OpId op, std::string name, std::vector<Value*> inputs,
                       AttrMap attrs,
                       const std::vector<std::pair<std::string, TensorType>>& results,
                       SourceLoc loc) {
   auto node = std::make_unique<Node>();
-  node->def = OpRegistry::instance().find(op);  // nullptr for an unknown op: the verifier says so
-  node->op = std::move(op);
+  node->def = &OpRegistry::instance().get(op);
+  node->op = op;
   node->name = std::move(name);
   node->inputs = std::move(inputs);
   node->attrs = std::move(attrs);
@@ -69,7 +70,7 @@ Node* Graph::add_node(std::string op, std::string name, std::vector<Value*> inpu
   return nodes_.back().get();
 }
 
-Node* Graph::insert_node_before(const Node* before, std::string op, std::string name,
+Node* Graph::insert_node_before(const Node* before, OpId op, std::string name,
                                 std::vector<Value*> inputs, AttrMap attrs,
                                 const std::vector<std::pair<std::string, TensorType>>& results,
                                 SourceLoc loc) {
@@ -77,7 +78,7 @@ Node* Graph::insert_node_before(const Node* before, std::string op, std::string 
                                [&](const auto& node) { return node.get() == before; });
   KILN_CHECK(position != nodes_.end()) << "insert_node_before: node not in the graph";
   const size_t index = static_cast<size_t>(position - nodes_.begin());
-  add_node(std::move(op), std::move(name), std::move(inputs), std::move(attrs), results,
+  add_node(op, std::move(name), std::move(inputs), std::move(attrs), results,
            std::move(loc));
   std::rotate(nodes_.begin() + static_cast<std::ptrdiff_t>(index), nodes_.end() - 1, nodes_.end());
   return nodes_[index].get();

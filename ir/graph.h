@@ -14,6 +14,7 @@
 
 #include "ir/attribute.h"
 #include "ir/memory_plan.h"
+#include "ir/op_id.h"
 #include "ir/shape.h"
 #include "ir/tensor.h"
 
@@ -66,7 +67,7 @@ class Value {
 
 class Node {
  public:
-  std::string op;              // op name, e.g. "conv2d"
+  OpId op{};                   // what the node computes (ir/ops.def)
   const OpDef* def = nullptr;  // registry entry for op
   std::string name;            // the node's name in the model; printed as loc("...")
   std::vector<Value*> inputs;
@@ -83,6 +84,8 @@ class Node {
 
   // "conv2d 'conv1'" — how diagnostics name a node.
   std::string describe() const;
+  // "conv2d": the op's name.
+  std::string_view op_name() const { return ir::op_name(op); }
 };
 
 class Graph {
@@ -106,13 +109,13 @@ class Graph {
   Value* add_parameter(std::string name, TensorType type, ParamSource source, SourceLoc loc = {});
   // Appends a node whose results have the given names and types (one entry per result). Its
   // `def` is looked up in the op registry; attrs should be complete (see ir::infer_op).
-  Node* add_node(std::string op, std::string name, std::vector<Value*> inputs, AttrMap attrs,
+  Node* add_node(OpId op, std::string name, std::vector<Value*> inputs, AttrMap attrs,
                  const std::vector<std::pair<std::string, TensorType>>& results,
                  SourceLoc loc = {});
 
   // Same as add_node, but the node goes right before `before` (which must be in the graph), so
   // a rewrite keeps the order topological.
-  Node* insert_node_before(const Node* before, std::string op, std::string name,
+  Node* insert_node_before(const Node* before, OpId op, std::string name,
                            std::vector<Value*> inputs, AttrMap attrs,
                            const std::vector<std::pair<std::string, TensorType>>& results,
                            SourceLoc loc = {});

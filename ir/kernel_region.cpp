@@ -22,9 +22,7 @@ const std::string& kernel_kind(const Node& kernel) {
   return std::get<std::string>(it->second);
 }
 
-bool is_reshape_like(std::string_view op) {
-  return op == "reshape" || op == "flatten" || op == "squeeze" || op == "unsqueeze";
-}
+bool is_reshape_like(OpId op) { return op == OpId::Reshape || op == OpId::Flatten; }
 
 namespace {
 
@@ -115,7 +113,7 @@ Node* make_kernel(Graph& graph, const std::vector<Node*>& members, const std::st
   for (const auto& node : graph.nodes())
     if (member_set.count(node.get())) last = node.get();
   AttrMap attrs{{"kind", std::string(kind)}};
-  Node* kernel = graph.insert_node_before(last, std::string(kKernelOp), name, operands,
+  Node* kernel = graph.insert_node_before(last, OpId::Kernel, name, operands,
                                           std::move(attrs), result_types, last->loc);
   kernel->body = std::move(body);
   for (size_t i = 0; i < escaping.size(); ++i) {

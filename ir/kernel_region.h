@@ -50,7 +50,7 @@ const std::string& kernel_kind(const Node& kernel);
 
 // Whether `op` only reinterprets a row-major tensor's shape (reshape, flatten, squeeze,
 // unsqueeze): its result has the operand's bytes in the operand's order.
-bool is_reshape_like(std::string_view op);
+bool is_reshape_like(OpId op);
 
 // Replaces `members` (nodes of `graph`; kernels among them are inlined) with one kernel node
 // named `name` of kind `kind`, and returns it. The kernel's operands are the values the members

@@ -1,9 +1,11 @@
 #include "ir/op_registry.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "ir/diagnostic.h"
 #include "ir/graph.h"
+#include "ir/ops/type_rules.h"
 
 namespace kiln::ir {
 
@@ -55,59 +57,77 @@ const AttrSpec* OpDef::find_attr(std::string_view attr_name) const {
   return nullptr;
 }
 
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+// One OpDef per row of the table.
+std::vector<OpDef> table_rows() {
+  std::vector<OpDef> rows;
+#define KILN_LIST(...) {__VA_ARGS__}
+#define KILN_ATTR(attr_name, type, ...) AttrSpec{#attr_name, AttrType::type, Attribute{__VA_ARGS__}, {}},
+#define KILN_REQUIRED_ATTR(attr_name, type) AttrSpec{#attr_name, AttrType::type, std::nullopt, {}},
+#define KILN_CHOICE_ATTR(attr_name, default_value, choices) \
+  AttrSpec{#attr_name, AttrType::String, Attribute{std::string(default_value)}, KILN_LIST choices},
+#define KILN_OP(Id, op_name, op_kind, type_rule, inputs, min_in, max_in, op_summary, ...) \
+  rows.emplace_back();                                                                  \
+  rows.back().id = OpId::Id;                                                            \
+  rows.back().name = op_name;                                                           \
+  rows.back().summary = op_summary;                                                     \
+  rows.back().input_names = KILN_LIST inputs;                                           \
+  rows.back().min_inputs = min_in;                                                      \
+  rows.back().max_inputs = max_in;                                                      \
+  rows.back().attrs = {__VA_ARGS__};                                                    \
+  rows.back().kind = OpKind::op_kind;                                                   \
+  rows.back().infer = type_rules::type_rule;
+#define KILN_ACTIVATION(Id, op_name, saved, forward, gradient, in_place, op_summary, ...) \
+  KILN_OP(Id, op_name, Elementwise, infer_float_unary, ("x"), 1, 1, op_summary, __VA_ARGS__)      \
+  rows.back().forward_expr = #forward;                                                       \
+  rows.back().gradient_expr = #gradient;                                                     \
+  rows.back().grad_op = OpId::Id##Grad;                                                      \
+  rows.back().has_grad_op = true;                                                            \
+  rows.back().grad_saves_result = std::string_view(#saved) == "y";                          \
+  KILN_OP(Id##Grad, op_name "_grad", Elementwise, infer_like_dy, ("dy", #saved), 2, 2,       \
+          "backward of " op_name ": " #gradient, __VA_ARGS__)                                   \
+  rows.back().forward_expr = #gradient;
+#define KILN_MATH(Id, op_name, forward, op_summary, ...)                             \
+  KILN_OP(Id, op_name, Elementwise, infer_float_unary, ("x"), 1, 1, op_summary, __VA_ARGS__) \
+  rows.back().forward_expr = #forward;
+#include "ir/ops.def"
+#undef KILN_LIST
+#undef KILN_ATTR
+#undef KILN_REQUIRED_ATTR
+#undef KILN_CHOICE_ATTR
+  return rows;
+}
+
+}  // namespace
+
 const OpRegistry& OpRegistry::instance() {
   static const OpRegistry registry = [] {
     OpRegistry r;
-    register_elementwise_ops(r);
-    register_nn_ops(r);
-    register_shape_ops(r);
-    register_reduce_ops(r);
-    register_loss_ops(r);
-    register_optimizer_ops(r);
-    register_kernel_op(r);
-    register_grad_ops(r);
-    register_norm_train_ops(r);
-    register_nn_grad_ops(r);
+    r.ops_ = table_rows();
+    for (size_t i = 0; i < r.ops_.size(); ++i) {
+      KILN_CHECK(static_cast<size_t>(r.ops_[i].id) == i) << "op table out of order at " << i;
+      KILN_CHECK(r.find(r.ops_[i].name) == &r.ops_[i])
+          << "op '" << r.ops_[i].name << "' is in the table twice";
+    }
     register_gradient_rules(r);
     return r;
   }();
   return registry;
 }
 
-void register_kernel_op(OpRegistry& registry) {
-  OpDef def;
-  def.name = std::string(kKernelOp);
-  def.summary = "a fused kernel: the nodes of its body run as one kernel (made by fusion passes)";
-  def.input_names = {"in"};
-  def.min_inputs = 1;
-  def.max_inputs = -1;
-  def.attrs = {{"kind", AttrType::String, std::nullopt}};
-  def.kind = OpKind::Opaque;
-  // A kernel's result types are its body's output types (ir/kernel_region.h); the verifier and
-  // the parser check them against the body.
-  def.infer = [](const InferContext&) -> std::vector<TensorType> {
-    throw OpError{"a kernel's result types come from its body"};
-  };
-  registry.add(std::move(def));
-}
-
-void OpRegistry::add(OpDef def) {
-  KILN_CHECK(find(def.name) == nullptr) << "op '" << def.name << "' registered twice";
-  KILN_CHECK(def.infer != nullptr) << "op '" << def.name << "' has no inference function";
-  ops_.push_back(std::move(def));
-}
-
 const OpDef* OpRegistry::find(std::string_view name) const {
-  for (const OpDef& def : ops_)
-    if (def.name == name) return &def;
-  return nullptr;
+  const std::optional<OpId> id = find_op_id(name);
+  return id ? &get(*id) : nullptr;
 }
 
-OpDef* OpRegistry::find_mutable(std::string_view name) {
-  for (OpDef& def : ops_)
-    if (def.name == name) return &def;
-  return nullptr;
+namespace type_rules {
+Types infer_kernel(const InferContext&) {
+  throw OpError{"a kernel's result types come from its body"};
 }
+}  // namespace type_rules
 
 std::optional<std::string> OpRegistry::suggest(std::string_view unknown) const {
   std::vector<std::string> names;
@@ -189,17 +209,25 @@ std::vector<TensorType> infer_op(const OpDef& def, const std::vector<TensorType>
                         attribute_to_string(it->second) + ")",
                     -1, spec.name};
     it->second = std::move(*coerced);
+    if (!spec.choices.empty()) {
+      const std::string& value = std::get<std::string>(it->second);
+      if (std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end()) {
+        std::string allowed;
+        for (const std::string& choice : spec.choices)
+          allowed += (allowed.empty() ? "\"" : " or \"") + choice + "\"";
+        throw OpError{"attribute '" + spec.name + "' must be " + allowed + ", got \"" + value +
+                          "\"",
+                      -1, spec.name};
+      }
+    }
   }
   return def.infer(InferContext{def.name, inputs, attrs});
 }
 
-std::vector<TensorType> infer_op(std::string_view op, const std::vector<Value*>& inputs,
-                                 AttrMap& attrs) {
-  const OpDef* def = OpRegistry::instance().find(op);
-  KILN_CHECK(def != nullptr) << "op '" << op << "' is not registered";
+std::vector<TensorType> infer_op(OpId op, const std::vector<Value*>& inputs, AttrMap& attrs) {
   std::vector<TensorType> types;
   for (const Value* input : inputs) types.push_back(input->type);
-  return infer_op(*def, types, attrs);
+  return infer_op(OpRegistry::instance().get(op), types, attrs);
 }
 
 }  // namespace kiln::ir

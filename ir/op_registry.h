@@ -1,9 +1,11 @@
-// The op registry: the one place that says what each op is.
+// The op registry: the op table (ir/ops.def) as data, one OpDef per row, indexed by OpId.
 //
-// Per op: its name, operand count, attribute schema with defaults, shape and dtype inference,
-// and its op kind, which drives fusion legality (TVM's lattice, cheapest first):
+// Per op: its id and name, operand names and count, attribute schema with defaults, type rule
+// (shape and dtype inference), summary, and its op kind, which drives fusion legality (TVM's
+// lattice, cheapest first):
 //   elementwise < broadcast < injective < reduce < out_elementwise_fusable < opaque
-// Later stages attach more to the same entry (gradient rules, kernel templates).
+// Gradient rules (ir/gradients/) attach to the same entries. What each layer does with an op
+// (evaluate it, emit its kernel, cost it) is that layer's `switch` over OpId.
 #pragma once
 
 #include <functional>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "ir/attribute.h"
+#include "ir/op_id.h"
 #include "ir/shape.h"
 
 namespace kiln::ir {
@@ -24,6 +27,7 @@ struct AttrSpec {
   std::string name;
   AttrType type;
   std::optional<Attribute> default_value;  // nullopt: the attribute is required
+  std::vector<std::string> choices = {};   // a string attribute's allowed values; empty: any
 };
 
 // What an op's inference function sees: operand types and the complete attribute map
@@ -63,6 +67,7 @@ using GradFn = std::function<std::vector<Value*>(GradBuilder& builder, const Nod
                                                  const std::vector<Value*>& result_grads)>;
 
 struct OpDef {
+  OpId id{};
   std::string name;
   std::string summary;                  // one line, for docs and --help
   std::vector<std::string> input_names; // e.g. {"x", "weight", "bias"}; last repeats if variadic
@@ -72,19 +77,28 @@ struct OpDef {
   OpKind kind = OpKind::Opaque;
   InferFn infer;
   GradFn grad = nullptr;                // nullptr: not differentiable (yet); see passes/autodiff
+  // Elementwise rows (KILN_ACTIVATION, KILN_MATH): the scalar expressions, as written in the
+  // table; empty for other ops. For docs and kernel comments; the code is generated from the
+  // same row.
+  std::string forward_expr;
+  std::string gradient_expr;
+  OpId grad_op{};                       // an activation's backward op (has_grad_op)
+  bool has_grad_op = false;
+  bool grad_saves_result = false;       // the backward op reads y rather than x
 
   const AttrSpec* find_attr(std::string_view attr_name) const;
 };
 
 class OpRegistry {
  public:
-  // The registry of all built-in ops, built on first use.
+  // The registry of all built-in ops (every row of ir/ops.def), built on first use.
   static const OpRegistry& instance();
 
-  void add(OpDef def);
+  const OpDef& get(OpId op) const { return ops_[static_cast<size_t>(op)]; }
+  // By name: for the parser, the JSON frontend and importers only.
   const OpDef* find(std::string_view name) const;
   // For attaching gradient rules after every op is registered (register_gradient_rules).
-  OpDef* find_mutable(std::string_view name);
+  OpDef& get_mutable(OpId op) { return ops_[static_cast<size_t>(op)]; }
   const std::vector<OpDef>& all() const { return ops_; }
   // The registered name closest to `unknown` (edit distance), if one is close enough.
   std::optional<std::string> suggest(std::string_view unknown) const;
@@ -97,30 +111,16 @@ class OpRegistry {
 // `attrs` (coerces types, fills defaults) and returns the result types. Throws OpError.
 std::vector<TensorType> infer_op(const OpDef& def, const std::vector<TensorType>& inputs,
                                  AttrMap& attrs);
-// The same for registered op `op` applied to `inputs` (values of a graph), as a rewrite that
-// builds a node needs it. An unregistered `op` is a kiln bug (InternalError); OpError as above.
-std::vector<TensorType> infer_op(std::string_view op, const std::vector<Value*>& inputs,
-                                 AttrMap& attrs);
+// The same for op `op` applied to `inputs` (values of a graph), as a rewrite that builds a node
+// needs it. OpError as above.
+std::vector<TensorType> infer_op(OpId op, const std::vector<Value*>& inputs, AttrMap& attrs);
 
 // Closest candidate by edit distance, when within a third of the word's length (at least 2).
 std::optional<std::string> closest_name(std::string_view word,
                                         const std::vector<std::string>& candidates);
 
-// Registration hooks, one per file under ir/ops/.
-void register_elementwise_ops(OpRegistry& registry);
-void register_nn_ops(OpRegistry& registry);
-void register_shape_ops(OpRegistry& registry);
-void register_reduce_ops(OpRegistry& registry);
-void register_loss_ops(OpRegistry& registry);
-void register_optimizer_ops(OpRegistry& registry);
-// Backward ops (ir/ops/grad_ops.cpp) and the gradient rules of every differentiable op
-// (ir/gradients/*.cpp); the rules attach last, once every op they name exists.
-void register_grad_ops(OpRegistry& registry);
-void register_norm_train_ops(OpRegistry& registry);  // ir/ops/norm_train_ops.cpp
-void register_nn_grad_ops(OpRegistry& registry);  // ir/ops/nn_grad_ops.cpp (conv2d, pools)
+// The gradient rules of every differentiable op (ir/gradients/*.cpp); they attach once every
+// op they name exists.
 void register_gradient_rules(OpRegistry& registry);
-// The fused-kernel op, "kernel" (ir/kernel_region.h).
-inline constexpr std::string_view kKernelOp = "kernel";
-void register_kernel_op(OpRegistry& registry);
 
 }  // namespace kiln::ir

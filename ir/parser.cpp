@@ -314,7 +314,7 @@ class Parser {
     while (accept(Tok::Comma));
     expect(Tok::Equal, "'=' after the result name");
     const Token op_token = expect(Tok::Identifier, "an op name");
-    if (op_token.text == kKernelOp) return parse_kernel(result_names, op_token);
+    if (op_token.text == op_name(OpId::Kernel)) return parse_kernel(result_names, op_token);
     const OpDef* def = OpRegistry::instance().find(op_token.text);
     if (!def) {
       std::string message = "unknown op '" + op_token.text + "'";
@@ -361,7 +361,7 @@ class Parser {
                                    " does not match the inferred " + inferred[i].to_string());
       results.push_back({result_names[i].text, inferred[i]});
     }
-    Node* node = graph_.add_node(def->name, node_name, std::move(operands), std::move(attrs),
+    Node* node = graph_.add_node(def->id, node_name, std::move(operands), std::move(attrs),
                                  results, loc_of(op_token));
     node->def = def;
     for (size_t i = 0; i < node->results.size(); ++i) {
@@ -425,7 +425,7 @@ class Parser {
       base.resize(underscore);
     std::vector<std::pair<std::string, TensorType>> results;
     for (size_t i = 0; i < written.size(); ++i) results.push_back({result_names[i].text, written[i].second});
-    Node* node = graph_.add_node(std::string(kKernelOp), base, std::move(operands),
+    Node* node = graph_.add_node(OpId::Kernel, base, std::move(operands),
                                  std::move(attrs), results, loc_of(op_token));
     node->body = std::make_unique<Graph>(std::move(body));
     for (size_t i = 0; i < node->results.size(); ++i) {

@@ -92,7 +92,7 @@ void print_node(std::ostream& out, const Node& node, const ValueNamer& name_of,
   out << indent;
   for (size_t i = 0; i < node.results.size(); ++i)
     out << (i ? ", " : "") << name_of(node.results[i]);
-  out << " = " << node.op;
+  out << " = " << node.op_name();
   if (node.is_kernel()) out << " " << sigil_name('@', kernel_label(node, position));
   out << "(";
   for (size_t i = 0; i < node.inputs.size(); ++i)

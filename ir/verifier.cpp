@@ -59,8 +59,8 @@ class Verifier {
   void verify_node(const Node& node) {
     const std::string where = node.loc.render();
     const std::string who = node.describe();
-    if (node.def == nullptr || node.def != OpRegistry::instance().find(node.op))
-      throw Error(where, who + ": op '" + node.op + "' is not a registered op");
+    if (node.def != &OpRegistry::instance().get(node.op))
+      throw Error(where, who + ": op '" + std::string(node.op_name()) + "' is not a registered op");
     std::vector<TensorType> operand_types;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const Value* operand = node.inputs[i];
@@ -72,7 +72,7 @@ class Verifier {
       operand_types.push_back(operand->type);
     }
     std::vector<TensorType> inferred;
-    if (node.op == kKernelOp) {
+    if (node.op == OpId::Kernel) {
       inferred = verify_kernel(node, operand_types);
     } else {
       if (node.body) throw Error(where, who + ": only a kernel has a body");
@@ -126,7 +126,7 @@ class Verifier {
                                operands[i].to_string());
     if (body.nodes().empty()) throw Error(where, who + ": the body has no nodes");
     for (const auto& inner : body.nodes())
-      if (inner->op == kKernelOp)
+      if (inner->op == OpId::Kernel)
         throw Error(inner->loc.render(), who + ": kernels do not nest");
     Verifier(body).run();
     std::vector<TensorType> types;

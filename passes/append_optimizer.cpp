@@ -40,7 +40,8 @@ bool starts_with(const std::string& text, std::string_view prefix) {
 }
 
 struct OptimizerSpec {
-  std::string op;  // sgd_update, adam_update, adamw_update
+  ir::OpId op{};  // sgd_update, adam_update, adamw_update
+  std::string kernel_name;  // of the multi-tensor update kernel: sgd_multi, adam_multi, adamw_multi
   ir::AttrMap attrs;
   std::vector<std::string> state;  // state tensors per parameter: "momentum", or "m", "v"
   bool reads_step = false;
@@ -55,7 +56,8 @@ OptimizerSpec optimizer_spec(const PassContext& context) {
   };
   OptimizerSpec spec;
   if (name == "sgd") {
-    spec.op = "sgd_update";
+    spec.op = ir::OpId::SgdUpdate;
+    spec.kernel_name = "sgd_multi";
     const double momentum = number("momentum", 0.0);
     spec.attrs = {{"lr", number("lr", 0.01)},
                   {"momentum", momentum},
@@ -66,7 +68,8 @@ OptimizerSpec optimizer_spec(const PassContext& context) {
     return spec;
   }
   if (name == "adam" || name == "adamw") {
-    spec.op = name + "_update";
+    spec.op = name == "adam" ? ir::OpId::AdamUpdate : ir::OpId::AdamwUpdate;
+    spec.kernel_name = name + "_multi";
     spec.attrs = {{"lr", number("lr", 1e-3)},
                   {"beta1", number("beta1", 0.9)},
                   {"beta2", number("beta2", 0.999)},
@@ -94,7 +97,7 @@ ir::Value* constant_parameter(ir::Graph& graph, const std::string& name,
   return param;
 }
 
-ir::Node* add_op(ir::Graph& graph, const std::string& op, const std::string& name,
+ir::Node* add_op(ir::Graph& graph, ir::OpId op, const std::string& name,
                  std::vector<ir::Value*> inputs, ir::AttrMap attrs,
                  const std::vector<std::string>& result_names) {
   std::vector<ir::TensorType> results;
@@ -176,7 +179,7 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
     context.debug(kPass, fmt::format("{} of %{}", spec.op, param->name));
   }
   ir::Value* one = constant_parameter(graph, "train.one", step_type, 1);
-  ir::Node* increment = add_op(graph, "add", "train.step.next", {step, one}, {},
+  ir::Node* increment = add_op(graph, ir::OpId::Add, "train.step.next", {step, one}, {},
                                {std::string(kNextPrefix) + std::string(kStepName)});
 
   graph.outputs = std::move(kept_outputs);
@@ -189,7 +192,7 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
   graph.output_names.push_back(std::string(kNextPrefix) + std::string(kStepName));
 
   for (auto& [dtype, members] : groups) {
-    const std::string name = spec.op.substr(0, spec.op.find('_')) + "_multi";
+    const std::string& name = spec.kernel_name;
     ir::make_kernel(graph, members, name, ir::kMultiUpdateKernel);
     context.debug(kPass, fmt::format("one {} kernel for {} {} parameter(s)", name, members.size(),
                                      ir::dtype_name(dtype)));

@@ -118,7 +118,7 @@ bool Autodiff::run(ir::Graph& graph, PassContext& context) {
     auto [it, fresh] = grads.emplace(value, grad);
     if (fresh) return;
     ir::GradBuilder sum(graph, "grad." + value->name + ".sum");
-    it->second = sum.op("add", {it->second, grad});
+    it->second = sum.op(ir::OpId::Add, {it->second, grad});
     context.debug(kPass, fmt::format("sum gradients of %{} (several uses)", value->name));
   };
 

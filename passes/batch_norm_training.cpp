@@ -16,7 +16,7 @@ constexpr std::string_view kNextPrefix = "next.";
 
 // Adds `op(inputs)` before `bn` with results named after `names` (made unique); a type error
 // (only possible from the user's model, e.g. one value per channel) is reported at `bn`.
-ir::Node* add_before(ir::Graph& graph, const ir::Node& bn, const std::string& op,
+ir::Node* add_before(ir::Graph& graph, const ir::Node& bn, ir::OpId op,
                      const std::string& node_name, std::vector<ir::Value*> inputs,
                      ir::AttrMap attrs, const std::vector<std::string>& names) {
   std::vector<ir::TensorType> results;
@@ -38,13 +38,13 @@ ir::Node* add_before(ir::Graph& graph, const ir::Node& bn, const std::string& op
 ir::Value* running_update(ir::Graph& graph, const ir::Node& bn, ir::Value* running,
                           ir::Value* batch, double momentum, double factor) {
   const std::string base = bn.name + "." + running->name;
-  ir::Value* kept = add_before(graph, bn, "scale", base + ".kept", {running},
+  ir::Value* kept = add_before(graph, bn, ir::OpId::Scale, base + ".kept", {running},
                                {{"factor", 1.0 - momentum}}, {base + ".kept"})
                         ->results[0];
-  ir::Value* added = add_before(graph, bn, "scale", base + ".added", {batch},
+  ir::Value* added = add_before(graph, bn, ir::OpId::Scale, base + ".added", {batch},
                                 {{"factor", momentum * factor}}, {base + ".added"})
                          ->results[0];
-  return add_before(graph, bn, "add", base + ".next", {kept, added},
+  return add_before(graph, bn, ir::OpId::Add, base + ".next", {kept, added},
                     {}, {std::string(kNextPrefix) + running->name})
       ->results[0];
 }
@@ -87,7 +87,7 @@ void lower_one(ir::Graph& graph, ir::Node* bn, std::set<const ir::Value*>& seen)
   const std::string y_name = old_y->name;
   old_y->name = graph.unique_name(y_name + ".inference");  // frees the name for the new y
 
-  ir::Node* train = add_before(graph, *bn, "batch_norm_train", bn->name,
+  ir::Node* train = add_before(graph, *bn, ir::OpId::BatchNormTrain, bn->name,
                                {bn->inputs[0], bn->inputs[1], bn->inputs[2]},
                                {{"epsilon", bn->attrs.at("epsilon")}},
                                {y_name, y_name + ".batch_mean", y_name + ".batch_var"});
@@ -106,7 +106,7 @@ void lower_one(ir::Graph& graph, ir::Node* bn, std::set<const ir::Value*>& seen)
 size_t lower_batch_norms(ir::Graph& graph, const std::function<bool(const ir::Node&)>& take) {
   std::vector<ir::Node*> batch_norms;
   for (const auto& node : graph.nodes())
-    if (node->op == "batch_norm") batch_norms.push_back(node.get());
+    if (node->op == ir::OpId::BatchNorm) batch_norms.push_back(node.get());
   std::set<const ir::Value*> seen;
   std::set<const ir::Node*> lowered;
   for (ir::Node* bn : batch_norms) {

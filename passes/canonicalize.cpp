@@ -50,10 +50,10 @@ const T& attr(const Node& node, const std::string& name) {
 }
 
 // The producer of `value` if it is a node result of op `op` (or of `other_op`), else nullptr.
-Node* producer_of(const Value* value, std::string_view op, std::string_view other_op = {}) {
+Node* producer_of(const Value* value, ir::OpId op, std::optional<ir::OpId> other_op = {}) {
   if (value->role != ir::ValueRole::NodeResult || value->producer == nullptr) return nullptr;
   Node* node = value->producer;
-  return node->op == op || (!other_op.empty() && node->op == other_op) ? node : nullptr;
+  return node->op == op || (other_op && node->op == *other_op) ? node : nullptr;
 }
 
 // transpose's perm with the default ([] = reversed axes) spelled out.
@@ -102,9 +102,8 @@ class Rewriter {
   }
 
   // Rewrites `node` in place as op(inputs){attrs}, keeping its name and result value.
-  void rewrite(Node& node, const std::string& op, std::vector<Value*> inputs, ir::AttrMap attrs) {
-    const ir::OpDef* def = ir::OpRegistry::instance().find(op);
-    KILN_CHECK(def != nullptr) << "canonicalize: no op '" << op << "'";
+  void rewrite(Node& node, ir::OpId op, std::vector<Value*> inputs, ir::AttrMap attrs) {
+    const ir::OpDef* def = &ir::OpRegistry::instance().get(op);
     std::vector<ir::TensorType> types;
     for (const Value* input : inputs) types.push_back(input->type);
     std::vector<ir::TensorType> results;
@@ -166,8 +165,8 @@ bool remove_inference_dropout(Node& node, Rewriter& rw) {
 bool simplify_reshape(Node& node, Rewriter& rw) {
   Value* x = node.inputs[0];
   const ir::TensorType& type = node.results[0]->type;
-  if (x->type == type) return rw.forward(node, x, node.op + " to the same shape is the identity");
-  Node* inner = producer_of(x, "reshape", "flatten");
+  if (x->type == type) return rw.forward(node, x, ir::to_string(node.op) + " to the same shape is the identity");
+  Node* inner = producer_of(x, ir::OpId::Reshape, ir::OpId::Flatten);
   if (inner == nullptr) return false;
   Value* source = inner->inputs[0];
   const bool shared = rw.graph().users(x).size() > 1 || rw.graph().is_output(x);
@@ -183,8 +182,8 @@ bool simplify_reshape(Node& node, Rewriter& rw) {
                                   label(node), name_of(source), ir::shape_to_string(type.shape),
                                   kept)))
       return false;
-    ir::AttrMap attrs = node.op == "reshape" ? node.attrs : ir::AttrMap{{"shape", type.shape}};
-    rw.rewrite(node, "reshape", {source}, std::move(attrs));
+    ir::AttrMap attrs = node.op == ir::OpId::Reshape ? node.attrs : ir::AttrMap{{"shape", type.shape}};
+    rw.rewrite(node, ir::OpId::Reshape, {source}, std::move(attrs));
   }
   rw.erase_if_unused(*inner);
   return true;
@@ -198,7 +197,7 @@ bool simplify_transpose(Node& node, Rewriter& rw) {
   const std::vector<int64_t> outer = permutation(node);
   if (is_identity(outer))
     return rw.forward(node, x, "transpose with the identity permutation is the identity");
-  Node* inner = producer_of(x, "transpose");
+  Node* inner = producer_of(x, ir::OpId::Transpose);
   if (inner == nullptr) return false;
   Value* source = inner->inputs[0];
   const std::vector<int64_t> inner_perm = permutation(*inner);
@@ -217,7 +216,7 @@ bool simplify_transpose(Node& node, Rewriter& rw) {
                                   label(*inner), label(node), name_of(source),
                                   ir::shape_to_string(composed), kept)))
       return false;
-    rw.rewrite(node, "transpose", {source}, {{"perm", composed}});
+    rw.rewrite(node, ir::OpId::Transpose, {source}, {{"perm", composed}});
   }
   rw.erase_if_unused(*inner);
   return true;
@@ -270,7 +269,7 @@ bool simplify_pow(Node& node, Rewriter& rw) {
     if (!rw.take_fuel(fmt::format("rewrite {} as mul({}, {}): x^2 is x*x, exactly", label(node),
                                   name_of(x), name_of(x))))
       return false;
-    rw.rewrite(node, "mul", {x, x}, {});
+    rw.rewrite(node, ir::OpId::Mul, {x, x}, {});
     return true;
   }
   if (exponent == 0.5)
@@ -285,7 +284,7 @@ bool simplify_pow(Node& node, Rewriter& rw) {
 // neg(neg(x)) = x on floats: neg flips the sign bit, exactly (±0, ±inf, NaN included). Not on
 // integers: neg saturates (docs/ops.md), so neg(neg(INT_MIN)) = neg(INT_MAX) = INT_MIN + 1.
 bool fold_double_neg(Node& node, Rewriter& rw) {
-  Node* inner = producer_of(node.inputs[0], "neg");
+  Node* inner = producer_of(node.inputs[0], ir::OpId::Neg);
   if (inner == nullptr) return false;
   if (!ir::is_floating(node.results[0]->type.dtype)) {
     rw.refuse(node, fmt::format("neg of {} on {}: integer neg saturates, so neg(neg(x)) is not "
@@ -302,7 +301,7 @@ bool fold_double_neg(Node& node, Rewriter& rw) {
 // relu(relu(x)) = relu(x): relu (`x < 0 ? 0 : x`) maps its own results (>= 0, -0 or NaN) to
 // themselves, so the outer relu is forwarded to the inner one's result.
 bool fold_double_relu(Node& node, Rewriter& rw) {
-  Node* inner = producer_of(node.inputs[0], "relu");
+  Node* inner = producer_of(node.inputs[0], ir::OpId::Relu);
   if (inner == nullptr) return false;
   return rw.forward(node, inner->results[0], "relu is idempotent");
 }
@@ -325,7 +324,7 @@ bool order_commutative_operands(Node& node, Rewriter& rw) {
   Value* a = node.inputs[0];
   Value* b = node.inputs[1];
   if (a->role != ir::ValueRole::Parameter || b->role == ir::ValueRole::Parameter) return false;
-  const bool min_max = node.op == "maximum" || node.op == "minimum";
+  const bool min_max = node.op == ir::OpId::Maximum || node.op == ir::OpId::Minimum;
   if (min_max && ir::is_floating(a->type.dtype) && !has_no_zero(*a)) {
     rw.refuse(node, fmt::format("operands not swapped: {} of -0 and +0 returns its second "
                                 "operand, and parameter {} may hold a zero",
@@ -340,20 +339,25 @@ bool order_commutative_operands(Node& node, Rewriter& rw) {
 }
 
 bool canonicalize_node(Node& node, Rewriter& rw) {
-  const std::string& op = node.op;
-  if (op == "dropout") return remove_inference_dropout(node, rw);
-  if (op == "reshape" || op == "flatten") return simplify_reshape(node, rw);
-  if (op == "transpose") return simplify_transpose(node, rw);
-  if (op == "slice") return remove_full_slice(node, rw);
-  if (op == "cast") return remove_noop_cast(node, rw);
-  if (op == "concat") return remove_single_concat(node, rw);
-  if (op == "clip") return remove_unbounded_clip(node, rw);
-  if (op == "pow") return simplify_pow(node, rw);
-  if (op == "neg") return fold_double_neg(node, rw);
-  if (op == "relu") return fold_double_relu(node, rw);
-  if (op == "add" || op == "mul" || op == "maximum" || op == "minimum")
-    return order_commutative_operands(node, rw);
-  return false;
+  using ir::OpId;
+  switch (node.op) {
+    case OpId::Dropout: return remove_inference_dropout(node, rw);
+    case OpId::Reshape:
+    case OpId::Flatten: return simplify_reshape(node, rw);
+    case OpId::Transpose: return simplify_transpose(node, rw);
+    case OpId::Slice: return remove_full_slice(node, rw);
+    case OpId::Cast: return remove_noop_cast(node, rw);
+    case OpId::Concat: return remove_single_concat(node, rw);
+    case OpId::Clip: return remove_unbounded_clip(node, rw);
+    case OpId::Pow: return simplify_pow(node, rw);
+    case OpId::Neg: return fold_double_neg(node, rw);
+    case OpId::Relu: return fold_double_relu(node, rw);
+    case OpId::Add:
+    case OpId::Mul:
+    case OpId::Maximum:
+    case OpId::Minimum: return order_commutative_operands(node, rw);
+    default: return false;  // no canonical form to reach
+  }
 }
 
 }  // namespace

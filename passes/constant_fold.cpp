@@ -46,13 +46,13 @@ bool all_operands_are_parameters(const ir::Node& node) {
 
 // Why `node` (all of whose operands are parameters) must not be folded; empty when it may be.
 std::string refusal(const ir::Node& node) {
-  if (node.op == "dropout") {
+  if (node.op == ir::OpId::Dropout) {
     auto training = node.attrs.find("training");
     if (training != node.attrs.end() && std::get<bool>(training->second))
       return "training-mode dropout reads the step counter, which changes every step";
   }
   if (eval::find_reference_kernel(node.op) == nullptr)
-    return "the reference interpreter has no kernel for op '" + node.op + "'";
+    return "the reference interpreter has no kernel for op '" + ir::to_string(node.op) + "'";
   std::unordered_set<const ir::Value*> operands;
   int64_t operand_bytes = 0;
   for (const ir::Value* operand : node.inputs) {
@@ -107,7 +107,7 @@ bool ConstantFold::run(ir::Graph& graph, PassContext& context) {
           << ", the node's result is " << result->type.to_string();
       // The parameter takes over the result's name, so a folded graph output keeps its name.
       const std::string base =
-          !result->name.empty() ? result->name : !node->name.empty() ? node->name : node->op;
+          !result->name.empty() ? result->name : !node->name.empty() ? node->name : ir::to_string(node->op);
       result->name.clear();
       const std::string name = graph.unique_name(base);
       auto data = std::make_shared<const ir::Tensor>(std::move(results[i]));

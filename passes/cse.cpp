@@ -26,7 +26,7 @@ constexpr std::string_view kPass = "cse";
 // The hash key: op, operand identities, attributes as the printer writes them (an attribute
 // equal to the op's default counts as absent, as in the printed form) and result types.
 std::string cse_key(const ir::Node& node) {
-  std::string key = node.op;
+  std::string key = ir::to_string(node.op);
   key += '(';
   for (const ir::Value* input : node.inputs) key += fmt::format("{},", fmt::ptr(input));
   key += "){";

@@ -63,13 +63,13 @@ ir::Node* foldable_producer(const ir::Graph& graph, const ir::Node& bn, std::str
     why = fmt::format("its input '{}' is not produced by conv2d or dense", x->name);
     return nullptr;
   }
-  if (producer->op != "conv2d" && producer->op != "dense") {
+  if (producer->op != ir::OpId::Conv2d && producer->op != ir::OpId::Dense) {
     why = fmt::format("its input '{}' is produced by {}, not conv2d or dense", x->name,
                       who(*producer));
     return nullptr;
   }
   // batch_norm normalizes axis 1; dense's features are its last axis, so only rank 2 matches.
-  if (producer->op == "dense" && x->type.rank() != 2) {
+  if (producer->op == ir::OpId::Dense && x->type.rank() != 2) {
     why = fmt::format("its input '{}' ({}) is a dense of rank {}: batch_norm's channel axis 1 "
                       "is not dense's feature axis",
                       x->name, x->type.to_string(), x->type.rank());
@@ -182,7 +182,7 @@ bool FoldBatchNorm::run(ir::Graph& graph, PassContext& context) {
   // Node pointers stay valid while other nodes are erased; each fold erases only its own pair.
   std::vector<ir::Node*> batch_norms;
   for (const auto& node : graph.nodes())
-    if (node->op == "batch_norm") batch_norms.push_back(node.get());
+    if (node->op == ir::OpId::BatchNorm) batch_norms.push_back(node.get());
 
   bool changed = false;
   for (ir::Node* bn : batch_norms) {

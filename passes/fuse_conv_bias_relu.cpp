@@ -48,7 +48,7 @@ std::vector<ir::Node*> epilogue_chain(const ir::Graph& graph, ir::Node& anchor,
 
 std::string kernel_name(const std::vector<ir::Node*>& chain) {
   const ir::Node& anchor = *chain.front();
-  std::string name = anchor.op + (anchor.inputs.size() > 2 ? "_bias" : "");
+  std::string name = ir::to_string(anchor.op) + (anchor.inputs.size() > 2 ? "_bias" : "");
   const ir::Value* running = anchor.results[0];
   for (size_t i = 1; i < chain.size(); ++i) {
     name += "_" + fusion::epilogue_step_name(anchor, running, *chain[i]);

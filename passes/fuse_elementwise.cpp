@@ -53,8 +53,8 @@ std::optional<std::string> not_loop_op(const ir::Node& node) {
                     node.def->kind != ir::OpKind::Broadcast))
     return fmt::format("{} is {}, not elementwise", node.op,
                        node.def ? ir::op_kind_name(node.def->kind) : "unknown");
-  if (node.op == "batch_norm") return "batch_norm has five operands (fold-batch-norm folds it)";
-  if (node.op == "dropout") {
+  if (node.op == ir::OpId::BatchNorm) return "batch_norm has five operands (fold-batch-norm folds it)";
+  if (node.op == ir::OpId::Dropout) {
     const auto training = node.attrs.find("training");
     if (training != node.attrs.end() && std::get<bool>(training->second))
       return "dropout in training mode draws random numbers";
@@ -72,17 +72,19 @@ const ir::Node& gemm_of(const ir::Node& producer) {
   return producer.is_kernel() ? *producer.body->nodes().front() : producer;
 }
 
-std::string base_name(const ir::Node& node) { return node.is_kernel() ? node.name : node.op; }
+std::string base_name(const ir::Node& node) {
+  return node.is_kernel() ? node.name : ir::to_string(node.op);
+}
 
 // "add_relu", "sub_mul_exp_add", "sub_mul_etc_relu": the ops of a loop, in order.
 std::string loop_name(const std::vector<ir::Node*>& members) {
   std::vector<std::string> ops;
   for (const ir::Node* member : members) {
     if (!member->is_kernel()) {
-      ops.push_back(member->op);
+      ops.push_back(ir::to_string(member->op));
       continue;
     }
-    for (const auto& inner : member->body->nodes()) ops.push_back(inner->op);
+    for (const auto& inner : member->body->nodes()) ops.push_back(ir::to_string(inner->op));
   }
   if (ops.size() > 4) ops = {ops[0], ops[1], "etc", ops.back()};
   std::string name;
@@ -205,7 +207,7 @@ class ElementwiseFusion {
                                      " is " + std::string(ir::dtype_name(operand->type.dtype)));
       return;
     }
-    fuse({producer, &reduction}, base_name(*producer) + "_" + reduction.op, ir::kReduceKernel);
+    fuse({producer, &reduction}, base_name(*producer) + "_" + ir::to_string(reduction.op), ir::kReduceKernel);
   }
 
   // Sweep 3.
@@ -220,7 +222,7 @@ class ElementwiseFusion {
       kind = ir::kReduceKernel;
     else if (!not_loop_op(*producer))
       kind = ir::kLoopKernel;
-    fuse({producer, &reshape}, base_name(*producer) + "_" + reshape.op, kind);
+    fuse({producer, &reshape}, base_name(*producer) + "_" + ir::to_string(reshape.op), kind);
   }
 
   ir::Graph& graph_;

@@ -10,9 +10,22 @@
 namespace kiln::passes::fusion {
 namespace {
 
-const std::set<std::string, std::less<>> kActivations = {"relu", "leaky_relu", "sigmoid",
-                                                         "tanh", "gelu",       "clip"};
-const std::set<std::string, std::less<>> kBinary = {"add", "sub", "mul", "div", "maximum", "minimum"};
+// The activations of the op table (a scalar expression with a backward op of its own), and clip.
+bool is_activation(const ir::Node& node) {
+  return node.op == ir::OpId::Clip || (node.def != nullptr && node.def->has_grad_op);
+}
+
+bool is_binary_arithmetic(ir::OpId op) {
+  switch (op) {
+    case ir::OpId::Add:
+    case ir::OpId::Sub:
+    case ir::OpId::Mul:
+    case ir::OpId::Div:
+    case ir::OpId::Maximum:
+    case ir::OpId::Minimum: return true;
+    default: return false;
+  }
+}
 
 // Whether `shape`, broadcast to `out` (NumPy rules), varies along `axis` only.
 bool per_channel(const ir::Shape& shape, const ir::Shape& out, int axis) {
@@ -58,24 +71,24 @@ std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir:
 }
 
 bool is_gemm(const ir::Node& node) {
-  return !node.is_kernel() && (node.op == "conv2d" || node.op == "dense" || node.op == "matmul");
+  return !node.is_kernel() && (node.op == ir::OpId::Conv2d || node.op == ir::OpId::Dense || node.op == ir::OpId::Matmul);
 }
 
 int channel_axis(const ir::Node& gemm) {
   const int rank = static_cast<int>(gemm.results[0]->type.shape.size());
-  return gemm.op == "conv2d" ? 1 : rank - 1;
+  return gemm.op == ir::OpId::Conv2d ? 1 : rank - 1;
 }
 
 std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Value* running,
                                             const ir::Node& consumer, bool activations_only) {
   if (consumer.is_kernel()) return consumer.describe() + " is already a fused kernel";
-  const bool activation = kActivations.count(consumer.op) > 0;
-  const bool bias_add = consumer.op == "bias_add";
-  const bool binary = kBinary.count(consumer.op) > 0;
-  if (activations_only && !activation && !bias_add && consumer.op != "add")
-    return consumer.op + " is not a bias, a residual add or an activation this pass fuses";
+  const bool activation = is_activation(consumer);
+  const bool bias_add = consumer.op == ir::OpId::BiasAdd;
+  const bool binary = is_binary_arithmetic(consumer.op);
+  if (activations_only && !activation && !bias_add && consumer.op != ir::OpId::Add)
+    return ir::to_string(consumer.op) + " is not a bias, a residual add or an activation this pass fuses";
   if (!activation && !bias_add && !binary && !(consumer.def && consumer.def->kind == ir::OpKind::Elementwise))
-    return consumer.op + " is not an elementwise op";
+    return ir::to_string(consumer.op) + " is not an elementwise op";
   const ir::Value* result = consumer.results[0];
   if (!ir::is_floating(result->type.dtype) || !ir::is_floating(running->type.dtype))
     return "the epilogue computes in float; " + ref(result) + " is " +
@@ -83,10 +96,10 @@ std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Valu
   if (result->type.shape != running->type.shape)
     return ref(result) + " has shape " + ir::shape_to_string(result->type.shape) +
            ", not the GEMM result's " + ir::shape_to_string(running->type.shape);
-  if (consumer.op == "cast" || consumer.op == "dropout")
-    return consumer.op + " is left to its own kernel";
+  if (consumer.op == ir::OpId::Cast || consumer.op == ir::OpId::Dropout)
+    return ir::to_string(consumer.op) + " is left to its own kernel";
   if (consumer.inputs.size() == 1) return std::nullopt;
-  if (consumer.inputs.size() != 2) return consumer.op + " has more than two operands";
+  if (consumer.inputs.size() != 2) return ir::to_string(consumer.op) + " has more than two operands";
   if (bias_add) {
     if (consumer.inputs[0] != running) return ref(running) + " is the bias, not the biased value";
     const int axis = normalized_axis(consumer, running->type.shape.size());
@@ -106,8 +119,8 @@ std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Valu
 
 std::string epilogue_step_name(const ir::Node& gemm, const ir::Value* running,
                                const ir::Node& consumer) {
-  if (consumer.op == "bias_add") return "bias";
-  if (consumer.op != "add") return consumer.op;
+  if (consumer.op == ir::OpId::BiasAdd) return "bias";
+  if (consumer.op != ir::OpId::Add) return ir::to_string(consumer.op);
   for (const ir::Value* operand : consumer.inputs)
     if (operand != running &&
         layout_of(operand->type.shape, running->type.shape, channel_axis(gemm)) == Layout::Channel)

@@ -1,19 +1,23 @@
 // Kernel emitters for elementwise and broadcasting ops: arithmetic, activations, unary math,
 // clip, cast, dropout. Every op is a map kernel (codegen/kernels/elementwise_util.h); this
-// file says what `apply` computes for each op and dtype.
+// file says what `apply` computes for each op and dtype. Activations and unary math are rows of
+// scalar expressions in ir/ops.def: their `apply` is the row's expression, the very text the
+// reference evaluator compiles (scalar_row_fn).
 //
-// Results must match the reference interpreter (runtime/reference/kernels_elementwise.cpp),
-// which computes in double and rounds once:
+// Results must match the reference evaluator (ir/eval), which computes in double and rounds
+// once:
 //   - float ops compute in float (f16/bf16 load to float, round once on store): within a few
 //     ulp of f32, so tests compare with a relative tolerance of 1e-5;
 //   - formulas avoid cancellation where a textbook form would lose the result's relative
 //     precision (sigmoid and GELU for large negative inputs);
 //   - integer results saturate as the reference's store does; integer division truncates, and
 //     division by zero (a run-time error in the reference) yields 0 on the GPU.
+#include <algorithm>
 #include <cmath>
 
 #include "codegen/kernels/elementwise_util.h"
 #include "ir/diagnostic.h"
+#include "ir/op_registry.h"
 
 namespace kiln::codegen {
 namespace {
@@ -94,86 +98,64 @@ Statements integer_div(DType dtype) {
   return with_limits(dtype, std::move(body));
 }
 
-ElementFn binary_fn(const std::string& op, DType dtype) {
+ElementFn binary_fn(ir::OpId op, DType dtype) {
   const bool is_float = ir::is_floating(dtype);
   const std::string summary = fmt::format("{} of one element pair, in {}", op, compute_type(dtype));
-  if (op == "maximum" || op == "minimum") {
+  if (op == ir::OpId::Maximum || op == ir::OpId::Minimum) {
     if (is_float)
-      return {summary + "; NaN propagates as in torch." + op,
-              {fmt::format("return {}(lhs, rhs);", op == "maximum" ? "kiln_max" : "kiln_min")}};
-    return {summary, {fmt::format("return lhs {} rhs ? lhs : rhs;", op == "maximum" ? ">" : "<")}};
+      return {summary + "; NaN propagates as in torch." + ir::to_string(op),
+              {fmt::format("return {}(lhs, rhs);", op == ir::OpId::Maximum ? "kiln_max" : "kiln_min")}};
+    return {summary, {fmt::format("return lhs {} rhs ? lhs : rhs;", op == ir::OpId::Maximum ? ">" : "<")}};
   }
-  const std::string symbol = op == "add" ? "+" : op == "sub" ? "-" : op == "mul" ? "*" : "/";
+  const std::string symbol = op == ir::OpId::Add ? "+" : op == ir::OpId::Sub ? "-" : op == ir::OpId::Mul ? "*" : "/";
   if (is_float) return {summary, {fmt::format("return lhs {} rhs;", symbol)}};
-  if (op == "div") return {summary + ", truncating", integer_div(dtype)};
+  if (op == ir::OpId::Div) return {summary + ", truncating", integer_div(dtype)};
   if (dtype == DType::I32) return {summary + ", saturating to i32", saturating_i32(symbol.c_str())};
   return {summary + ", saturating to i64", saturating_i64(symbol)};
 }
 
-// A stable logistic function: exp of a non-positive argument cannot overflow, and e^x/(1+e^x)
-// keeps its relative precision for large negative x, where 1/(1+e^-x) would round to 0 early.
-Statements stable_sigmoid(const std::string& arg, const std::string& factor) {
-  return {fmt::format("const float e = expf(-fabsf({}));", arg),
-          fmt::format("return {}({} >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e));", factor, arg)};
-}
-
-ElementFn float_unary_fn(const ir::Node& node) {
-  const std::string& op = node.op;
-  if (op == "relu")
-    return {"relu: x < 0 ? 0 : x keeps NaN, as torch.relu",
-            {"return value < 0.0f ? 0.0f : value;"}};
-  if (op == "leaky_relu")
-    return {"leaky_relu: x if x >= 0 else alpha * x",
-            {fmt::format("constexpr float kAlpha = {};",
-                         literal(DType::F32, attr<double>(node, "alpha"))),
-             "return value >= 0.0f ? value : kAlpha * value;"}};
-  if (op == "sigmoid")
-    return {"sigmoid, in a form that cannot overflow", stable_sigmoid("value", "")};
-  if (op == "tanh") return {"tanh", {"return tanhf(value);"}};
-  if (op == "gelu") {
-    if (attr<std::string>(node, "approximate") == "tanh") {
-      // 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u): no cancellation when tanh(u) is near -1.
-      Statements body = {"constexpr float kSqrt2OverPi = 0.797884560802865f;",
-                         "constexpr float kCubic = 0.044715f;",
-                         "const float cube = value * value * value;",
-                         "const float twice_u = 2.0f * kSqrt2OverPi * (value + kCubic * cube);"};
-      for (std::string& s : stable_sigmoid("twice_u", "value * ")) body.push_back(std::move(s));
-      return {"gelu, tanh approximation, as x * sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3)",
-              body};
+// A row of scalar expressions (ir/ops.def: an activation, its backward op, or unary math):
+// its attributes as named constants, its operands under the names the expression uses, then
+// the expression itself, instantiated with T = float. ir/scalar_math.h (pasted into every
+// translation unit) defines the kiln_* helpers the expressions call.
+ElementFn scalar_row_fn(const ir::Node& node) {
+  const ir::OpDef& def = *node.def;
+  KILN_CHECK(!def.forward_expr.empty()) << node.describe() << " is not a scalar-expression row";
+  Statements body = {"using T = float;"};
+  for (const ir::AttrSpec& spec : def.attrs) {
+    const ir::Attribute& value = node.attrs.at(spec.name);
+    if (!spec.choices.empty()) {
+      const std::string& choice = std::get<std::string>(value);
+      const auto it = std::find(spec.choices.begin(), spec.choices.end(), choice);
+      body.push_back(fmt::format("constexpr int {} = {};  // \"{}\"", spec.name,
+                                 it - spec.choices.begin(), choice));
+    } else if (const auto* number = std::get_if<double>(&value)) {
+      body.push_back(fmt::format("constexpr float {} = {};", spec.name,
+                                 literal(DType::F32, *number)));
+    } else if (const auto* integer = std::get_if<int64_t>(&value)) {
+      body.push_back(fmt::format("constexpr long long {} = {}LL;", spec.name, *integer));
+    } else {
+      body.push_back(fmt::format("constexpr bool {} = {};", spec.name,
+                                 std::get<bool>(value) ? "true" : "false"));
     }
-    return {
-        "gelu: x * Phi(x) = 0.5 x erfc(-x / sqrt 2); erfc keeps precision where 1 + erf "
-        "cancels",
-        {"constexpr float kInvSqrt2 = 0.707106781186548f;",
-         "return 0.5f * value * erfcf(-value * kInvSqrt2);"}};
   }
-  if (op == "exp") return {"exp", {"return expf(value);"}};
-  if (op == "log") return {"log", {"return logf(value);"}};
-  if (op == "sqrt") return {"sqrt", {"return sqrtf(value);"}};
-  if (op == "rsqrt")
-    return {"rsqrt as 1 / sqrt (correctly rounded steps; rsqrtf is an approximation)",
-            {"return 1.0f / sqrtf(value);"}};
-  if (op == "neg") return {"neg", {"return -value;"}};
-  if (op == "abs") return {"abs", {"return fabsf(value);"}};
-  if (op == "pow") {
-    const double exponent = attr<double>(node, "exponent");
-    if (exponent == 2.0)
-      return {"pow with exponent 2: one correctly rounded multiply", {"return value * value;"}};
-    return {"pow with a constant exponent",
-            {fmt::format("constexpr float kExponent = {};", literal(DType::F32, exponent)),
-             "return powf(value, kExponent);"}};
+  if (node.inputs.size() == 1) {
+    body.push_back("const T x = value;");
+  } else {
+    body.push_back("const T dy = lhs;");
+    body.push_back(fmt::format("const T {} = rhs;", def.input_names[1]));
   }
-  KILN_CHECK(false) << "no float element function for " << op;
-  return {};
+  body.push_back("return " + def.forward_expr + ";");
+  return {fmt::format("{}: {}", def.name, def.summary), body};
 }
 
-ElementFn integer_unary_fn(const std::string& op, DType dtype) {
+ElementFn integer_unary_fn(ir::OpId op, DType dtype) {
   const std::string limit = dtype == DType::I64 ? "kI64" : "kI32";
-  if (op == "neg")
+  if (op == ir::OpId::Neg)
     return {
         fmt::format("neg, saturating: -{}Min does not fit", limit),
         with_limits(dtype, {fmt::format("return value == {}Min ? {}Max : -value;", limit, limit)})};
-  KILN_CHECK(op == "abs") << "no integer element function for " << op;
+  KILN_CHECK(op == ir::OpId::Abs) << "no integer element function for " << op;
   return {fmt::format("abs, saturating: |{}Min| does not fit", limit),
           with_limits(dtype, {fmt::format("if (value == {}Min) return {}Max;", limit, limit),
                               "return value < 0 ? -value : value;"})};
@@ -238,15 +220,20 @@ KernelSpec emit_binary(const KernelRequest& request) {
   return emit_map_kernel(request, binary_fn(request.node.op, request.node.inputs[0]->type.dtype));
 }
 
-KernelSpec emit_float_unary(const KernelRequest& request) {
-  return emit_map_kernel(request, float_unary_fn(request.node));
+KernelSpec emit_scalar_row(const KernelRequest& request) {
+  return emit_map_kernel(request, scalar_row_fn(request.node));
 }
 
 // neg and abs accept integers too.
+ElementFn numeric_unary_fn(const ir::Node& node) {
+  const DType dtype = node.inputs[0]->type.dtype;
+  if (!ir::is_floating(dtype)) return integer_unary_fn(node.op, dtype);
+  if (node.op == ir::OpId::Neg) return {"neg", {"return -value;"}};
+  return {"abs", {"return fabsf(value);"}};
+}
+
 KernelSpec emit_numeric_unary(const KernelRequest& request) {
-  const DType dtype = request.node.inputs[0]->type.dtype;
-  if (ir::is_floating(dtype)) return emit_float_unary(request);
-  return emit_map_kernel(request, integer_unary_fn(request.node.op, dtype));
+  return emit_map_kernel(request, numeric_unary_fn(request.node));
 }
 
 KernelSpec emit_cast(const KernelRequest& request) {
@@ -265,36 +252,42 @@ KernelSpec emit_dropout(const KernelRequest& request) {
 }  // namespace
 
 std::optional<ElementFn> element_fn(const ir::Node& node) {
-  const std::string& op = node.op;
+  using ir::OpId;
+  if (!node.def->forward_expr.empty()) return scalar_row_fn(node);
   const DType dtype = node.inputs[0]->type.dtype;
-  for (const char* binary : {"add", "sub", "mul", "div", "maximum", "minimum"})
-    if (op == binary) return binary_fn(op, dtype);
-  if (op == "bias_add") return binary_fn("add", dtype);
-  if (op == "neg" || op == "abs")
-    return ir::is_floating(dtype) ? float_unary_fn(node) : integer_unary_fn(op, dtype);
-  for (const char* unary :
-       {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "exp", "log", "sqrt", "rsqrt", "pow"})
-    if (op == unary) return float_unary_fn(node);
-  if (op == "clip") return clip_fn(node);
-  if (op == "cast") return cast_fn(dtype, node.results[0]->type.dtype);
-  if (op == "dropout" && !attr<bool>(node, "training"))
-    return ElementFn{"dropout at inference: the identity", {"return value;"}};
-  return grad_element_fn(node);
+  switch (node.op) {
+    case OpId::Add:
+    case OpId::Sub:
+    case OpId::Mul:
+    case OpId::Div:
+    case OpId::Maximum:
+    case OpId::Minimum: return binary_fn(node.op, dtype);
+    case OpId::BiasAdd: return binary_fn(OpId::Add, dtype);
+    case OpId::Neg:
+    case OpId::Abs: return numeric_unary_fn(node);
+    case OpId::Clip: return clip_fn(node);
+    case OpId::Cast: return cast_fn(dtype, node.results[0]->type.dtype);
+    case OpId::Dropout:
+      if (attr<bool>(node, "training")) return std::nullopt;
+      return ElementFn{"dropout at inference: the identity", {"return value;"}};
+    default: return grad_element_fn(node);
+  }
 }
 
 void add_elementwise_emitters(EmitterTable& table) {
-  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum"})
+  using ir::OpId;
+  for (const OpId op : {OpId::Add, OpId::Sub, OpId::Mul, OpId::Div, OpId::Maximum, OpId::Minimum})
     table.emplace_back(op, emit_binary);
-  for (const char* op :
-       {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "exp", "log", "sqrt", "rsqrt", "pow"})
-    table.emplace_back(op, emit_float_unary);
-  table.emplace_back("neg", emit_numeric_unary);
-  table.emplace_back("abs", emit_numeric_unary);
-  table.emplace_back("clip", [](const KernelRequest& request) {
+  // Every row of scalar expressions (activations, their backward ops, unary math).
+  for (const ir::OpDef& def : ir::OpRegistry::instance().all())
+    if (!def.forward_expr.empty()) table.emplace_back(def.id, emit_scalar_row);
+  table.emplace_back(OpId::Neg, emit_numeric_unary);
+  table.emplace_back(OpId::Abs, emit_numeric_unary);
+  table.emplace_back(OpId::Clip, [](const KernelRequest& request) {
     return emit_map_kernel(request, clip_fn(request.node));
   });
-  table.emplace_back("cast", emit_cast);
-  table.emplace_back("dropout", emit_dropout);
+  table.emplace_back(OpId::Cast, emit_cast);
+  table.emplace_back(OpId::Dropout, emit_dropout);
 }
 
 }  // namespace kiln::codegen

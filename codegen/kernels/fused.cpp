@@ -139,7 +139,7 @@ std::string with_aliases(const Aliases& aliases, const std::string& body) {
 void emit_element_lambda(BodyWriter& w, const ir::Node& node, const Names& names) {
   const std::optional<ElementFn> fn = element_fn(node);
   if (!fn)
-    throw Error(node.loc.render(), node.describe() + ": codegen cannot fuse op '" + node.op +
+    throw Error(node.loc.render(), node.describe() + ": codegen cannot fuse op '" + ir::to_string(node.op) +
                                        "' into a kernel's element computation");
   static const char* const kUnary[] = {"value"};
   static const char* const kBinary[] = {"lhs", "rhs"};
@@ -148,7 +148,7 @@ void emit_element_lambda(BodyWriter& w, const ir::Node& node, const Names& names
     params += fmt::format("{}{} {}", i ? ", " : "", compute_type(node.inputs[i]->type.dtype),
                           node.inputs.size() == 1 ? kUnary[i] : kBinary[i]);
   // Summaries often start with the op's name ("relu: ..."): don't say it twice.
-  const std::string prefix = node.op + ": ";
+  const std::string prefix = ir::to_string(node.op) + ": ";
   w.comment(node.describe() + ": " +
             (fn->summary.rfind(prefix, 0) == 0 ? fn->summary.substr(prefix.size()) : fn->summary));
   w.open("const auto {} = []({}) -> {}", names.function(node), params,
@@ -160,7 +160,7 @@ void emit_element_lambda(BodyWriter& w, const ir::Node& node, const Names& names
 // The shape a body input is read with when broadcast to `loop`: its own (NumPy rules), or for
 // the bias of a bias_add, its length at the op's axis.
 ir::Shape view_shape(const ir::Value* input, const ir::Node& user, const ir::Shape& loop) {
-  if (user.op != "bias_add" || user.inputs[1] != input || user.inputs[0] == input)
+  if (user.op != ir::OpId::BiasAdd || user.inputs[1] != input || user.inputs[0] == input)
     return input->type.shape;
   ir::Shape shape(loop.size(), 1);
   const int axis = axis_of(user);
@@ -249,7 +249,7 @@ std::string emit_element_chain(BodyWriter& w, const std::vector<const ir::Node*>
 
 std::string source_list(const std::vector<const ir::Node*>& nodes) {
   std::string text;
-  for (const ir::Node* node : nodes) text += (text.empty() ? "" : ", ") + node->op;
+  for (const ir::Node* node : nodes) text += (text.empty() ? "" : ", ") + ir::to_string(node->op);
   return text;
 }
 
@@ -322,7 +322,7 @@ KernelSpec emit_reduce(const KernelRequest& request, const BodyPlan& plan) {
 // result's own position (a residual) or element 0 (a scalar).
 std::string epilogue_index(const ir::Node& node, const ir::Value* operand,
                            const ir::Shape& out) {
-  if (node.op == "bias_add") return "channel";
+  if (node.op == ir::OpId::BiasAdd) return "channel";
   const ir::Shape& shape = operand->type.shape;
   if (shape == out) return "out_index";
   if (ir::num_elements(shape) == 1) return "0";
@@ -336,8 +336,8 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan) {
   KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}};
   for (const ir::Value* input : anchor.inputs) inner.input_params.push_back(names.param(input));
 
-  nn::GemmSpec spec = anchor.op == "conv2d"  ? nn::conv2d_gemm(inner)
-                      : anchor.op == "dense" ? nn::dense_gemm(inner)
+  nn::GemmSpec spec = anchor.op == ir::OpId::Conv2d  ? nn::conv2d_gemm(inner)
+                      : anchor.op == ir::OpId::Dense ? nn::dense_gemm(inner)
                                              : nn::matmul_gemm(inner);
   BodyWriter prelude(0);
   BodyWriter epilogue(0);
@@ -375,7 +375,7 @@ KernelSpec emit_single(const KernelRequest& request, const BodyPlan& plan) {
   const KernelEmitter* emitter = find_kernel_emitter(node.op);
   if (!emitter)
     throw Error(node.loc.render(), node.describe() + ": codegen has no CUDA kernel for op '" +
-                                       node.op + "' yet");
+                                       ir::to_string(node.op) + "' yet");
   const Names names(request.node, request.input_params);
   Aliases aliases;
   const KernelRequest inner = inner_request(node, request, names, aliases);
@@ -420,7 +420,7 @@ std::vector<std::string> fused_kernel_params(const ir::Node& kernel) {
 }
 
 void add_fused_emitters(EmitterTable& table) {
-  table.emplace_back(std::string(ir::kKernelOp), emit_fused_kernel);
+  table.emplace_back(ir::OpId::Kernel, emit_fused_kernel);
 }
 
 }  // namespace kiln::codegen

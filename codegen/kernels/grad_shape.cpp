@@ -69,7 +69,7 @@ KernelSpec emit_slice_grad(const KernelRequest& request) {
 }  // namespace
 
 void add_grad_shape_emitters(EmitterTable& table) {
-  table.emplace_back("slice_grad", emit_slice_grad);
+  table.emplace_back(ir::OpId::SliceGrad, emit_slice_grad);
 }
 
 }  // namespace kiln::codegen

@@ -190,11 +190,11 @@ KernelSpec emit_softmax_cross_entropy_grad(const KernelRequest& request) {
 }  // namespace
 
 void add_grad_softmax_emitters(EmitterTable& table) {
-  table.emplace_back("softmax_grad",
+  table.emplace_back(ir::OpId::SoftmaxGrad,
                      [](const KernelRequest& r) { return emit_softmax_grad(r, false); });
-  table.emplace_back("log_softmax_grad",
+  table.emplace_back(ir::OpId::LogSoftmaxGrad,
                      [](const KernelRequest& r) { return emit_softmax_grad(r, true); });
-  table.emplace_back("softmax_cross_entropy_grad", emit_softmax_cross_entropy_grad);
+  table.emplace_back(ir::OpId::SoftmaxCrossEntropyGrad, emit_softmax_cross_entropy_grad);
 }
 
 }  // namespace kiln::codegen

@@ -104,8 +104,8 @@ KernelSpec emit_mse_loss(const KernelRequest& request) {
 }  // namespace
 
 void add_loss_emitters(EmitterTable& table) {
-  table.emplace_back("softmax_cross_entropy", emit_softmax_cross_entropy);
-  table.emplace_back("mse_loss", emit_mse_loss);
+  table.emplace_back(ir::OpId::SoftmaxCrossEntropy, emit_softmax_cross_entropy);
+  table.emplace_back(ir::OpId::MseLoss, emit_mse_loss);
 }
 
 }  // namespace kiln::codegen

@@ -246,9 +246,9 @@ void add_nn_emitters(EmitterTable& table) {
       return nn::emit_gemm(build(request), request.node);
     };
   };
-  table.emplace_back("matmul", gemm(nn::matmul_gemm));
-  table.emplace_back("dense", gemm(nn::dense_gemm));
-  table.emplace_back("conv2d", gemm(nn::conv2d_gemm));
+  table.emplace_back(ir::OpId::Matmul, gemm(nn::matmul_gemm));
+  table.emplace_back(ir::OpId::Dense, gemm(nn::dense_gemm));
+  table.emplace_back(ir::OpId::Conv2d, gemm(nn::conv2d_gemm));
   add_pool_norm_emitters(table);
   add_nn_grad_emitters(table);
 }

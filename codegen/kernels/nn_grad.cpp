@@ -258,10 +258,10 @@ KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
 }  // namespace
 
 void add_nn_grad_emitters(EmitterTable& table) {
-  table.emplace_back("conv2d_grad_input", emit_conv2d_grad_input);
-  table.emplace_back("conv2d_grad_weight", emit_conv2d_grad_weight);
-  table.emplace_back("max_pool2d_grad", [](const KernelRequest& r) { return emit_pool_grad(r, true); });
-  table.emplace_back("avg_pool2d_grad", [](const KernelRequest& r) { return emit_pool_grad(r, false); });
+  table.emplace_back(ir::OpId::Conv2dGradInput, emit_conv2d_grad_input);
+  table.emplace_back(ir::OpId::Conv2dGradWeight, emit_conv2d_grad_weight);
+  table.emplace_back(ir::OpId::MaxPool2dGrad, [](const KernelRequest& r) { return emit_pool_grad(r, true); });
+  table.emplace_back(ir::OpId::AvgPool2dGrad, [](const KernelRequest& r) { return emit_pool_grad(r, false); });
 }
 
 }  // namespace kiln::codegen

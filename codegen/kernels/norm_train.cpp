@@ -233,9 +233,9 @@ KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
 }  // namespace
 
 void add_norm_train_emitters(EmitterTable& table) {
-  table.emplace_back("batch_norm_train", emit_batch_norm_train);
-  table.emplace_back("batch_norm_train_grad", emit_batch_norm_train_grad);
-  table.emplace_back("layer_norm_grad", emit_layer_norm_grad);
+  table.emplace_back(ir::OpId::BatchNormTrain, emit_batch_norm_train);
+  table.emplace_back(ir::OpId::BatchNormTrainGrad, emit_batch_norm_train_grad);
+  table.emplace_back(ir::OpId::LayerNormGrad, emit_layer_norm_grad);
 }
 
 }  // namespace kiln::codegen

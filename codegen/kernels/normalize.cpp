@@ -181,9 +181,9 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
 }  // namespace
 
 void add_normalize_emitters(EmitterTable& table) {
-  table.emplace_back("softmax", [](const KernelRequest& r) { return emit_softmax(r, false); });
-  table.emplace_back("log_softmax", [](const KernelRequest& r) { return emit_softmax(r, true); });
-  table.emplace_back("layer_norm", emit_layer_norm);
+  table.emplace_back(ir::OpId::Softmax, [](const KernelRequest& r) { return emit_softmax(r, false); });
+  table.emplace_back(ir::OpId::LogSoftmax, [](const KernelRequest& r) { return emit_softmax(r, true); });
+  table.emplace_back(ir::OpId::LayerNorm, emit_layer_norm);
 }
 
 }  // namespace kiln::codegen

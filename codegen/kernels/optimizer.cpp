@@ -22,7 +22,7 @@ namespace {
 
 using ir::DType;
 
-bool is_adam(const ir::Node& node) { return node.op == "adam_update" || node.op == "adamw_update"; }
+bool is_adam(const ir::Node& node) { return node.op == ir::OpId::AdamUpdate || node.op == ir::OpId::AdamwUpdate; }
 
 double attr_float(const ir::Node& node, const char* name) { return attr<double>(node, name); }
 
@@ -52,7 +52,7 @@ void emit_prologue(BodyWriter& w, const ir::Node& node, const std::string& step)
   w.line("constexpr float kOneMinusBeta1 = {};", f32(1 - beta1));
   w.line("constexpr float kOneMinusBeta2 = {};", f32(1 - beta2));
   w.line("constexpr float kEps = {};", f32(attr_float(node, "eps")));
-  if (weight_decay != 0 && node.op == "adamw_update")
+  if (weight_decay != 0 && node.op == ir::OpId::AdamwUpdate)
     w.line("constexpr float kDecay = {};  // 1 - lr * weight_decay", f32(1 - attr_float(node, "lr") * weight_decay));
   else if (weight_decay != 0)
     w.line("constexpr float kWeightDecay = {};", f32(weight_decay));
@@ -91,7 +91,7 @@ void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::st
     return;
   }
   if (weight_decay != 0)
-    w.line(node.op == "adamw_update" ? "p_val *= kDecay;  // decoupled weight decay"
+    w.line(node.op == ir::OpId::AdamwUpdate ? "p_val *= kDecay;  // decoupled weight decay"
                                      : "g_val += kWeightDecay * p_val;  // L2 penalty");
   w.line("const float m_val = kBeta1 * {} + kOneMinusBeta1 * g_val;", at(in[2]));
   w.line("const float v_val = kBeta2 * {} + kOneMinusBeta2 * g_val * g_val;", at(in[3]));
@@ -172,7 +172,7 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   const DType dtype = first.inputs[0]->type.dtype;
   const bool adam = is_adam(first);
   for (const ir::Node* update : updates) {
-    if (update->op != "sgd_update" && !is_adam(*update))
+    if (update->op != ir::OpId::SgdUpdate && !is_adam(*update))
       reject(kernel, "holds only sgd_update, adam_update or adamw_update nodes, not " +
                          update->describe());
     if (update->op != first.op || update->attrs != first.attrs ||
@@ -195,7 +195,7 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   const std::string element(c_type(dtype));
 
   // The lambda's pointer names: the registry's operand names (param, grad, ...) and new_*.
-  const ir::OpDef& def = *ir::OpRegistry::instance().find(first.op);
+  const ir::OpDef& def = ir::OpRegistry::instance().get(first.op);
   std::vector<std::string> operand_names(def.input_names.begin(),
                                          def.input_names.begin() + (adam ? 4 : first.inputs.size()));
   std::vector<std::string> result_names = lambda_names(
@@ -242,9 +242,9 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
 }
 
 void add_optimizer_emitters(EmitterTable& table) {
-  table.emplace_back("sgd_update", emit_update);
-  table.emplace_back("adam_update", emit_update);
-  table.emplace_back("adamw_update", emit_update);
+  table.emplace_back(ir::OpId::SgdUpdate, emit_update);
+  table.emplace_back(ir::OpId::AdamUpdate, emit_update);
+  table.emplace_back(ir::OpId::AdamwUpdate, emit_update);
 }
 
 }  // namespace kiln::codegen

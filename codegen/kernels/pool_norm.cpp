@@ -306,11 +306,11 @@ KernelSpec emit_batch_norm(const KernelRequest& request) {
 }  // namespace
 
 void add_pool_norm_emitters(EmitterTable& table) {
-  table.emplace_back("max_pool2d", [](const KernelRequest& r) { return emit_pool(r, true); });
-  table.emplace_back("avg_pool2d", [](const KernelRequest& r) { return emit_pool(r, false); });
-  table.emplace_back("global_avg_pool", emit_global_avg_pool);
-  table.emplace_back("bias_add", emit_bias_add);
-  table.emplace_back("batch_norm", emit_batch_norm);
+  table.emplace_back(ir::OpId::MaxPool2d, [](const KernelRequest& r) { return emit_pool(r, true); });
+  table.emplace_back(ir::OpId::AvgPool2d, [](const KernelRequest& r) { return emit_pool(r, false); });
+  table.emplace_back(ir::OpId::GlobalAvgPool, emit_global_avg_pool);
+  table.emplace_back(ir::OpId::BiasAdd, emit_bias_add);
+  table.emplace_back(ir::OpId::BatchNorm, emit_batch_norm);
 }
 
 }  // namespace kiln::codegen

@@ -32,8 +32,8 @@ struct Accumulator {
   std::string comment;
 };
 
-Accumulator accumulator_for(const std::string& op, DType dtype) {
-  if (op == "reduce_max") {
+Accumulator accumulator_for(ir::OpId op, DType dtype) {
+  if (op == ir::OpId::ReduceMax) {
     if (ir::is_floating(dtype))
       return {"float", "-INFINITY", Combine::Max, "acc", "max in float; NaN propagates (kiln_max)"};
     const std::string type(compute_type(dtype));
@@ -42,7 +42,7 @@ Accumulator accumulator_for(const std::string& op, DType dtype) {
     return {type, lowest, Combine::Max, "acc", "max in " + type};
   }
   if (ir::is_floating(dtype)) {
-    const std::string finish = op == "reduce_mean" ? "acc / kReducedCount" : "acc";
+    const std::string finish = op == ir::OpId::ReduceMean ? "acc / kReducedCount" : "acc";
     return {"float", "0.0f", Combine::Sum, finish, "sum in float"};
   }
   if (dtype == DType::I32)
@@ -221,7 +221,7 @@ KernelSpec emit_reduce(const KernelRequest& request) {
 }  // namespace
 
 void add_reduce_emitters(EmitterTable& table) {
-  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+  for (const ir::OpId op : {ir::OpId::ReduceSum, ir::OpId::ReduceMean, ir::OpId::ReduceMax})
     table.emplace_back(op, emit_reduce);
   add_normalize_emitters(table);
   add_loss_emitters(table);

@@ -22,7 +22,7 @@ constexpr int64_t kTileRowsPerPass = 8;  // block is kTile x 8 threads, 4 tile r
 constexpr int64_t kMinTileEdge = 8;      // smaller matrices transpose by gathering
 
 KernelSpec emit_reshape(const KernelRequest& request) {
-  return emit_copy_kernel(request, request.node.op + " keeps row-major data: a copy");
+  return emit_copy_kernel(request, ir::to_string(request.node.op) + " keeps row-major data: a copy");
 }
 
 // A gather kernel: out[i] = x[x_index(i)] for the strided map of one operand.
@@ -32,7 +32,7 @@ KernelSpec emit_gather(const KernelRequest& request, IndexMap map, const std::st
   const std::string type = index_type(count);
   map = collapse(map);
   if (is_contiguous(map, map.operands[0]))
-    return emit_copy_kernel(request, request.node.op + " that reads x in order: a copy");
+    return emit_copy_kernel(request, ir::to_string(request.node.op) + " that reads x in order: a copy");
   BodyWriter w;
   w.comment(why);
   w.line("constexpr {} kCount = {};", type, int_literal(count, type));
@@ -223,11 +223,11 @@ KernelSpec emit_slice(const KernelRequest& request) {
 }  // namespace
 
 void add_shape_emitters(EmitterTable& table) {
-  table.emplace_back("reshape", emit_reshape);
-  table.emplace_back("flatten", emit_reshape);
-  table.emplace_back("transpose", emit_transpose);
-  table.emplace_back("concat", emit_concat);
-  table.emplace_back("slice", emit_slice);
+  table.emplace_back(ir::OpId::Reshape, emit_reshape);
+  table.emplace_back(ir::OpId::Flatten, emit_reshape);
+  table.emplace_back(ir::OpId::Transpose, emit_transpose);
+  table.emplace_back(ir::OpId::Concat, emit_concat);
+  table.emplace_back(ir::OpId::Slice, emit_slice);
 }
 
 }  // namespace kiln::codegen

@@ -26,7 +26,7 @@ const KernelTable& kernel_table() {
     add_optimizer_kernels(t);
     add_norm_train_kernels(t);
     add_nn_grad_kernels(t);
-    t.emplace(std::string(ir::kKernelOp), run_kernel_body);
+    t.emplace(ir::OpId::Kernel, run_kernel_body);
     return t;
   }();
   return table;
@@ -61,7 +61,7 @@ void evaluate_nodes(const ir::Graph& graph, Environment& env) {
     if (kernel == nullptr)
       throw Error(node->loc.render(), node->describe() +
                                           ": the reference interpreter has no kernel for op '" +
-                                          node->op + "'");
+                                          ir::to_string(node->op) + "'");
     std::vector<const ir::Tensor*> operands;
     for (const ir::Value* operand : node->inputs) {
       auto it = env.find(operand);
@@ -98,7 +98,7 @@ std::vector<ir::Tensor> run_kernel_body(const ir::Node& node,
 
 }  // namespace
 
-const ReferenceKernel* find_reference_kernel(std::string_view op) {
+const ReferenceKernel* find_reference_kernel(ir::OpId op) {
   const KernelTable& table = kernel_table();
   auto it = table.find(op);
   return it == table.end() ? nullptr : &it->second;

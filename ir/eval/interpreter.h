@@ -23,7 +23,7 @@ using ReferenceKernel =
                                           const std::vector<const ir::Tensor*>& inputs)>;
 
 // The kernel for an op, or nullptr when the interpreter does not implement it.
-const ReferenceKernel* find_reference_kernel(std::string_view op);
+const ReferenceKernel* find_reference_kernel(ir::OpId op);
 
 // Runs `graph` on `inputs` (keyed by graph input name). Every parameter must have its data
 // loaded (Value::data). Returns the graph outputs in order. Throws kiln::Error on a missing,

@@ -21,7 +21,7 @@
 namespace kiln::eval {
 
 // Kernels keyed by op name; std::less<> allows lookup by string_view.
-using KernelTable = std::map<std::string, ReferenceKernel, std::less<>>;
+using KernelTable = std::map<ir::OpId, ReferenceKernel>;
 
 // One registration hook per kernels_*.cpp file.
 void add_elementwise_kernels(KernelTable& table);

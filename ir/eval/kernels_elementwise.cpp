@@ -4,8 +4,10 @@
 #include <limits>
 #include <numbers>
 
+#include "ir/op_registry.h"
 #include "ir/philox.h"
 #include "ir/eval/kernel_util.h"
+#include "ir/scalar_math.h"
 
 namespace kiln::eval {
 namespace {
@@ -40,6 +42,58 @@ ReferenceKernel unary(double (*fn)(double)) {
   return [fn](const ir::Node& node, const Inputs& in) { return map_unary(node, in, fn); };
 }
 
+// An attribute of a scalar-expression row, as the expression reads it.
+double number_attr(const ir::Node& node, const char* name) {
+  const ir::Attribute& value = node.attrs.at(name);
+  if (const auto* number = std::get_if<double>(&value)) return *number;
+  if (const auto* integer = std::get_if<int64_t>(&value)) return static_cast<double>(*integer);
+  return std::get<bool>(value) ? 1.0 : 0.0;
+}
+
+// A string attribute with choices, as the index of its value among them.
+int choice_attr(const ir::Node& node, const char* name) {
+  const ir::AttrSpec* spec = node.def->find_attr(name);
+  const std::string& value = std::get<std::string>(node.attrs.at(name));
+  for (size_t i = 0; i < spec->choices.size(); ++i)
+    if (spec->choices[i] == value) return static_cast<int>(i);
+  KILN_CHECK(false) << node.describe() << ": attribute '" << name << "' has value " << value
+                    << " outside its choices";
+  return 0;
+}
+
+// The rows of ir/ops.def that are scalar expressions (activations and their backward ops, unary
+// math), instantiated with T = double: the same text the CUDA emitter writes into kernels.
+// Attributes are bound by name before the expression, as kernels bind them to constants.
+#define KILN_ATTR(attr_name, type, ...) [[maybe_unused]] const double attr_name = number_attr(node, #attr_name);
+#define KILN_REQUIRED_ATTR(attr_name, type) KILN_ATTR(attr_name, type)
+#define KILN_CHOICE_ATTR(attr_name, default_value, choices) \
+  [[maybe_unused]] const int attr_name = choice_attr(node, #attr_name);
+#define KILN_OP(...)
+#define KILN_ACTIVATION(Id, op_name, saved, forward, gradient, in_place, summary, ...)     \
+  table[ir::OpId::Id] = [](const ir::Node& node, const Inputs& in) {                      \
+    using T = double;                                                                      \
+    __VA_ARGS__                                                                            \
+    return map_unary(node, in, [&](T x) -> T { return forward; });                         \
+  };                                                                                       \
+  table[ir::OpId::Id##Grad] = [](const ir::Node& node, const Inputs& in) {                \
+    using T = double;                                                                      \
+    __VA_ARGS__                                                                            \
+    return map_binary(node, in, [&](T dy, T saved) -> T { return gradient; });             \
+  };
+#define KILN_MATH(Id, op_name, forward, summary, ...)                  \
+  table[ir::OpId::Id] = [](const ir::Node& node, const Inputs& in) {  \
+    using T = double;                                                  \
+    __VA_ARGS__                                                        \
+    return map_unary(node, in, [&](T x) -> T { return forward; });     \
+  };
+
+void add_scalar_expression_kernels(KernelTable& table) {
+#include "ir/ops.def"
+}
+#undef KILN_ATTR
+#undef KILN_REQUIRED_ATTR
+#undef KILN_CHOICE_ATTR
+
 ReferenceKernel binary(double (*fn)(double, double)) {
   return [fn](const ir::Node& node, const Inputs& in) { return map_binary(node, in, fn); };
 }
@@ -64,50 +118,23 @@ Results integer_div(const ir::Node& node, const Inputs& in) {
   });
 }
 
-double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); }
-
-// The tanh approximation of Hendrycks & Gimpel (2016), as torch's approximate="tanh".
-double gelu_tanh(double x) {
-  const double k = std::sqrt(2.0 / std::numbers::pi);
-  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
-}
-
 }  // namespace
 
 void add_elementwise_kernels(KernelTable& table) {
-  table["add"] = binary([](double a, double b) { return a + b; });
-  table["sub"] = binary([](double a, double b) { return a - b; });
-  table["mul"] = binary([](double a, double b) { return a * b; });
-  table["div"] = [](const ir::Node& node, const Inputs& in) {
+  add_scalar_expression_kernels(table);
+  table[ir::OpId::Add] = binary([](double a, double b) { return a + b; });
+  table[ir::OpId::Sub] = binary([](double a, double b) { return a - b; });
+  table[ir::OpId::Mul] = binary([](double a, double b) { return a * b; });
+  table[ir::OpId::Div] = [](const ir::Node& node, const Inputs& in) {
     if (ir::is_integer(in[0]->dtype())) return integer_div(node, in);
     return map_binary(node, in, [](double a, double b) { return a / b; });
   };
-  table["maximum"] = binary(maximum);
-  table["minimum"] = binary(minimum);
+  table[ir::OpId::Maximum] = binary(maximum);
+  table[ir::OpId::Minimum] = binary(minimum);
 
-  // `x < 0 ? 0 : x` rather than max(x, 0) keeps NaN, as torch.relu does.
-  table["relu"] = unary([](double x) { return x < 0 ? 0.0 : x; });
-  table["leaky_relu"] = [](const ir::Node& node, const Inputs& in) {
-    const double alpha = ref::attr_float(node, "alpha");
-    return map_unary(node, in, [alpha](double x) { return x >= 0 ? x : alpha * x; });
-  };
-  table["sigmoid"] = unary([](double x) { return 1.0 / (1.0 + std::exp(-x)); });
-  table["tanh"] = unary([](double x) { return std::tanh(x); });
-  table["gelu"] = [](const ir::Node& node, const Inputs& in) {
-    const bool tanh_form = ref::attr<std::string>(node, "approximate") == "tanh";
-    return map_unary(node, in, tanh_form ? gelu_tanh : gelu_erf);
-  };
-  table["exp"] = unary([](double x) { return std::exp(x); });
-  table["log"] = unary([](double x) { return std::log(x); });
-  table["sqrt"] = unary([](double x) { return std::sqrt(x); });
-  table["rsqrt"] = unary([](double x) { return 1.0 / std::sqrt(x); });
-  table["neg"] = unary([](double x) { return -x; });
-  table["abs"] = unary([](double x) { return std::fabs(x); });
-  table["pow"] = [](const ir::Node& node, const Inputs& in) {
-    const double exponent = ref::attr_float(node, "exponent");
-    return map_unary(node, in, [exponent](double x) { return std::pow(x, exponent); });
-  };
-  table["clip"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::Neg] = unary([](double x) { return -x; });
+  table[ir::OpId::Abs] = unary([](double x) { return std::fabs(x); });
+  table[ir::OpId::Clip] = [](const ir::Node& node, const Inputs& in) {
     const double lo = ref::attr_float(node, "min");
     const double hi = ref::attr_float(node, "max");
     // Written as comparisons so NaN passes through, as in torch.clamp.
@@ -115,12 +142,12 @@ void add_elementwise_kernels(KernelTable& table) {
   };
   // Tensor::set already converts as a cast should: round to nearest for floats, truncate
   // toward zero for integers, x != 0 for bool.
-  table["cast"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::Cast] = [](const ir::Node& node, const Inputs& in) {
     return Results{ref::make_result(node, in[0]->to_doubles())};
   };
   // Training mode: the mask is Philox word i of the stream (seed, step), as in every backend
   // (ir/philox.h); kept elements are scaled by 1 / (1 - rate).
-  table["dropout"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::Dropout] = [](const ir::Node& node, const Inputs& in) {
     if (!ref::attr_bool(node, "training")) return Results{*in[0]};
     const double rate = ref::attr_float(node, "rate");
     const uint64_t seed = static_cast<uint64_t>(std::get<int64_t>(node.attrs.at("seed")));

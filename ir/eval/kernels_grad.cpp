@@ -22,20 +22,6 @@ Results map_grad(const ir::Node& node, const Inputs& in, Fn fn) {
   return {ref::make_result(node, out)};
 }
 
-// d/dx gelu(x) = Phi(x) + x phi(x) (erf form), or the derivative of the tanh approximation
-// 0.5 x (1 + tanh(k (x + c x^3))) as torch's gelu_backward computes it.
-double gelu_derivative(double x, bool tanh_form) {
-  if (!tanh_form) {
-    const double cdf = 0.5 * (1.0 + std::erf(x / std::numbers::sqrt2));
-    const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
-    return cdf + x * pdf;
-  }
-  constexpr double kC = 0.044715;
-  const double k = std::sqrt(2.0 / std::numbers::pi);
-  const double t = std::tanh(k * (x + kC * x * x * x));
-  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * kC * x * x);
-}
-
 // Row loops along `axis`: calls fn(at) once per row, where at(k) is the flat index of element
 // k of the row.
 template <typename Fn>
@@ -140,55 +126,37 @@ Results broadcast_to(const ir::Node& node, const Inputs& in) {
 }  // namespace
 
 void add_grad_kernels(KernelTable& table) {
-  table["broadcast_to"] = broadcast_to;
-  table["scale"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::BroadcastTo] = broadcast_to;
+  table[ir::OpId::Scale] = [](const ir::Node& node, const Inputs& in) {
     const double factor = ref::attr_float(node, "factor");
     std::vector<double> out = in[0]->to_doubles();
     for (double& v : out) v *= factor;
     return Results{ref::make_result(node, out)};
   };
-  table["relu_grad"] = [](const ir::Node& node, const Inputs& in) {
-    return map_grad(node, in, [](double dy, double x) { return x > 0 ? dy : 0.0; });
-  };
-  table["leaky_relu_grad"] = [](const ir::Node& node, const Inputs& in) {
-    const double alpha = ref::attr_float(node, "alpha");
-    return map_grad(node, in, [alpha](double dy, double x) { return x > 0 ? dy : alpha * dy; });
-  };
-  table["sigmoid_grad"] = [](const ir::Node& node, const Inputs& in) {
-    return map_grad(node, in, [](double dy, double y) { return dy * y * (1.0 - y); });
-  };
-  table["tanh_grad"] = [](const ir::Node& node, const Inputs& in) {
-    return map_grad(node, in, [](double dy, double y) { return dy * (1.0 - y * y); });
-  };
-  table["gelu_grad"] = [](const ir::Node& node, const Inputs& in) {
-    const bool tanh_form = ref::attr<std::string>(node, "approximate") == "tanh";
-    return map_grad(node, in,
-                    [tanh_form](double dy, double x) { return dy * gelu_derivative(x, tanh_form); });
-  };
-  table["abs_grad"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::AbsGrad] = [](const ir::Node& node, const Inputs& in) {
     return map_grad(node, in, [](double dy, double x) {
       return x > 0 ? dy : x < 0 ? -dy : 0.0;
     });
   };
   // torch.clamp's gradient passes where min <= x <= max, bounds included.
-  table["clip_grad"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::ClipGrad] = [](const ir::Node& node, const Inputs& in) {
     const double lo = ref::attr_float(node, "min"), hi = ref::attr_float(node, "max");
     return map_grad(node, in, [lo, hi](double dy, double x) { return x >= lo && x <= hi ? dy : 0.0; });
   };
-  table["slice_grad"] = slice_grad;
-  table["maximum_share"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::SliceGrad] = slice_grad;
+  table[ir::OpId::MaximumShare] = [](const ir::Node& node, const Inputs& in) {
     return share(node, in, true);
   };
-  table["minimum_share"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::MinimumShare] = [](const ir::Node& node, const Inputs& in) {
     return share(node, in, false);
   };
-  table["softmax_grad"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::SoftmaxGrad] = [](const ir::Node& node, const Inputs& in) {
     return softmax_grad(node, in, false);
   };
-  table["log_softmax_grad"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::LogSoftmaxGrad] = [](const ir::Node& node, const Inputs& in) {
     return softmax_grad(node, in, true);
   };
-  table["softmax_cross_entropy_grad"] = softmax_cross_entropy_grad;
+  table[ir::OpId::SoftmaxCrossEntropyGrad] = softmax_cross_entropy_grad;
 }
 
 }  // namespace kiln::eval

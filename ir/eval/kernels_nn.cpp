@@ -316,19 +316,19 @@ Results softmax(const ir::Node& node, const Inputs& in, bool log_form) {
 }  // namespace
 
 void add_nn_kernels(KernelTable& table) {
-  table["conv2d"] = conv2d;
-  table["matmul"] = matmul;
-  table["dense"] = dense;
-  table["bias_add"] = bias_add;
-  table["max_pool2d"] = max_pool2d;
-  table["avg_pool2d"] = avg_pool2d;
-  table["global_avg_pool"] = global_avg_pool;
-  table["batch_norm"] = batch_norm;
-  table["layer_norm"] = layer_norm;
-  table["softmax"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::Conv2d] = conv2d;
+  table[ir::OpId::Matmul] = matmul;
+  table[ir::OpId::Dense] = dense;
+  table[ir::OpId::BiasAdd] = bias_add;
+  table[ir::OpId::MaxPool2d] = max_pool2d;
+  table[ir::OpId::AvgPool2d] = avg_pool2d;
+  table[ir::OpId::GlobalAvgPool] = global_avg_pool;
+  table[ir::OpId::BatchNorm] = batch_norm;
+  table[ir::OpId::LayerNorm] = layer_norm;
+  table[ir::OpId::Softmax] = [](const ir::Node& node, const Inputs& in) {
     return softmax(node, in, false);
   };
-  table["log_softmax"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::LogSoftmax] = [](const ir::Node& node, const Inputs& in) {
     return softmax(node, in, true);
   };
 }

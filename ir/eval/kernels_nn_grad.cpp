@@ -140,10 +140,10 @@ Results avg_pool2d_grad(const ir::Node& node, const Inputs& in) {
 }  // namespace
 
 void add_nn_grad_kernels(KernelTable& table) {
-  table["conv2d_grad_input"] = conv2d_grad_input;
-  table["conv2d_grad_weight"] = conv2d_grad_weight;
-  table["max_pool2d_grad"] = max_pool2d_grad;
-  table["avg_pool2d_grad"] = avg_pool2d_grad;
+  table[ir::OpId::Conv2dGradInput] = conv2d_grad_input;
+  table[ir::OpId::Conv2dGradWeight] = conv2d_grad_weight;
+  table[ir::OpId::MaxPool2dGrad] = max_pool2d_grad;
+  table[ir::OpId::AvgPool2dGrad] = avg_pool2d_grad;
 }
 
 }  // namespace kiln::eval

@@ -126,9 +126,9 @@ Results layer_norm_grad(const ir::Node& node, const Inputs& in) {
 }  // namespace
 
 void add_norm_train_kernels(KernelTable& table) {
-  table["batch_norm_train"] = batch_norm_train;
-  table["batch_norm_train_grad"] = batch_norm_train_grad;
-  table["layer_norm_grad"] = layer_norm_grad;
+  table[ir::OpId::BatchNormTrain] = batch_norm_train;
+  table[ir::OpId::BatchNormTrainGrad] = batch_norm_train_grad;
+  table[ir::OpId::LayerNormGrad] = layer_norm_grad;
 }
 
 }  // namespace kiln::eval

@@ -73,11 +73,11 @@ Results adam_update(const ir::Node& node, const Inputs& in, bool decoupled) {
 }  // namespace
 
 void add_optimizer_kernels(KernelTable& table) {
-  table["sgd_update"] = sgd_update;
-  table["adam_update"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::SgdUpdate] = sgd_update;
+  table[ir::OpId::AdamUpdate] = [](const ir::Node& node, const Inputs& in) {
     return adam_update(node, in, /*decoupled=*/false);
   };
-  table["adamw_update"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::AdamwUpdate] = [](const ir::Node& node, const Inputs& in) {
     return adam_update(node, in, /*decoupled=*/true);
   };
 }

@@ -81,17 +81,17 @@ Results mse_loss(const ir::Node& node, const Inputs& in) {
 }  // namespace
 
 void add_reduce_kernels(KernelTable& table) {
-  table["reduce_sum"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::ReduceSum] = [](const ir::Node& node, const Inputs& in) {
     return reduce(node, in, Reduction::Sum);
   };
-  table["reduce_mean"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::ReduceMean] = [](const ir::Node& node, const Inputs& in) {
     return reduce(node, in, Reduction::Mean);
   };
-  table["reduce_max"] = [](const ir::Node& node, const Inputs& in) {
+  table[ir::OpId::ReduceMax] = [](const ir::Node& node, const Inputs& in) {
     return reduce(node, in, Reduction::Max);
   };
-  table["softmax_cross_entropy"] = softmax_cross_entropy;
-  table["mse_loss"] = mse_loss;
+  table[ir::OpId::SoftmaxCrossEntropy] = softmax_cross_entropy;
+  table[ir::OpId::MseLoss] = mse_loss;
 }
 
 }  // namespace kiln::eval

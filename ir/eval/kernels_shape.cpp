@@ -96,11 +96,11 @@ Results slice(const ir::Node& node, const Inputs& in) {
 }  // namespace
 
 void add_shape_kernels(KernelTable& table) {
-  table["reshape"] = reshape;
-  table["flatten"] = reshape;  // flatten is a reshape to [prod(dims[:axis]), prod(dims[axis:])]
-  table["transpose"] = transpose;
-  table["concat"] = concat;
-  table["slice"] = slice;
+  table[ir::OpId::Reshape] = reshape;
+  table[ir::OpId::Flatten] = reshape;  // flatten is a reshape to [prod(dims[:axis]), prod(dims[axis:])]
+  table[ir::OpId::Transpose] = transpose;
+  table[ir::OpId::Concat] = concat;
+  table[ir::OpId::Slice] = slice;
 }
 
 }  // namespace kiln::eval

@@ -19,7 +19,7 @@ Value* y_of(const Node& node) { return node.results[0]; }
 const Shape& shape_of(const Node& node, int i) { return node.inputs[i]->type.shape; }
 
 // A unary op whose gradient is one backward op of (dy, saved) with some of the forward attrs.
-GradFn unary_backward_op(std::string op, bool saves_result, std::vector<std::string> attrs = {}) {
+GradFn unary_backward_op(OpId op, bool saves_result, std::vector<std::string> attrs = {}) {
   return [op, saves_result, attrs](GradBuilder& b, const Node& node, const Grads& dy) -> Grads {
     AttrMap copied;
     for (const std::string& name : attrs) copied[name] = node.attrs.at(name);
@@ -30,86 +30,78 @@ GradFn unary_backward_op(std::string op, bool saves_result, std::vector<std::str
 }  // namespace
 
 void add_elementwise_rules(OpRegistry& registry) {
-  set_rule(registry, "add", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Add, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.sum_to(dy[0], shape_of(n, 0)), b.sum_to(dy[0], shape_of(n, 1))};
   });
-  set_rule(registry, "sub", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.sum_to(dy[0], shape_of(n, 0)), b.op("neg", {b.sum_to(dy[0], shape_of(n, 1))})};
+  set_rule(registry, OpId::Sub, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.sum_to(dy[0], shape_of(n, 0)), b.op(OpId::Neg, {b.sum_to(dy[0], shape_of(n, 1))})};
   });
-  set_rule(registry, "mul", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.sum_to(b.op("mul", {dy[0], n.inputs[1]}), shape_of(n, 0)),
-            b.sum_to(b.op("mul", {dy[0], n.inputs[0]}), shape_of(n, 1))};
+  set_rule(registry, OpId::Mul, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.sum_to(b.op(OpId::Mul, {dy[0], n.inputs[1]}), shape_of(n, 0)),
+            b.sum_to(b.op(OpId::Mul, {dy[0], n.inputs[0]}), shape_of(n, 1))};
   });
   // d(a/b)/db = -a/b^2 = -(1/b) * y: reuses the quotient dy/b and the forward result.
-  set_rule(registry, "div", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    Value* quotient = b.op("div", {dy[0], n.inputs[1]});
+  set_rule(registry, OpId::Div, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    Value* quotient = b.op(OpId::Div, {dy[0], n.inputs[1]});
     return {b.sum_to(quotient, shape_of(n, 0)),
-            b.sum_to(b.op("neg", {b.op("mul", {quotient, y_of(n)})}), shape_of(n, 1))};
+            b.sum_to(b.op(OpId::Neg, {b.op(OpId::Mul, {quotient, y_of(n)})}), shape_of(n, 1))};
   });
   // dy goes to the larger (smaller) operand, split evenly on ties as torch.maximum's backward:
   // the share ops weigh it per element, then each share is summed back to its operand's shape.
-  for (const char* op : {"maximum", "minimum"}) {
-    const std::string share = std::string(op) + "_share";
+  for (const auto& [op, share] : {std::pair{OpId::Maximum, OpId::MaximumShare},
+                                 std::pair{OpId::Minimum, OpId::MinimumShare}}) {
     set_rule(registry, op, [share](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
       if (!is_floating(n.inputs[0]->type.dtype)) return {nullptr, nullptr};
-      Value* to_a = b.op("mul", {dy[0], b.op(share, {n.inputs[0], n.inputs[1]})});
-      Value* to_b = b.op("mul", {dy[0], b.op(share, {n.inputs[1], n.inputs[0]})});
+      Value* to_a = b.op(OpId::Mul, {dy[0], b.op(share, {n.inputs[0], n.inputs[1]})});
+      Value* to_b = b.op(OpId::Mul, {dy[0], b.op(share, {n.inputs[1], n.inputs[0]})});
       return {b.sum_to(to_a, shape_of(n, 0)), b.sum_to(to_b, shape_of(n, 1))};
     });
   }
   // scale (a backward op that forward graphs may hold too) is linear.
-  set_rule(registry, "scale", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Scale, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.scale(dy[0], std::get<double>(n.attrs.at("factor")))};
   });
 
-  // relu_grad reads the result: y > 0 exactly where x > 0, and then the pre-activation has no
-  // use left in the backward pass, so the forward producer can fuse the relu (a GEMM epilogue)
-  // instead of storing both x and y.
-  set_rule(registry, "relu", unary_backward_op("relu_grad", true));
-  set_rule(registry, "leaky_relu", unary_backward_op("leaky_relu_grad", false, {"alpha"}));
-  set_rule(registry, "sigmoid", unary_backward_op("sigmoid_grad", true));
-  set_rule(registry, "tanh", unary_backward_op("tanh_grad", true));
-  set_rule(registry, "gelu", unary_backward_op("gelu_grad", false, {"approximate"}));
-  set_rule(registry, "abs", unary_backward_op("abs_grad", false));
-  set_rule(registry, "clip", unary_backward_op("clip_grad", false, {"min", "max"}));
+  set_rule(registry, OpId::Abs, unary_backward_op(OpId::AbsGrad, false));
+  set_rule(registry, OpId::Clip, unary_backward_op(OpId::ClipGrad, false, {"min", "max"}));
 
-  set_rule(registry, "exp", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.op("mul", {dy[0], y_of(n)})};
+  set_rule(registry, OpId::Exp, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Mul, {dy[0], y_of(n)})};
   });
-  set_rule(registry, "log", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.op("div", {dy[0], x_of(n)})};
+  set_rule(registry, OpId::Log, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Div, {dy[0], x_of(n)})};
   });
   // sqrt' = 1 / (2 sqrt(x)) = 0.5 / y.
-  set_rule(registry, "sqrt", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.op("div", {b.scale(dy[0], 0.5), y_of(n)})};
+  set_rule(registry, OpId::Sqrt, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Div, {b.scale(dy[0], 0.5), y_of(n)})};
   });
   // rsqrt' = -0.5 x^(-3/2) = -0.5 * y / x.
-  set_rule(registry, "rsqrt", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.scale(b.op("mul", {dy[0], b.op("div", {y_of(n), x_of(n)})}), -0.5)};
+  set_rule(registry, OpId::Rsqrt, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.scale(b.op(OpId::Mul, {dy[0], b.op(OpId::Div, {y_of(n), x_of(n)})}), -0.5)};
   });
-  set_rule(registry, "neg", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.op("neg", {dy[0]})};
+  set_rule(registry, OpId::Neg, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Neg, {dy[0]})};
   });
   // pow' = p * x^(p-1). p = 0 is constant: a zero gradient, which also avoids 0 * inf at x = 0.
-  set_rule(registry, "pow", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Pow, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const double p = std::get<double>(n.attrs.at("exponent"));
     if (p == 0.0) return {b.scale(dy[0], 0.0)};
     if (p == 1.0) return {dy[0]};
-    Value* power = b.op("pow", {x_of(n)}, {{"exponent", p - 1.0}});
-    return {b.scale(b.op("mul", {dy[0], power}), p)};
+    Value* power = b.op(OpId::Pow, {x_of(n)}, {{"exponent", p - 1.0}});
+    return {b.scale(b.op(OpId::Mul, {dy[0], power}), p)};
   });
   // A float-to-float cast's gradient is cast back; integer operands get none.
-  set_rule(registry, "cast", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Cast, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     if (!is_floating(x_of(n)->type.dtype)) return {nullptr};
-    return {b.op("cast", {dy[0]}, {{"to", std::string(dtype_name(x_of(n)->type.dtype))}})};
+    return {b.op(OpId::Cast, {dy[0]}, {{"to", std::string(dtype_name(x_of(n)->type.dtype))}})};
   });
   // Inference dropout is the identity. Training dropout multiplies by mask / (1 - rate), and
   // the mask is a pure function of (seed, step, index): the gradient is the same dropout
   // applied to dy, which redraws the identical mask instead of saving it. The step operand is
   // an integer: no gradient.
-  set_rule(registry, "dropout", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Dropout, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     if (!std::get<bool>(n.attrs.at("training"))) return {dy[0]};
-    return {b.op("dropout", {dy[0], n.inputs[1]}, n.attrs), nullptr};
+    return {b.op(OpId::Dropout, {dy[0], n.inputs[1]}, n.attrs), nullptr};
   });
 }
 

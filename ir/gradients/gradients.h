@@ -8,7 +8,7 @@
 namespace kiln::ir::gradients {
 
 // Sets the rule of the (already registered) op `op`.
-void set_rule(OpRegistry& registry, std::string_view op, GradFn rule);
+void set_rule(OpRegistry& registry, OpId op, GradFn rule);
 
 void add_elementwise_rules(OpRegistry& registry);
 void add_shape_reduce_rules(OpRegistry& registry);

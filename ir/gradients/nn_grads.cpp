@@ -32,9 +32,9 @@ Grads dense_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   const int64_t rows = num_elements(x_shape) / x_shape.back();
   Value* dy2 = b.reshape(dy[0], {rows, w_shape[0]});
   Value* x2 = b.reshape(n.inputs[0], {rows, w_shape[1]});
-  Grads grads = {b.reshape(b.op("matmul", {dy2, n.inputs[1]}), x_shape),
-                 b.op("matmul", {dy2, x2}, {{"transpose_a", true}})};
-  if (n.inputs.size() == 3) grads.push_back(b.op("reduce_sum", {dy2}, {{"axes", Ints{0}}}));
+  Grads grads = {b.reshape(b.op(OpId::Matmul, {dy2, n.inputs[1]}), x_shape),
+                 b.op(OpId::Matmul, {dy2, x2}, {{"transpose_a", true}})};
+  if (n.inputs.size() == 3) grads.push_back(b.op(OpId::ReduceSum, {dy2}, {{"axes", Ints{0}}}));
   return grads;
 }
 
@@ -47,14 +47,14 @@ Grads matmul_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   const bool ta = bool_attr(n, "transpose_a");
   const bool tb = bool_attr(n, "transpose_b");
   auto mm = [&](Value* lhs, Value* rhs, bool tl, bool tr) {
-    return b.op("matmul", {lhs, rhs}, {{"transpose_a", tl}, {"transpose_b", tr}});
+    return b.op(OpId::Matmul, {lhs, rhs}, {{"transpose_a", tl}, {"transpose_b", tr}});
   };
   Value* da = ta ? mm(bv, dy[0], tb, true) : mm(dy[0], bv, false, !tb);
   Value* db = tb ? mm(dy[0], a, true, ta) : mm(a, dy[0], !ta, false);
   return {b.sum_to(da, a->type.shape), b.sum_to(db, bv->type.shape)};
 }
 
-Grads softmax_like_rule(const char* backward, GradBuilder& b, const Node& n, const Grads& dy) {
+Grads softmax_like_rule(OpId backward, GradBuilder& b, const Node& n, const Grads& dy) {
   return {b.op(backward, {dy[0], n.results[0]}, {{"axis", n.attrs.at("axis")}})};
 }
 
@@ -73,55 +73,55 @@ Grads conv2d_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   const auto names = {"stride", "pad", "dilation", "groups"};
   Value* x = n.inputs[0];
   Value* w = n.inputs[1];
-  Grads grads = {b.op("conv2d_grad_input", {dy[0], w}, window_attrs(n, names, &x->type.shape)),
-                 b.op("conv2d_grad_weight", {dy[0], x}, window_attrs(n, names, &w->type.shape))};
-  if (n.inputs.size() == 3) grads.push_back(b.op("reduce_sum", {dy[0]}, {{"axes", Ints{0, 2, 3}}}));
+  Grads grads = {b.op(OpId::Conv2dGradInput, {dy[0], w}, window_attrs(n, names, &x->type.shape)),
+                 b.op(OpId::Conv2dGradWeight, {dy[0], x}, window_attrs(n, names, &w->type.shape))};
+  if (n.inputs.size() == 3) grads.push_back(b.op(OpId::ReduceSum, {dy[0]}, {{"axes", Ints{0, 2, 3}}}));
   return grads;
 }
 
 }  // namespace
 
 void add_nn_rules(OpRegistry& registry) {
-  set_rule(registry, "bias_add", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::BiasAdd, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const int rank = n.inputs[0]->type.rank();
     const int axis = *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), rank);
     Ints axes = axes_except(rank, axis);
-    return {dy[0], axes.empty() ? dy[0] : b.op("reduce_sum", {dy[0]}, {{"axes", axes}})};
+    return {dy[0], axes.empty() ? dy[0] : b.op(OpId::ReduceSum, {dy[0]}, {{"axes", axes}})};
   });
-  set_rule(registry, "dense", dense_rule);
-  set_rule(registry, "matmul", matmul_rule);
-  set_rule(registry, "softmax", [](GradBuilder& b, const Node& n, const Grads& dy) {
-    return softmax_like_rule("softmax_grad", b, n, dy);
+  set_rule(registry, OpId::Dense, dense_rule);
+  set_rule(registry, OpId::Matmul, matmul_rule);
+  set_rule(registry, OpId::Softmax, [](GradBuilder& b, const Node& n, const Grads& dy) {
+    return softmax_like_rule(OpId::SoftmaxGrad, b, n, dy);
   });
-  set_rule(registry, "log_softmax", [](GradBuilder& b, const Node& n, const Grads& dy) {
-    return softmax_like_rule("log_softmax_grad", b, n, dy);
+  set_rule(registry, OpId::LogSoftmax, [](GradBuilder& b, const Node& n, const Grads& dy) {
+    return softmax_like_rule(OpId::LogSoftmaxGrad, b, n, dy);
   });
-  set_rule(registry, "conv2d", conv2d_rule);
-  set_rule(registry, "max_pool2d", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.op("max_pool2d_grad", {dy[0], n.inputs[0]},
+  set_rule(registry, OpId::Conv2d, conv2d_rule);
+  set_rule(registry, OpId::MaxPool2d, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::MaxPool2dGrad, {dy[0], n.inputs[0]},
                  window_attrs(n, {"kernel", "stride", "pad", "dilation"}, nullptr))};
   });
-  set_rule(registry, "avg_pool2d", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-    return {b.op("avg_pool2d_grad", {dy[0]},
+  set_rule(registry, OpId::AvgPool2d, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::AvgPool2dGrad, {dy[0]},
                  window_attrs(n, {"kernel", "stride", "pad", "count_include_pad"},
                               &n.inputs[0]->type.shape))};
   });
-  set_rule(registry, "global_avg_pool", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::GlobalAvgPool, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const Shape& x = n.inputs[0]->type.shape;
     return {b.scale(b.broadcast_to(dy[0], x), 1.0 / static_cast<double>(x[2] * x[3]))};
   });
 
-  set_rule(registry, "softmax_cross_entropy",
+  set_rule(registry, OpId::SoftmaxCrossEntropy,
            [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
-             return {b.op("softmax_cross_entropy_grad", {dy[0], n.inputs[0], n.inputs[1]}),
+             return {b.op(OpId::SoftmaxCrossEntropyGrad, {dy[0], n.inputs[0], n.inputs[1]}),
                      nullptr};
            });
   // mean((p - t)^2): dp = 2 (p - t) dy / count, dt = -dp.
-  set_rule(registry, "mse_loss", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::MseLoss, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const double count = static_cast<double>(num_elements(n.inputs[0]->type.shape));
-    Value* diff = b.op("sub", {n.inputs[0], n.inputs[1]});
-    Value* dp = b.scale(b.op("mul", {diff, dy[0]}), 2.0 / count);
-    return {dp, b.op("neg", {dp})};
+    Value* diff = b.op(OpId::Sub, {n.inputs[0], n.inputs[1]});
+    Value* dp = b.scale(b.op(OpId::Mul, {diff, dy[0]}), 2.0 / count);
+    return {dp, b.op(OpId::Neg, {dp})};
   });
 }
 

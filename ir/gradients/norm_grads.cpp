@@ -20,12 +20,12 @@ Grads layer_norm_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   Value* x = n.inputs[0];
   const int axis = *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), x->type.rank());
   const std::vector<Value*> backward = b.op_results(
-      "layer_norm_grad", {dy[0], x, n.inputs[1]},
+      OpId::LayerNormGrad, {dy[0], x, n.inputs[1]},
       {{"axis", int64_t{axis}}, {"epsilon", n.attrs.at("epsilon")}});
   Ints rows;
   for (int d = 0; d < axis; ++d) rows.push_back(d);
   auto sum_rows = [&](Value* v) {
-    return rows.empty() ? v : b.op("reduce_sum", {v}, {{"axes", rows}});
+    return rows.empty() ? v : b.op(OpId::ReduceSum, {v}, {{"axes", rows}});
   };
   return {backward[0], sum_rows(backward[1]), sum_rows(dy[0])};
 }
@@ -43,7 +43,7 @@ Grads batch_norm_train_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   Grads grads = {nullptr, nullptr, nullptr};
   if (dy[0] != nullptr) {
     const std::vector<Value*> backward =
-        b.op_results("batch_norm_train_grad", {dy[0], x, n.inputs[1], mean, n.results[2]},
+        b.op_results(OpId::BatchNormTrainGrad, {dy[0], x, n.inputs[1], mean, n.results[2]},
                      {{"epsilon", n.attrs.at("epsilon")}});
     grads = backward;
   }
@@ -52,12 +52,12 @@ Grads batch_norm_train_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   keep[1] = xs[1];
   auto per_element = [&](Value* channel) { return b.expand_reduced(channel, keep, xs); };
   auto add_to_dx = [&](Value* term) {
-    grads[0] = grads[0] == nullptr ? term : b.op("add", {grads[0], term});
+    grads[0] = grads[0] == nullptr ? term : b.op(OpId::Add, {grads[0], term});
   };
   if (dy[1] != nullptr) add_to_dx(b.scale(per_element(dy[1]), 1.0 / count));
   if (dy[2] != nullptr) {
-    Value* centred = b.op("sub", {x, per_element(mean)});
-    add_to_dx(b.scale(b.op("mul", {per_element(dy[2]), centred}), 2.0 / count));
+    Value* centred = b.op(OpId::Sub, {x, per_element(mean)});
+    add_to_dx(b.scale(b.op(OpId::Mul, {per_element(dy[2]), centred}), 2.0 / count));
   }
   return grads;
 }
@@ -65,8 +65,8 @@ Grads batch_norm_train_rule(GradBuilder& b, const Node& n, const Grads& dy) {
 }  // namespace
 
 void add_norm_rules(OpRegistry& registry) {
-  set_rule(registry, "layer_norm", layer_norm_rule);
-  set_rule(registry, "batch_norm_train", batch_norm_train_rule);
+  set_rule(registry, OpId::LayerNorm, layer_norm_rule);
+  set_rule(registry, OpId::BatchNormTrain, batch_norm_train_rule);
 }
 
 }  // namespace kiln::ir::gradients

@@ -2,14 +2,17 @@
 #include <string>
 
 #include "ir/ops/op_helpers.h"
+#include "ir/ops/type_rules.h"
 
-namespace kiln::ir {
+namespace kiln::ir::type_rules {
 namespace {
 
 using ops::require_float;
 using ops::require_rank;
 
-std::vector<TensorType> infer_softmax_cross_entropy(const InferContext& ctx) {
+}  // namespace
+
+Types infer_softmax_cross_entropy(const InferContext& ctx) {
   require_rank(ctx, 0, 2, "logits");
   require_float(ctx, 0);
   require_rank(ctx, 1, 1, "labels");
@@ -25,8 +28,12 @@ std::vector<TensorType> infer_softmax_cross_entropy(const InferContext& ctx) {
   return {TensorType{logits.dtype, {}}};
 }
 
+namespace {
+
 // F.mse_loss is float-only and warns on broadcasting; kiln requires identical types instead.
-std::vector<TensorType> infer_mse_loss(const InferContext& ctx) {
+}  // namespace
+
+Types infer_mse_loss(const InferContext& ctx) {
   require_float(ctx, 0);
   const TensorType& prediction = ctx.inputs[0];
   const TensorType& target = ctx.inputs[1];
@@ -37,14 +44,4 @@ std::vector<TensorType> infer_mse_loss(const InferContext& ctx) {
   return {TensorType{prediction.dtype, {}}};
 }
 
-}  // namespace
-
-void register_loss_ops(OpRegistry& registry) {
-  registry.add(OpDef{"softmax_cross_entropy", "mean over the batch of -log_softmax(logits)[label]",
-                     {"logits", "labels"}, 2, 2, {}, OpKind::Opaque,
-                     infer_softmax_cross_entropy});
-  registry.add(OpDef{"mse_loss", "mean of (prediction - target)^2", {"prediction", "target"}, 2,
-                     2, {}, OpKind::Opaque, infer_mse_loss});
-}
-
-}  // namespace kiln::ir
+}  // namespace kiln::ir::type_rules

@@ -7,8 +7,9 @@
 #include <string>
 
 #include "ir/ops/op_helpers.h"
+#include "ir/ops/type_rules.h"
 
-namespace kiln::ir {
+namespace kiln::ir::type_rules {
 namespace {
 
 using ops::checked_result;
@@ -109,7 +110,9 @@ TensorType window_result(const InferContext& ctx, const Window& w, int64_t chann
 
 // ---- ops ----
 
-std::vector<TensorType> infer_conv2d(const InferContext& ctx) {
+}  // namespace
+
+Types infer_conv2d(const InferContext& ctx) {
   require_rank(ctx, 0, 4, "input");
   require_rank(ctx, 1, 4, "weight");
   require_float_operands(ctx);
@@ -140,7 +143,7 @@ std::vector<TensorType> infer_conv2d(const InferContext& ctx) {
   return {window_result(ctx, w, weight[0])};
 }
 
-std::vector<TensorType> infer_matmul(const InferContext& ctx) {
+Types infer_matmul(const InferContext& ctx) {
   require_min_rank(ctx, 0, 2, "a");
   require_min_rank(ctx, 1, 2, "b");
   require_float_operands(ctx);
@@ -171,7 +174,7 @@ std::vector<TensorType> infer_matmul(const InferContext& ctx) {
   return {checked_result(ctx.inputs[0].dtype, std::move(out))};
 }
 
-std::vector<TensorType> infer_dense(const InferContext& ctx) {
+Types infer_dense(const InferContext& ctx) {
   require_min_rank(ctx, 0, 1, "input");
   require_rank(ctx, 1, 2, "weight");
   require_float_operands(ctx);
@@ -187,7 +190,7 @@ std::vector<TensorType> infer_dense(const InferContext& ctx) {
   return {checked_result(ctx.inputs[0].dtype, std::move(out))};
 }
 
-std::vector<TensorType> infer_bias_add(const InferContext& ctx) {
+Types infer_bias_add(const InferContext& ctx) {
   require_float_operands(ctx);
   const TensorType& x = ctx.inputs[0];
   const int axis = require_axis(ctx.get_int("axis"), x.rank(), "axis");
@@ -195,6 +198,8 @@ std::vector<TensorType> infer_bias_add(const InferContext& ctx) {
                  "the size of axis " + str(axis) + " of input " + x.to_string());
   return {x};
 }
+
+namespace {
 
 Window read_pool_window(const InferContext& ctx, bool has_dilation) {
   Window w;
@@ -228,14 +233,16 @@ std::vector<TensorType> infer_pool(const InferContext& ctx, bool has_dilation) {
   return {window_result(ctx, w, ctx.inputs[0].shape[1])};
 }
 
-std::vector<TensorType> infer_global_avg_pool(const InferContext& ctx) {
+}  // namespace
+
+Types infer_global_avg_pool(const InferContext& ctx) {
   require_rank(ctx, 0, 4, "input");
   require_float(ctx, 0);
   const Shape& x = ctx.inputs[0].shape;
   return {TensorType{ctx.inputs[0].dtype, {x[0], x[1], 1, 1}}};
 }
 
-std::vector<TensorType> infer_batch_norm(const InferContext& ctx) {
+Types infer_batch_norm(const InferContext& ctx) {
   require_min_rank(ctx, 0, 2, "input");
   require_float_operands(ctx);
   const TensorType& x = ctx.inputs[0];
@@ -258,7 +265,7 @@ std::vector<TensorType> infer_batch_norm(const InferContext& ctx) {
   return {x};
 }
 
-std::vector<TensorType> infer_layer_norm(const InferContext& ctx) {
+Types infer_layer_norm(const InferContext& ctx) {
   require_float_operands(ctx);
   const TensorType& x = ctx.inputs[0];
   const int axis = require_axis(ctx.get_int("axis"), x.rank(), "axis");
@@ -275,63 +282,13 @@ std::vector<TensorType> infer_layer_norm(const InferContext& ctx) {
   return {x};
 }
 
-std::vector<TensorType> infer_softmax(const InferContext& ctx) {
+Types infer_softmax(const InferContext& ctx) {
   require_float(ctx, 0);
   require_axis(ctx.get_int("axis"), ctx.inputs[0].rank(), "axis");
   return {ctx.inputs[0]};
 }
 
-}  // namespace
+Types infer_max_pool2d(const InferContext& ctx) { return infer_pool(ctx, true); }
+Types infer_avg_pool2d(const InferContext& ctx) { return infer_pool(ctx, false); }
 
-void register_nn_ops(OpRegistry& registry) {
-  registry.add(OpDef{"conv2d", "2-D convolution of NCHW input with padding, dilation and groups",
-                     {"x", "weight", "bias"}, 2, 3,
-                     {{"stride", AttrType::Ints, Ints{1, 1}},
-                      {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
-                      {"dilation", AttrType::Ints, Ints{1, 1}},
-                      {"groups", AttrType::Int, int64_t{1}}},
-                     OpKind::OutElementwiseFusable, infer_conv2d});
-  registry.add(OpDef{"matmul", "batched matrix product with broadcast batch dims",
-                     {"a", "b"}, 2, 2,
-                     {{"transpose_a", AttrType::Bool, false},
-                      {"transpose_b", AttrType::Bool, false}},
-                     OpKind::OutElementwiseFusable, infer_matmul});
-  registry.add(OpDef{"dense", "fully connected layer: x @ weight^T + bias",
-                     {"x", "weight", "bias"}, 2, 3, {}, OpKind::OutElementwiseFusable,
-                     infer_dense});
-  registry.add(OpDef{"bias_add", "add a per-channel bias along one axis", {"x", "bias"}, 2, 2,
-                     {{"axis", AttrType::Int, int64_t{1}}}, OpKind::Broadcast, infer_bias_add});
-  registry.add(OpDef{"max_pool2d", "2-D max pooling of NCHW input", {"x"}, 1, 1,
-                     {{"kernel", AttrType::Ints, std::nullopt},
-                      {"stride", AttrType::Ints, Ints{}},
-                      {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
-                      {"dilation", AttrType::Ints, Ints{1, 1}}},
-                     OpKind::Opaque,
-                     [](const InferContext& ctx) { return infer_pool(ctx, true); }});
-  registry.add(OpDef{"avg_pool2d", "2-D average pooling of NCHW input", {"x"}, 1, 1,
-                     {{"kernel", AttrType::Ints, std::nullopt},
-                      {"stride", AttrType::Ints, Ints{}},
-                      {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
-                      {"count_include_pad", AttrType::Bool, true}},
-                     OpKind::Opaque,
-                     [](const InferContext& ctx) { return infer_pool(ctx, false); }});
-  registry.add(OpDef{"global_avg_pool", "mean over H and W of NCHW input", {"x"}, 1, 1, {},
-                     OpKind::Reduce, infer_global_avg_pool});
-  registry.add(OpDef{"batch_norm", "per-channel normalization of [N,C,...] input",
-                     {"x", "scale", "bias", "mean", "var"}, 5, 5,
-                     {{"epsilon", AttrType::Float, 1e-5},
-                      {"momentum", AttrType::Float, 0.1},
-                      {"training", AttrType::Bool, false}},
-                     OpKind::Broadcast, infer_batch_norm});
-  registry.add(OpDef{"layer_norm", "normalize over the trailing axes from 'axis' on",
-                     {"x", "scale", "bias"}, 3, 3,
-                     {{"axis", AttrType::Int, int64_t{-1}}, {"epsilon", AttrType::Float, 1e-5}},
-                     OpKind::Reduce, infer_layer_norm});
-  registry.add(OpDef{"softmax", "exp(x) / sum(exp(x)) along an axis (max-subtracted)", {"x"}, 1,
-                     1, {{"axis", AttrType::Int, int64_t{-1}}}, OpKind::Reduce, infer_softmax});
-  registry.add(OpDef{"log_softmax", "x - log(sum(exp(x))) along an axis (max-subtracted)", {"x"},
-                     1, 1, {{"axis", AttrType::Int, int64_t{-1}}}, OpKind::Reduce,
-                     infer_softmax});
-}
-
-}  // namespace kiln::ir
+}  // namespace kiln::ir::type_rules

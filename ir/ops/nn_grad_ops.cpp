@@ -9,8 +9,9 @@
 #include <string>
 
 #include "ir/ops/op_helpers.h"
+#include "ir/ops/type_rules.h"
 
-namespace kiln::ir {
+namespace kiln::ir::type_rules {
 namespace {
 
 using ops::require_float;
@@ -55,7 +56,9 @@ TensorType shape_attr_type(const InferContext& ctx) {
 const std::vector<const char*> kConvAttrs = {"stride", "pad", "dilation", "groups"};
 
 // conv2d_grad_input(dy, weight): dx of the forward input, whose shape is 'shape'.
-std::vector<TensorType> infer_conv2d_grad_input(const InferContext& ctx) {
+}  // namespace
+
+Types infer_conv2d_grad_input(const InferContext& ctx) {
   require_rank(ctx, 0, 4, "dy");
   require_float(ctx, 0);
   require_same_dtype(ctx, 0, 1);
@@ -64,8 +67,12 @@ std::vector<TensorType> infer_conv2d_grad_input(const InferContext& ctx) {
   return {x};
 }
 
+namespace {
+
 // conv2d_grad_weight(dy, x): dweight, whose shape is 'shape'.
-std::vector<TensorType> infer_conv2d_grad_weight(const InferContext& ctx) {
+}  // namespace
+
+Types infer_conv2d_grad_weight(const InferContext& ctx) {
   require_rank(ctx, 0, 4, "dy");
   require_float(ctx, 0);
   require_same_dtype(ctx, 0, 1);
@@ -74,7 +81,7 @@ std::vector<TensorType> infer_conv2d_grad_weight(const InferContext& ctx) {
   return {w};
 }
 
-std::vector<TensorType> infer_max_pool2d_grad(const InferContext& ctx) {
+Types infer_max_pool2d_grad(const InferContext& ctx) {
   require_rank(ctx, 0, 4, "dy");
   require_float(ctx, 0);
   require_same_dtype(ctx, 0, 1);
@@ -83,7 +90,7 @@ std::vector<TensorType> infer_max_pool2d_grad(const InferContext& ctx) {
   return {ctx.inputs[1]};
 }
 
-std::vector<TensorType> infer_avg_pool2d_grad(const InferContext& ctx) {
+Types infer_avg_pool2d_grad(const InferContext& ctx) {
   require_rank(ctx, 0, 4, "dy");
   require_float(ctx, 0);
   const TensorType x = shape_attr_type(ctx);
@@ -91,46 +98,4 @@ std::vector<TensorType> infer_avg_pool2d_grad(const InferContext& ctx) {
   return {x};
 }
 
-std::vector<AttrSpec> conv_attrs() {
-  return {{"shape", AttrType::Ints, std::nullopt},
-          {"stride", AttrType::Ints, Ints{1, 1}},
-          {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
-          {"dilation", AttrType::Ints, Ints{1, 1}},
-          {"groups", AttrType::Int, int64_t{1}}};
-}
-
-}  // namespace
-
-void register_nn_grad_ops(OpRegistry& registry) {
-  registry.add(OpDef{"conv2d_grad_input",
-                     "conv2d's input gradient: dy correlated back through the weight "
-                     "(a transposed convolution) to an input of 'shape'",
-                     {"dy", "weight"}, 2, 2, conv_attrs(), OpKind::Opaque,
-                     infer_conv2d_grad_input});
-  registry.add(OpDef{"conv2d_grad_weight",
-                     "conv2d's weight gradient: dy correlated with the input x, summed over "
-                     "the batch, to a weight of 'shape'",
-                     {"dy", "x"}, 2, 2, conv_attrs(), OpKind::Opaque, infer_conv2d_grad_weight});
-  // Like PyTorch, all of an output's gradient goes to the first maximum of its window
-  // (row-major tap order), or to its first NaN.
-  registry.add(OpDef{"max_pool2d_grad",
-                     "max_pool2d's input gradient: each dy to the first maximum of its window",
-                     {"dy", "x"}, 2, 2,
-                     {{"kernel", AttrType::Ints, std::nullopt},
-                      {"stride", AttrType::Ints, Ints{}},
-                      {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
-                      {"dilation", AttrType::Ints, Ints{1, 1}}},
-                     OpKind::Opaque, infer_max_pool2d_grad});
-  registry.add(OpDef{"avg_pool2d_grad",
-                     "avg_pool2d's input gradient: each dy spread evenly over its window's taps "
-                     "inside an input of 'shape'",
-                     {"dy"}, 1, 1,
-                     {{"shape", AttrType::Ints, std::nullopt},
-                      {"kernel", AttrType::Ints, std::nullopt},
-                      {"stride", AttrType::Ints, Ints{}},
-                      {"pad", AttrType::Ints, Ints{0, 0, 0, 0}},
-                      {"count_include_pad", AttrType::Bool, true}},
-                     OpKind::Opaque, infer_avg_pool2d_grad});
-}
-
-}  // namespace kiln::ir
+}  // namespace kiln::ir::type_rules

@@ -14,8 +14,9 @@
 #include <string>
 
 #include "ir/ops/op_helpers.h"
+#include "ir/ops/type_rules.h"
 
-namespace kiln::ir {
+namespace kiln::ir::type_rules {
 namespace {
 
 using ops::require_axis;
@@ -66,14 +67,16 @@ int64_t require_batch_norm_operands(const InferContext& ctx, int x_index, int fi
   return channels;
 }
 
-std::vector<TensorType> infer_batch_norm_train(const InferContext& ctx) {
+}  // namespace
+
+Types infer_batch_norm_train(const InferContext& ctx) {
   const int64_t channels = require_batch_norm_operands(ctx, 0, 1, {"scale", "bias"});
   const TensorType& x = ctx.inputs[0];
   const TensorType stat{x.dtype, {channels}};
   return {x, stat, stat};
 }
 
-std::vector<TensorType> infer_batch_norm_train_grad(const InferContext& ctx) {
+Types infer_batch_norm_train_grad(const InferContext& ctx) {
   const int64_t channels =
       require_batch_norm_operands(ctx, 1, 2, {"scale", "batch_mean", "batch_var"});
   const TensorType& x = ctx.inputs[1];
@@ -82,7 +85,7 @@ std::vector<TensorType> infer_batch_norm_train_grad(const InferContext& ctx) {
   return {x, per_channel, per_channel};
 }
 
-std::vector<TensorType> infer_layer_norm_grad(const InferContext& ctx) {
+Types infer_layer_norm_grad(const InferContext& ctx) {
   require_float_operands(ctx);
   const TensorType& x = ctx.inputs[1];
   require_shape(ctx, 0, "dy", x.shape, "the shape of x");
@@ -93,23 +96,4 @@ std::vector<TensorType> infer_layer_norm_grad(const InferContext& ctx) {
   return {x, x};
 }
 
-}  // namespace
-
-void register_norm_train_ops(OpRegistry& registry) {
-  registry.add(OpDef{"batch_norm_train",
-                     "batch_norm with batch statistics: (y, batch_mean, batch_var), biased var",
-                     {"x", "scale", "bias"}, 3, 3, {{"epsilon", AttrType::Float, 1e-5}},
-                     OpKind::Opaque, infer_batch_norm_train});
-  registry.add(OpDef{"batch_norm_train_grad",
-                     "backward of batch_norm_train: (dx, dscale, dbias) from the saved statistics",
-                     {"dy", "x", "scale", "batch_mean", "batch_var"}, 5, 5,
-                     {{"epsilon", AttrType::Float, 1e-5}}, OpKind::Opaque,
-                     infer_batch_norm_train_grad});
-  registry.add(OpDef{"layer_norm_grad",
-                     "backward of layer_norm: (dx, dy * xhat); dscale = dy * xhat summed over rows",
-                     {"dy", "x", "scale"}, 3, 3,
-                     {{"axis", AttrType::Int, int64_t{-1}}, {"epsilon", AttrType::Float, 1e-5}},
-                     OpKind::Opaque, infer_layer_norm_grad});
-}
-
-}  // namespace kiln::ir
+}  // namespace kiln::ir::type_rules

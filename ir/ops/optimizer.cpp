@@ -15,8 +15,9 @@
 #include <string>
 
 #include "ir/ops/op_helpers.h"
+#include "ir/ops/type_rules.h"
 
-namespace kiln::ir {
+namespace kiln::ir::type_rules {
 namespace {
 
 using ops::checked_result;
@@ -44,7 +45,9 @@ void require_range(const InferContext& ctx, const std::string& name, double low,
                 -1, name};
 }
 
-std::vector<TensorType> infer_sgd(const InferContext& ctx) {
+}  // namespace
+
+Types infer_sgd(const InferContext& ctx) {
   require_float(ctx, 0);
   require_same_type(ctx, 1, "grad");
   require_range(ctx, "lr", 0, kNoLimit);
@@ -69,7 +72,7 @@ std::vector<TensorType> infer_sgd(const InferContext& ctx) {
   return results;
 }
 
-std::vector<TensorType> infer_adam(const InferContext& ctx) {
+Types infer_adam(const InferContext& ctx) {
   require_float(ctx, 0);
   require_same_type(ctx, 1, "grad");
   require_same_type(ctx, 2, "m");
@@ -89,35 +92,4 @@ std::vector<TensorType> infer_adam(const InferContext& ctx) {
   return {checked_result(param.dtype, param.shape), param, param};
 }
 
-AttrSpec float_attr(const char* name, std::optional<double> value) {
-  if (!value) return {name, AttrType::Float, std::nullopt};
-  return {name, AttrType::Float, Attribute{*value}};
-}
-
-std::vector<AttrSpec> adam_attrs(double weight_decay) {
-  return {float_attr("lr", std::nullopt), float_attr("beta1", 0.9), float_attr("beta2", 0.999),
-          float_attr("eps", 1e-8), float_attr("weight_decay", weight_decay)};
-}
-
-}  // namespace
-
-void register_optimizer_ops(OpRegistry& registry) {
-  registry.add(OpDef{"sgd_update",
-                     "torch.optim.SGD step: (param, grad[, momentum_buffer]) -> (param[, buffer])",
-                     {"param", "grad", "momentum_buffer"}, 2, 3,
-                     {float_attr("lr", std::nullopt), float_attr("momentum", 0.0),
-                      float_attr("dampening", 0.0), float_attr("weight_decay", 0.0),
-                      {"nesterov", AttrType::Bool, Attribute{false}}},
-                     OpKind::Opaque, infer_sgd});
-  // Adam adds weight decay to the gradient (L2); AdamW decays the parameter directly
-  // (decoupled), with torch.optim.AdamW's default of 0.01.
-  registry.add(OpDef{"adam_update", "torch.optim.Adam step: (param, grad, m, v, step) -> (param, m, v)",
-                     {"param", "grad", "m", "v", "step"}, 5, 5, adam_attrs(0.0), OpKind::Opaque,
-                     infer_adam});
-  registry.add(OpDef{"adamw_update",
-                     "torch.optim.AdamW step: (param, grad, m, v, step) -> (param, m, v)",
-                     {"param", "grad", "m", "v", "step"}, 5, 5, adam_attrs(0.01), OpKind::Opaque,
-                     infer_adam});
-}
-
-}  // namespace kiln::ir
+}  // namespace kiln::ir::type_rules

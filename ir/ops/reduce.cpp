@@ -2,8 +2,9 @@
 #include <string>
 
 #include "ir/ops/op_helpers.h"
+#include "ir/ops/type_rules.h"
 
-namespace kiln::ir {
+namespace kiln::ir::type_rules {
 namespace {
 
 using ops::require_axes;
@@ -28,23 +29,16 @@ std::vector<TensorType> infer_reduce(const InferContext& ctx) {
   return {TensorType{x.dtype, std::move(out)}};
 }
 
-void add_reduce(OpRegistry& registry, const char* name, const char* summary, bool float_only) {
-  registry.add(OpDef{name, summary, {"x"}, 1, 1,
-                     {{"axes", AttrType::Ints, std::vector<int64_t>{}},
-                      {"keepdims", AttrType::Bool, false}},
-                     OpKind::Reduce, [float_only](const InferContext& ctx) {
-                       if (float_only) require_float(ctx, 0);
-                       else require_numeric(ctx, 0);
-                       return infer_reduce(ctx);
-                     }});
-}
-
 }  // namespace
 
-void register_reduce_ops(OpRegistry& registry) {
-  add_reduce(registry, "reduce_sum", "sum over axes (all by default)", false);
-  add_reduce(registry, "reduce_mean", "mean over axes (all by default)", true);
-  add_reduce(registry, "reduce_max", "maximum over axes (all by default)", false);
+Types infer_reduce_numeric(const InferContext& ctx) {
+  require_numeric(ctx, 0);
+  return infer_reduce(ctx);
 }
 
-}  // namespace kiln::ir
+Types infer_reduce_float(const InferContext& ctx) {
+  require_float(ctx, 0);
+  return infer_reduce(ctx);
+}
+
+}  // namespace kiln::ir::type_rules

@@ -4,8 +4,9 @@
 #include <string>
 
 #include "ir/ops/op_helpers.h"
+#include "ir/ops/type_rules.h"
 
-namespace kiln::ir {
+namespace kiln::ir::type_rules {
 namespace {
 
 using ops::checked_result;
@@ -22,7 +23,9 @@ std::string count_text(const Shape& shape) {
   return count ? str(*count) + " elements" : "more than 2^48 elements";
 }
 
-std::vector<TensorType> infer_reshape(const InferContext& ctx) {
+}  // namespace
+
+Types infer_reshape(const InferContext& ctx) {
   const TensorType& x = ctx.inputs[0];
   const Ints& target = ctx.get_ints("shape");
   int inferred = -1;
@@ -61,7 +64,7 @@ std::vector<TensorType> infer_reshape(const InferContext& ctx) {
   return {TensorType{x.dtype, std::move(out)}};
 }
 
-std::vector<TensorType> infer_flatten(const InferContext& ctx) {
+Types infer_flatten(const InferContext& ctx) {
   const TensorType& x = ctx.inputs[0];
   const int64_t axis = ctx.get_int("axis");
   // axis == rank is allowed (everything in the first dim), so normalize_axis does not apply.
@@ -74,7 +77,7 @@ std::vector<TensorType> infer_flatten(const InferContext& ctx) {
   return {TensorType{x.dtype, {num_elements(outer), num_elements(inner)}}};
 }
 
-std::vector<TensorType> infer_transpose(const InferContext& ctx) {
+Types infer_transpose(const InferContext& ctx) {
   const TensorType& x = ctx.inputs[0];
   const int rank = x.rank();
   Ints perm = ctx.get_ints("perm");
@@ -95,7 +98,7 @@ std::vector<TensorType> infer_transpose(const InferContext& ctx) {
   return {TensorType{x.dtype, std::move(out)}};
 }
 
-std::vector<TensorType> infer_concat(const InferContext& ctx) {
+Types infer_concat(const InferContext& ctx) {
   const TensorType& first = ctx.inputs[0];
   const int axis = require_axis(ctx.get_int("axis"), first.rank(), "axis");
   Shape out = first.shape;
@@ -121,6 +124,8 @@ std::vector<TensorType> infer_concat(const InferContext& ctx) {
   return {checked_result(first.dtype, std::move(out))};
 }
 
+namespace {
+
 // ONNX Slice's rule for positive steps: a negative index counts from the end, then the index
 // is clamped to [0, dim].
 int64_t clamp_index(int64_t index, int64_t dim) {
@@ -135,7 +140,9 @@ void require_slice_length(const Ints& values, size_t count, const std::string& a
                   -1, attr};
 }
 
-std::vector<TensorType> infer_slice(const InferContext& ctx) {
+}  // namespace
+
+Types infer_slice(const InferContext& ctx) {
   const TensorType& x = ctx.inputs[0];
   const Ints& starts = ctx.get_ints("starts");
   const Ints& ends = ctx.get_ints("ends");
@@ -177,25 +184,4 @@ std::vector<TensorType> infer_slice(const InferContext& ctx) {
   return {TensorType{x.dtype, std::move(out)}};
 }
 
-}  // namespace
-
-void register_shape_ops(OpRegistry& registry) {
-  registry.add(OpDef{"reshape", "same elements in row-major order, new shape", {"x"}, 1, 1,
-                     {{"shape", AttrType::Ints, std::nullopt}}, OpKind::Injective,
-                     infer_reshape});
-  registry.add(OpDef{"flatten", "reshape to 2-D, splitting the dims at 'axis'", {"x"}, 1, 1,
-                     {{"axis", AttrType::Int, int64_t{1}}}, OpKind::Injective, infer_flatten});
-  registry.add(OpDef{"transpose", "permute the axes (reversed by default)", {"x"}, 1, 1,
-                     {{"perm", AttrType::Ints, Ints{}}}, OpKind::Injective, infer_transpose});
-  registry.add(OpDef{"concat", "join tensors along an axis", {"x"}, 1, -1,
-                     {{"axis", AttrType::Int, std::nullopt}}, OpKind::Injective,
-                     infer_concat});
-  registry.add(OpDef{"slice", "x[start:end:step] on chosen axes (ONNX clamping)", {"x"}, 1, 1,
-                     {{"starts", AttrType::Ints, std::nullopt},
-                      {"ends", AttrType::Ints, std::nullopt},
-                      {"axes", AttrType::Ints, Ints{}},
-                      {"steps", AttrType::Ints, Ints{}}},
-                     OpKind::Injective, infer_slice});
-}
-
-}  // namespace kiln::ir
+}  // namespace kiln::ir::type_rules

@@ -51,7 +51,7 @@ double tolerance_for(const TorchCase& test_case) {
 // Every op of the sweep must have an emitter: a case without one fails the whole run.
 std::vector<TorchCase> emittable_cases(std::vector<TorchCase> cases) {
   for (const TorchCase& c : cases)
-    if (codegen::find_kernel_emitter(c.op) == nullptr)
+    if (codegen::find_kernel_emitter(*ir::find_op_id(c.op)) == nullptr)
       throw std::runtime_error("codegen has no emitter for op '" + c.op + "'");
   return cases;
 }

@@ -78,6 +78,15 @@ def elementwise_cases():
         "neg": (randn, {}, torch.neg),
         "abs": (randn, {}, torch.abs),
         "gelu": (lambda *s: randn(*s, scale=3), {}, F.gelu),
+        # The activations added as rows of scalar expressions (ir/ops.def).
+        "silu": (lambda *s: randn(*s, scale=3), {}, F.silu),
+        "softplus": (lambda *s: randn(*s, scale=6), {}, F.softplus),
+        "mish": (lambda *s: randn(*s, scale=3), {}, F.mish),
+        "hard_swish": (lambda *s: randn(*s, scale=4), {}, F.hardswish),
+        "hard_sigmoid": (lambda *s: randn(*s, scale=4), {}, F.hardsigmoid),
+        "elu": (lambda *s: randn(*s, scale=3), {"alpha": 0.7}, lambda t: F.elu(t, 0.7)),
+        "selu": (lambda *s: randn(*s, scale=3), {}, F.selu),
+        "erf": (lambda *s: randn(*s, scale=2), {}, torch.erf),
     }
     for op, (make, attrs, fn) in unary.items():
         for shape in unary_shapes:

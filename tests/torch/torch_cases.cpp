@@ -60,7 +60,7 @@ ir::Node* add_case_node(ir::Graph& graph, const TorchCase& test_case, const std:
   std::vector<std::pair<std::string, ir::TensorType>> results;
   for (size_t i = 0; i < result_types.size(); ++i)
     results.emplace_back(prefix + (i ? "out" + std::to_string(i) : "out"), result_types[i]);
-  ir::Node* node = graph.add_node(test_case.op, test_case.name, operands, attrs, results);
+  ir::Node* node = graph.add_node(*ir::find_op_id(test_case.op), test_case.name, operands, attrs, results);
   node->def = def;
   return node;
 }

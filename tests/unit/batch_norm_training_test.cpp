@@ -56,9 +56,9 @@ TEST(BatchNormTraining, RewritesIntoBatchNormTrainAndRunningUpdates) {
   EXPECT_EQ(graph.output_names, (std::vector<std::string>{"y", "next.rmean", "next.rvar"}));
   EXPECT_EQ(graph.outputs[0]->name, "y");
   ASSERT_NE(graph.outputs[0]->producer, nullptr);
-  EXPECT_EQ(graph.outputs[0]->producer->op, "batch_norm_train");
+  EXPECT_EQ(graph.outputs[0]->producer->op, ir::OpId::BatchNormTrain);
   EXPECT_EQ(graph.outputs[0]->producer->name, "bn");
-  for (const auto& node : graph.nodes()) EXPECT_NE(node->op, "batch_norm");
+  for (const auto& node : graph.nodes()) EXPECT_NE(node->op, ir::OpId::BatchNorm);
 }
 
 // The expected values are PyTorch's: F.batch_norm(x, rm, rv, scale, bias, training=True,
@@ -190,7 +190,7 @@ TEST(BatchNormTraining, StatisticGradientsAgreeWithFiniteDifferences) {
     ir::AttrMap attrs;
     const auto types = ir::infer_op(*ir::OpRegistry::instance().find("batch_norm_train"),
                                     {at.type(), scale.type(), bias.type()}, attrs);
-    alone.outputs = alone.add_node("batch_norm_train", "bn", in, attrs,
+    alone.outputs = alone.add_node(ir::OpId::BatchNormTrain, "bn", in, attrs,
                                    {{"y", types[0]}, {"mean", types[1]}, {"var", types[2]}})
                         ->results;
     const auto out =
@@ -216,7 +216,7 @@ TEST(BatchNormTraining, StatisticGradientsAgreeWithFiniteDifferences) {
     const auto results = ir::infer_op(*ir::OpRegistry::instance().find(op), types, attrs);
     std::vector<std::pair<std::string, ir::TensorType>> named;
     for (const ir::TensorType& type : results) named.emplace_back(graph.unique_name(op), type);
-    return graph.add_node(op, graph.unique_name(op), in, attrs, named)->results;
+    return graph.add_node(*ir::find_op_id(op), graph.unique_name(op), in, attrs, named)->results;
   };
   const std::vector<ir::Value*> bn = add("batch_norm_train", operands);
   ir::Value* loss = nullptr;
@@ -275,7 +275,7 @@ graph @mlp_bn(%x: f32[8,6], %t: f32[8,3])
   ir::Graph fused = build(passes::training_pipeline(sgd));
   int norm_kernels = 0;
   for (const auto& node : fused.nodes())
-    norm_kernels += node->op == "batch_norm_train" || node->op == "batch_norm_train_grad";
+    norm_kernels += node->op == ir::OpId::BatchNormTrain || node->op == ir::OpId::BatchNormTrainGrad;
   EXPECT_EQ(norm_kernels, 2) << "the forward and backward batch norm run as their own kernels";
 
   std::vector<ir::Tensor> parameters;

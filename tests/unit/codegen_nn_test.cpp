@@ -30,8 +30,9 @@ constexpr const char* kSeedConv2 = R"(graph @seed_conv2(%x: f32[1,32,13,13],
 )";
 
 TEST(CodegenNn, EveryNnOpHasAnEmitter) {
-  for (const char* op : {"matmul", "dense", "conv2d", "max_pool2d", "avg_pool2d",
-                         "global_avg_pool", "bias_add", "batch_norm"})
+  using ir::OpId;
+  for (const OpId op : {OpId::Matmul, OpId::Dense, OpId::Conv2d, OpId::MaxPool2d, OpId::AvgPool2d,
+                        OpId::GlobalAvgPool, OpId::BiasAdd, OpId::BatchNorm})
     EXPECT_NE(find_kernel_emitter(op), nullptr) << op;
 }
 

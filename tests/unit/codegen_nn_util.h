@@ -195,7 +195,7 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
   }
   // Variances must be positive: batch_norm's var operands read |x| + 0.5.
   for (const auto& node : graph.nodes()) {
-    if (node->op != "batch_norm") continue;
+    if (node->op != ir::OpId::BatchNorm) continue;
     const ir::Value* var = node->inputs[4];
     for (size_t i = 0; i < graph.inputs.size(); ++i) {
       if (graph.inputs[i] != var) continue;

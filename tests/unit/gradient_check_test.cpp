@@ -81,7 +81,7 @@ ir::Value* add_op(ir::Graph& graph, const Case& c, const std::vector<ir::Tensor>
   std::vector<std::pair<std::string, TensorType>> named;
   for (size_t i = 0; i < results.size(); ++i)
     named.emplace_back(i == 0 ? "y" : "y" + std::to_string(i), results[i]);
-  return graph.add_node(c.op, "op", operands, attrs, named)->results[0];
+  return graph.add_node(*ir::find_op_id(c.op), "op", operands, attrs, named)->results[0];
 }
 
 ir::Value* add_node(ir::Graph& graph, const std::string& op, std::vector<ir::Value*> in,
@@ -89,7 +89,7 @@ ir::Value* add_node(ir::Graph& graph, const std::string& op, std::vector<ir::Val
   std::vector<TensorType> types;
   for (const ir::Value* v : in) types.push_back(v->type);
   const auto results = ir::infer_op(*ir::OpRegistry::instance().find(op), types, attrs);
-  return graph.add_node(op, graph.unique_name(op), in, attrs, {{graph.unique_name(op), results[0]}})
+  return graph.add_node(*ir::find_op_id(op), graph.unique_name(op), in, attrs, {{graph.unique_name(op), results[0]}})
       ->results[0];
 }
 
@@ -159,7 +159,8 @@ std::vector<Case> cases() {
       all.push_back({op, {{a}, {b, std::string(op) == "div" ? P : Fill::Normal}}});
   const std::vector<Shape> unary_shapes = {{7}, {2, 3, 5}, {}};
   for (const Shape& s : unary_shapes) {
-    for (const char* op : {"relu", "sigmoid", "tanh", "gelu", "exp", "neg", "abs"})
+    for (const char* op : {"relu", "sigmoid", "tanh", "gelu", "exp", "neg", "abs", "silu",
+                           "softplus", "mish", "hard_swish", "hard_sigmoid", "elu", "selu", "erf"})
       all.push_back({op, {{s, Z}}});
     for (const char* op : {"log", "sqrt", "rsqrt"}) all.push_back({op, {{s, P}}});
     all.push_back({"leaky_relu", {{s, Z}}, {{"alpha", 0.2}}});

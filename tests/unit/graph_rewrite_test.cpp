@@ -38,8 +38,8 @@ TEST(GraphRewrite, UsersAreInGraphOrderAndListedOnce) {
   Graph graph = parse();
   const std::vector<Node*> users = graph.users(graph.find_value("b"));
   ASSERT_EQ(users.size(), 2u);  // add(%b, %b) once, then sub
-  EXPECT_EQ(users[0]->op, "add");
-  EXPECT_EQ(users[1]->op, "sub");
+  EXPECT_EQ(users[0]->op, OpId::Add);
+  EXPECT_EQ(users[1]->op, OpId::Sub);
   EXPECT_EQ(graph.users(graph.find_value("w")).size(), 1u);
   EXPECT_TRUE(graph.users(graph.find_value("unused")).empty());
   EXPECT_TRUE(graph.users(graph.find_value("s")).empty());  // an output is no user
@@ -72,7 +72,7 @@ TEST(GraphRewrite, ReplaceAllUsesRewritesOperandsAndOutputs) {
 TEST(GraphRewrite, EraseNodesRemovesNodesAndTheirResults) {
   Graph graph = parse();
   const size_t values_before = graph.values().size();
-  EXPECT_EQ(graph.erase_nodes([](const Node& node) { return node.op == "sub"; }), 1u);
+  EXPECT_EQ(graph.erase_nodes([](const Node& node) { return node.op == ir::OpId::Sub; }), 1u);
   EXPECT_EQ(node_results(graph), (std::vector<std::string>{"a", "b", "s"}));
   EXPECT_EQ(graph.find_value("t"), nullptr);
   EXPECT_EQ(graph.values().size(), values_before - 1);
@@ -83,11 +83,11 @@ TEST(GraphRewrite, EraseNodesRemovesNodesAndTheirResults) {
 TEST(GraphRewrite, EraseNodesRefusesANodeThatIsStillRead) {
   Graph graph = parse();
   // %a is read by relu and sub, which stay.
-  EXPECT_THROW(graph.erase_nodes([](const Node& node) { return node.op == "mul"; }),
+  EXPECT_THROW(graph.erase_nodes([](const Node& node) { return node.op == ir::OpId::Mul; }),
                InternalError);
   // A node and all its readers may go together... unless a result is a graph output (%b).
-  EXPECT_THROW(graph.erase_nodes([](const Node& node) { return node.op == "relu" || node.op == "add" ||
-                                                               node.op == "sub"; }),
+  EXPECT_THROW(graph.erase_nodes([](const Node& node) { return node.op == ir::OpId::Relu || node.op == ir::OpId::Add ||
+                                                               node.op == ir::OpId::Sub; }),
                InternalError);
   // The refusals left the graph as it was.
   EXPECT_EQ(node_results(graph), (std::vector<std::string>{"a", "b", "s", "t"}));
@@ -96,7 +96,7 @@ TEST(GraphRewrite, EraseNodesRefusesANodeThatIsStillRead) {
 
 TEST(GraphRewrite, EraseNodesRefusesAnOutput) {
   Graph graph = parse();
-  EXPECT_THROW(graph.erase_nodes([](const Node& node) { return node.op == "add"; }),
+  EXPECT_THROW(graph.erase_nodes([](const Node& node) { return node.op == ir::OpId::Add; }),
                InternalError);
   EXPECT_EQ(graph.nodes().size(), 4u);
 }
@@ -118,7 +118,7 @@ TEST(GraphRewrite, InsertNodeBeforeKeepsTopologicalOrder) {
   Value* a = graph.find_value("a");
   const Node* relu = graph.find_value("b")->producer;
   // %n = neg(%a) before relu, then relu reads %n: still defined before use.
-  Node* neg = graph.insert_node_before(relu, "neg", "negate", {a}, {},
+  Node* neg = graph.insert_node_before(relu, ir::OpId::Neg, "negate", {a}, {},
                                        {{graph.unique_name("n"), a->type}});
   neg->def = OpRegistry::instance().find("neg");  // insert_node_before leaves def to the caller
   EXPECT_EQ(node_results(graph), (std::vector<std::string>{"a", "n", "b", "s", "t"}));
@@ -131,9 +131,9 @@ TEST(GraphRewrite, InsertNodeBeforeKeepsTopologicalOrder) {
             std::string::npos);
 
   // Before the first node, too.
-  Node* first = graph.insert_node_before(graph.nodes()[0].get(), "exp", "", {graph.inputs[0]}, {},
+  Node* first = graph.insert_node_before(graph.nodes()[0].get(), OpId::Exp, "", {graph.inputs[0]}, {},
                                          {{"e", a->type}});
-  first->def = OpRegistry::instance().find("exp");
+  first->def = &OpRegistry::instance().get(OpId::Exp);
   EXPECT_EQ(graph.nodes()[0].get(), first);
   verify(graph);
 }
@@ -141,7 +141,7 @@ TEST(GraphRewrite, InsertNodeBeforeKeepsTopologicalOrder) {
 TEST(GraphRewrite, InsertNodeBeforeANodeOfAnotherGraphIsAnInternalError) {
   Graph graph = parse();
   Graph other = parse();
-  EXPECT_THROW(graph.insert_node_before(other.nodes()[0].get(), "neg", "", {graph.inputs[0]}, {},
+  EXPECT_THROW(graph.insert_node_before(other.nodes()[0].get(), OpId::Neg, "", {graph.inputs[0]}, {},
                                         {{"n", graph.inputs[0]->type}}),
                InternalError);
 }
@@ -152,7 +152,7 @@ TEST(GraphRewrite, UniqueName) {
   EXPECT_EQ(graph.unique_name("w"), "w.1");
   EXPECT_EQ(graph.unique_name("a"), "a.1");
   const Node* relu = graph.find_value("b")->producer;
-  graph.insert_node_before(relu, "neg", "", {graph.find_value("a")}, {},
+  graph.insert_node_before(relu, ir::OpId::Neg, "", {graph.find_value("a")}, {},
                            {{graph.unique_name("a"), graph.find_value("a")->type}});
   EXPECT_EQ(graph.unique_name("a"), "a.2");
 }

@@ -88,7 +88,7 @@ TEST(Printer, NumbersUnnamedValuesWithoutClashes) {
   graph.name = "g";
   Value* x = graph.add_input("0", TensorType{DType::F32, {2}});
   const OpDef* relu = OpRegistry::instance().find("relu");
-  Node* node = graph.add_node("relu", "", {x}, {}, {{"", TensorType{DType::F32, {2}}}});
+  Node* node = graph.add_node(ir::OpId::Relu, "", {x}, {}, {{"", TensorType{DType::F32, {2}}}});
   node->def = relu;
   graph.outputs.push_back(node->results[0]);
   verify(graph);
@@ -108,8 +108,8 @@ TEST(Verifier, RejectsUseBeforeDefinition) {
   graph.name = "g";
   Value* x = graph.add_input("x", TensorType{DType::F32, {2}});
   const OpDef* relu = OpRegistry::instance().find("relu");
-  Node* first = graph.add_node("relu", "first", {x}, {}, {{"a", TensorType{DType::F32, {2}}}});
-  Node* second = graph.add_node("relu", "second", {x}, {}, {{"b", TensorType{DType::F32, {2}}}});
+  Node* first = graph.add_node(ir::OpId::Relu, "first", {x}, {}, {{"a", TensorType{DType::F32, {2}}}});
+  Node* second = graph.add_node(ir::OpId::Relu, "second", {x}, {}, {{"b", TensorType{DType::F32, {2}}}});
   first->def = second->def = relu;
   first->inputs[0] = second->results[0];  // first now reads a value defined after it
   graph.outputs.push_back(first->results[0]);
@@ -126,7 +126,7 @@ TEST(Verifier, RejectsWrongResultTypesAndDuplicateNames) {
   Graph graph;
   graph.name = "g";
   Value* x = graph.add_input("x", TensorType{DType::F32, {2}});
-  Node* node = graph.add_node("relu", "r", {x}, {}, {{"x", TensorType{DType::F32, {3}}}});
+  Node* node = graph.add_node(ir::OpId::Relu, "r", {x}, {}, {{"x", TensorType{DType::F32, {3}}}});
   node->def = OpRegistry::instance().find("relu");
   graph.outputs.push_back(node->results[0]);
   try {

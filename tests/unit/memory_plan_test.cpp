@@ -247,7 +247,7 @@ class RandomGraph {
     } catch (const OpError&) {
       return nullptr;
     }
-    Node* node = graph_.add_node(op, "", std::move(inputs), std::move(attrs),
+    Node* node = graph_.add_node(*ir::find_op_id(op), "", std::move(inputs), std::move(attrs),
                                  {{"v" + std::to_string(counter_++), results[0]}});
     node->def = def;
     pool_.push_back(node->results[0]);

@@ -128,7 +128,7 @@ std::vector<Tensor> step(const std::string& op, const std::vector<Tensor>& opera
   std::vector<std::pair<std::string, TensorType>> results;
   for (size_t i = 0; i < result_types.size(); ++i)
     results.emplace_back("out" + std::to_string(i), result_types[i]);
-  ir::Node* node = graph.add_node(op, op, inputs, attrs, results);
+  ir::Node* node = graph.add_node(*ir::find_op_id(op), op, inputs, attrs, results);
   node->def = def;
   graph.outputs = node->results;
   return eval::run_reference(graph, feed);

@@ -153,7 +153,7 @@ class RandomGraph {
     }
     const std::string name = next_name("v");
     ir::Node* added =
-        graph_.add_node(op, name, std::move(inputs), std::move(attrs), {{name, results[0]}});
+        graph_.add_node(*ir::find_op_id(op), name, std::move(inputs), std::move(attrs), {{name, results[0]}});
     Value* result = added->results[0];
     seen_.push_back(result);
     return result;
