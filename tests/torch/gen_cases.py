@@ -30,7 +30,7 @@ import torch.nn.functional as F
 sys.dont_write_bytecode = True  # importing the sibling modules must not leave __pycache__ here
 import case_writer
 from case_writer import TORCH_DTYPES, add_case, kiln_dtype, positive, randint, randn, shape_tag
-from grad_cases import backward_op_cases
+from grad_cases import backward_op_cases, vjp
 from nn_cases import conv_cases, matmul_cases, norm_cases, pool_cases
 from norm_train_cases import norm_train_cases
 from conv_pool_grad_cases import conv_pool_grad_cases
@@ -78,15 +78,6 @@ def elementwise_cases():
         "neg": (randn, {}, torch.neg),
         "abs": (randn, {}, torch.abs),
         "gelu": (lambda *s: randn(*s, scale=3), {}, F.gelu),
-        # The activations added as rows of scalar expressions (ir/ops.def).
-        "silu": (lambda *s: randn(*s, scale=3), {}, F.silu),
-        "softplus": (lambda *s: randn(*s, scale=6), {}, F.softplus),
-        "mish": (lambda *s: randn(*s, scale=3), {}, F.mish),
-        "hard_swish": (lambda *s: randn(*s, scale=4), {}, F.hardswish),
-        "hard_sigmoid": (lambda *s: randn(*s, scale=4), {}, F.hardsigmoid),
-        "elu": (lambda *s: randn(*s, scale=3), {"alpha": 0.7}, lambda t: F.elu(t, 0.7)),
-        "selu": (lambda *s: randn(*s, scale=3), {}, F.selu),
-        "erf": (lambda *s: randn(*s, scale=2), {}, torch.erf),
     }
     for op, (make, attrs, fn) in unary.items():
         for shape in unary_shapes:
@@ -263,6 +254,28 @@ def f16_cases():
              lambda t: F.avg_pool2d(t, 2))
 
 
+def activation_row_cases():
+    """The activations added as rows of scalar expressions (ir/ops.def), forward and backward.
+
+    Generated last, so that the random inputs of every earlier case stay what they were."""
+    unary = {
+        "silu": (lambda *s: randn(*s, scale=3), {}, F.silu),
+        "softplus": (lambda *s: randn(*s, scale=6), {}, F.softplus),
+        "mish": (lambda *s: randn(*s, scale=3), {}, F.mish),
+        "hard_swish": (lambda *s: randn(*s, scale=4), {}, F.hardswish),
+        "hard_sigmoid": (lambda *s: randn(*s, scale=4), {}, F.hardsigmoid),
+        "elu": (lambda *s: randn(*s, scale=3), {"alpha": 0.7}, lambda t: F.elu(t, 0.7)),
+        "selu": (lambda *s: randn(*s, scale=3), {}, F.selu),
+        "erf": (lambda *s: randn(*s, scale=2), {}, torch.erf),
+    }
+    for op, (make, attrs, fn) in unary.items():
+        for shape in [(7,), (2, 3, 5), (1, 1, 1), ()]:
+            add_case(f"{op}_{shape_tag(shape)}", op, attrs, [make(*shape)], fn)
+            x, dy = make(*shape), randn(*shape)
+            add_case(f"{op}_grad_{shape_tag(shape)}", op + "_grad", attrs, [dy, x],
+                     lambda d, s, x=x, fn=fn: vjp(fn, x.double(), d))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="directory for cases.json and .npy files")
@@ -270,7 +283,7 @@ def main():
     torch.manual_seed(0)
     for generate in (elementwise_cases, conv_cases, matmul_cases, pool_cases, norm_cases,
                      shape_cases, reduce_cases, loss_cases, f16_cases, optimizer_cases,
-                     backward_op_cases, norm_train_cases, conv_pool_grad_cases):
+                     backward_op_cases, norm_train_cases, conv_pool_grad_cases, activation_row_cases):
         generate()
     count = case_writer.finish()
     print(f"wrote {count} cases to {case_writer.OUT_DIR}", file=sys.stderr)
