@@ -60,14 +60,14 @@ void log_decision(const PlanMemoryHooks& hooks, const std::string& message) {
   if (hooks.log) hooks.log(message);
 }
 
-// The operands `node` may overwrite: the single operand of an elementwise node, or the
-// operands of a fused loop kernel with the result's shape and dtype. A loop reads all its
-// operands at element i before it stores element i, and an operand of the result's shape is
-// read at i only (broadcast operands are read elsewhere, so they never qualify).
+// The operands `node` may overwrite: the single operand of an op the table marks in place
+// (OpDef::in_place: the elementwise ops), or the operands of a fused loop kernel with the
+// result's shape and dtype. A loop reads all its operands at element i before it stores
+// element i, and an operand of the result's shape is read at i only (broadcast operands are
+// read elsewhere, so they never qualify).
 std::vector<const Value*> in_place_candidates(const Node& node) {
   if (node.results.size() != 1) return {};
-  if (node.def && node.def->kind == OpKind::Elementwise && node.inputs.size() == 1)
-    return {node.inputs[0]};
+  if (node.def && node.def->in_place && node.inputs.size() == 1) return {node.inputs[0]};
   if (!node.is_kernel() || kernel_kind(node) != kLoopKernel) return {};
   std::vector<const Value*> candidates;
   for (const Value* operand : node.inputs)

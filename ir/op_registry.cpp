@@ -64,12 +64,13 @@ using Ints = std::vector<int64_t>;
 // One OpDef per row of the table.
 std::vector<OpDef> table_rows() {
   std::vector<OpDef> rows;
+  std::string section;  // the last KILN_SECTION
 #define KILN_LIST(...) {__VA_ARGS__}
 #define KILN_ATTR(attr_name, type, ...) AttrSpec{#attr_name, AttrType::type, Attribute{__VA_ARGS__}, {}},
 #define KILN_REQUIRED_ATTR(attr_name, type) AttrSpec{#attr_name, AttrType::type, std::nullopt, {}},
 #define KILN_CHOICE_ATTR(attr_name, default_value, choices) \
   AttrSpec{#attr_name, AttrType::String, Attribute{std::string(default_value)}, KILN_LIST choices},
-#define KILN_OP(Id, op_name, op_kind, type_rule, inputs, min_in, max_in, op_summary, ...) \
+#define KILN_OP(Id, op_name, op_kind, rule, inputs, min_in, max_in, op_summary, ...)      \
   rows.emplace_back();                                                                  \
   rows.back().id = OpId::Id;                                                            \
   rows.back().name = op_name;                                                           \
@@ -79,16 +80,22 @@ std::vector<OpDef> table_rows() {
   rows.back().max_inputs = max_in;                                                      \
   rows.back().attrs = {__VA_ARGS__};                                                    \
   rows.back().kind = OpKind::op_kind;                                                   \
-  rows.back().infer = type_rules::type_rule;
-#define KILN_ACTIVATION(Id, op_name, saved, forward, gradient, in_place, op_summary, ...) \
+  rows.back().infer = type_rules::rule;                                                \
+  rows.back().type_rule = #rule;                                                       \
+  rows.back().type_rule_words = type_rules::rule##_words;                              \
+  rows.back().section = section;                                                       \
+  rows.back().in_place = OpKind::op_kind == OpKind::Elementwise;
+#define KILN_SECTION(title) section = title;
+#define KILN_ACTIVATION(Id, op_name, saved, forward, gradient, in_place_row, op_summary, ...) \
   KILN_OP(Id, op_name, Elementwise, infer_float_unary, ("x"), 1, 1, op_summary, __VA_ARGS__)      \
   rows.back().forward_expr = #forward;                                                       \
+  rows.back().in_place = in_place_row;                                                       \
   rows.back().gradient_expr = #gradient;                                                     \
   rows.back().grad_op = OpId::Id##Grad;                                                      \
   rows.back().has_grad_op = true;                                                            \
   rows.back().grad_saves_result = std::string_view(#saved) == "y";                          \
   KILN_OP(Id##Grad, op_name "_grad", Elementwise, infer_like_dy, ("dy", #saved), 2, 2,       \
-          "backward of " op_name ": " #gradient, __VA_ARGS__)                                   \
+          "backward of " op_name, __VA_ARGS__)                                             \
   rows.back().forward_expr = #gradient;
 #define KILN_MATH(Id, op_name, forward, op_summary, ...)                             \
   KILN_OP(Id, op_name, Elementwise, infer_float_unary, ("x"), 1, 1, op_summary, __VA_ARGS__) \
@@ -116,6 +123,12 @@ const OpRegistry& OpRegistry::instance() {
     return r;
   }();
   return registry;
+}
+
+std::optional<int> AttrSpec::choice_index(std::string_view value) const {
+  for (size_t i = 0; i < choices.size(); ++i)
+    if (choices[i] == value) return static_cast<int>(i);
+  return std::nullopt;
 }
 
 const OpDef* OpRegistry::find(std::string_view name) const {
@@ -211,7 +224,7 @@ std::vector<TensorType> infer_op(const OpDef& def, const std::vector<TensorType>
     it->second = std::move(*coerced);
     if (!spec.choices.empty()) {
       const std::string& value = std::get<std::string>(it->second);
-      if (std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end()) {
+      if (!spec.choice_index(value)) {
         std::string allowed;
         for (const std::string& choice : spec.choices)
           allowed += (allowed.empty() ? "\"" : " or \"") + choice + "\"";

@@ -28,6 +28,10 @@ struct AttrSpec {
   AttrType type;
   std::optional<Attribute> default_value;  // nullopt: the attribute is required
   std::vector<std::string> choices = {};   // a string attribute's allowed values; empty: any
+
+  // The index of `value` among the choices (how scalar expressions read a choice attribute);
+  // nullopt when it is not one of them.
+  std::optional<int> choice_index(std::string_view value) const;
 };
 
 // What an op's inference function sees: operand types and the complete attribute map
@@ -76,7 +80,15 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   OpKind kind = OpKind::Opaque;
   InferFn infer;
+  std::string type_rule;                // the infer function's name in ir/ops/type_rules.def
+  std::string type_rule_words;          // ... and the rule in words
+  std::string section;                  // the table's KILN_SECTION above the row (for docs)
+  // The result may take the buffer of its single operand (memory planning): true for the
+  // elementwise ops, whose map kernels read element i before they write it, unless a row
+  // says otherwise (KILN_ACTIVATION's in_place).
+  bool in_place = false;
   GradFn grad = nullptr;                // nullptr: not differentiable (yet); see passes/autodiff
+  std::string grad_words;               // the gradient rule in words, set with `grad`
   // Elementwise rows (KILN_ACTIVATION, KILN_MATH): the scalar expressions, as written in the
   // table; empty for other ops. For docs and kernel comments; the code is generated from the
   // same row.

@@ -126,9 +126,11 @@ ElementFn scalar_row_fn(const ir::Node& node) {
     const ir::Attribute& value = node.attrs.at(spec.name);
     if (!spec.choices.empty()) {
       const std::string& choice = std::get<std::string>(value);
-      const auto it = std::find(spec.choices.begin(), spec.choices.end(), choice);
-      body.push_back(fmt::format("constexpr int {} = {};  // \"{}\"", spec.name,
-                                 it - spec.choices.begin(), choice));
+      const std::optional<int> index = spec.choice_index(choice);
+      KILN_CHECK(index.has_value()) << node.describe() << ": attribute '" << spec.name
+                                    << "' has value " << choice << " outside its choices";
+      body.push_back(fmt::format("constexpr int {} = {};  // \"{}\"", spec.name, *index,
+                                 choice));
     } else if (const auto* number = std::get_if<double>(&value)) {
       body.push_back(fmt::format("constexpr float {} = {};", spec.name,
                                  literal(DType::F32, *number)));

@@ -52,13 +52,11 @@ double number_attr(const ir::Node& node, const char* name) {
 
 // A string attribute with choices, as the index of its value among them.
 int choice_attr(const ir::Node& node, const char* name) {
-  const ir::AttrSpec* spec = node.def->find_attr(name);
   const std::string& value = std::get<std::string>(node.attrs.at(name));
-  for (size_t i = 0; i < spec->choices.size(); ++i)
-    if (spec->choices[i] == value) return static_cast<int>(i);
-  KILN_CHECK(false) << node.describe() << ": attribute '" << name << "' has value " << value
-                    << " outside its choices";
-  return 0;
+  const std::optional<int> index = node.def->find_attr(name)->choice_index(value);
+  KILN_CHECK(index.has_value()) << node.describe() << ": attribute '" << name << "' has value "
+                                << value << " outside its choices";
+  return *index;
 }
 
 // The rows of ir/ops.def that are scalar expressions (activations and their backward ops, unary

@@ -30,18 +30,26 @@ GradFn unary_backward_op(OpId op, bool saves_result, std::vector<std::string> at
 }  // namespace
 
 void add_elementwise_rules(OpRegistry& registry) {
-  set_rule(registry, OpId::Add, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Add,
+           "da = unbroadcast(dy), db = unbroadcast(dy)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.sum_to(dy[0], shape_of(n, 0)), b.sum_to(dy[0], shape_of(n, 1))};
   });
-  set_rule(registry, OpId::Sub, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Sub,
+           "da = unbroadcast(dy), db = -unbroadcast(dy)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.sum_to(dy[0], shape_of(n, 0)), b.op(OpId::Neg, {b.sum_to(dy[0], shape_of(n, 1))})};
   });
-  set_rule(registry, OpId::Mul, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Mul,
+           "da = unbroadcast(dy * b), db = unbroadcast(dy * a)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.sum_to(b.op(OpId::Mul, {dy[0], n.inputs[1]}), shape_of(n, 0)),
             b.sum_to(b.op(OpId::Mul, {dy[0], n.inputs[0]}), shape_of(n, 1))};
   });
   // d(a/b)/db = -a/b^2 = -(1/b) * y: reuses the quotient dy/b and the forward result.
-  set_rule(registry, OpId::Div, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Div,
+           "da = unbroadcast(dy / b), db = -unbroadcast(dy / b * y)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     Value* quotient = b.op(OpId::Div, {dy[0], n.inputs[1]});
     return {b.sum_to(quotient, shape_of(n, 0)),
             b.sum_to(b.op(OpId::Neg, {b.op(OpId::Mul, {quotient, y_of(n)})}), shape_of(n, 1))};
@@ -50,7 +58,11 @@ void add_elementwise_rules(OpRegistry& registry) {
   // the share ops weigh it per element, then each share is summed back to its operand's shape.
   for (const auto& [op, share] : {std::pair{OpId::Maximum, OpId::MaximumShare},
                                  std::pair{OpId::Minimum, OpId::MinimumShare}}) {
-    set_rule(registry, op, [share](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const std::string share_name = registry.get(share).name;
+    set_rule(registry, op,
+             "da = unbroadcast(dy * " + share_name + "(a, b)), db = unbroadcast(dy * " +
+                 share_name + "(b, a)); none for integers",
+             [share](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
       if (!is_floating(n.inputs[0]->type.dtype)) return {nullptr, nullptr};
       Value* to_a = b.op(OpId::Mul, {dy[0], b.op(share, {n.inputs[0], n.inputs[1]})});
       Value* to_b = b.op(OpId::Mul, {dy[0], b.op(share, {n.inputs[1], n.inputs[0]})});
@@ -58,32 +70,46 @@ void add_elementwise_rules(OpRegistry& registry) {
     });
   }
   // scale (a backward op that forward graphs may hold too) is linear.
-  set_rule(registry, OpId::Scale, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Scale,
+           "scale(dy, factor)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.scale(dy[0], std::get<double>(n.attrs.at("factor")))};
   });
 
-  set_rule(registry, OpId::Abs, unary_backward_op(OpId::AbsGrad, false));
-  set_rule(registry, OpId::Clip, unary_backward_op(OpId::ClipGrad, false, {"min", "max"}));
+  set_rule(registry, OpId::Abs, "abs_grad(dy, x)", unary_backward_op(OpId::AbsGrad, false));
+  set_rule(registry, OpId::Clip,
+           "clip_grad(dy, x) with min, max",
+           unary_backward_op(OpId::ClipGrad, false, {"min", "max"}));
 
-  set_rule(registry, OpId::Exp, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Exp,
+           "dy * y",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.op(OpId::Mul, {dy[0], y_of(n)})};
   });
-  set_rule(registry, OpId::Log, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Log,
+           "dy / x",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.op(OpId::Div, {dy[0], x_of(n)})};
   });
   // sqrt' = 1 / (2 sqrt(x)) = 0.5 / y.
-  set_rule(registry, OpId::Sqrt, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Sqrt,
+           "0.5 * dy / y",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.op(OpId::Div, {b.scale(dy[0], 0.5), y_of(n)})};
   });
   // rsqrt' = -0.5 x^(-3/2) = -0.5 * y / x.
-  set_rule(registry, OpId::Rsqrt, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Rsqrt,
+           "-0.5 * dy * y / x",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.scale(b.op(OpId::Mul, {dy[0], b.op(OpId::Div, {y_of(n), x_of(n)})}), -0.5)};
   });
-  set_rule(registry, OpId::Neg, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Neg, "-dy", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.op(OpId::Neg, {dy[0]})};
   });
   // pow' = p * x^(p-1). p = 0 is constant: a zero gradient, which also avoids 0 * inf at x = 0.
-  set_rule(registry, OpId::Pow, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Pow,
+           "exponent * dy * pow(x, exponent - 1) (0 for exponent 0)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const double p = std::get<double>(n.attrs.at("exponent"));
     if (p == 0.0) return {b.scale(dy[0], 0.0)};
     if (p == 1.0) return {dy[0]};
@@ -91,7 +117,9 @@ void add_elementwise_rules(OpRegistry& registry) {
     return {b.scale(b.op(OpId::Mul, {dy[0], power}), p)};
   });
   // A float-to-float cast's gradient is cast back; integer operands get none.
-  set_rule(registry, OpId::Cast, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Cast,
+           "cast(dy) back to the dtype of x (float x only)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     if (!is_floating(x_of(n)->type.dtype)) return {nullptr};
     return {b.op(OpId::Cast, {dy[0]}, {{"to", std::string(dtype_name(x_of(n)->type.dtype))}})};
   });
@@ -99,7 +127,9 @@ void add_elementwise_rules(OpRegistry& registry) {
   // the mask is a pure function of (seed, step, index): the gradient is the same dropout
   // applied to dy, which redraws the identical mask instead of saving it. The step operand is
   // an integer: no gradient.
-  set_rule(registry, OpId::Dropout, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Dropout,
+           "the same dropout applied to dy (the same mask); identity at inference",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     if (!std::get<bool>(n.attrs.at("training"))) return {dy[0]};
     return {b.op(OpId::Dropout, {dy[0], n.inputs[1]}, n.attrs), nullptr};
   });

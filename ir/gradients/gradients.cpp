@@ -5,10 +5,11 @@
 namespace kiln::ir {
 namespace gradients {
 
-void set_rule(OpRegistry& registry, OpId op, GradFn rule) {
+void set_rule(OpRegistry& registry, OpId op, std::string words, GradFn rule) {
   OpDef& def = registry.get_mutable(op);
   KILN_CHECK(def.grad == nullptr) << "op '" << def.name << "' has two gradient rules";
   def.grad = std::move(rule);
+  def.grad_words = std::move(words);
 }
 
 namespace {
@@ -21,7 +22,10 @@ void add_activation_rules(OpRegistry& registry) {
     if (!def.has_grad_op) continue;
     const OpId backward = def.grad_op;
     const bool saves_result = def.grad_saves_result;
+    const OpDef& backward_def = registry.get(backward);
     set_rule(registry, def.id,
+             backward_def.name + "(dy, " + (saves_result ? "y" : "x") + ") = `" +
+                 def.gradient_expr + "`",
              [backward, saves_result](GradBuilder& b, const Node& node,
                                       const std::vector<Value*>& dy) -> std::vector<Value*> {
                Value* saved = saves_result ? node.results[0] : node.inputs[0];

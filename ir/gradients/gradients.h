@@ -7,8 +7,9 @@
 
 namespace kiln::ir::gradients {
 
-// Sets the rule of the (already registered) op `op`.
-void set_rule(OpRegistry& registry, OpId op, GradFn rule);
+// Sets the rule of the (already registered) op `op`, and `words`, the rule as docs/ops.md
+// states it (what each operand's gradient is; `unbroadcast` sums over broadcast dims).
+void set_rule(OpRegistry& registry, OpId op, std::string words, GradFn rule);
 
 void add_elementwise_rules(OpRegistry& registry);
 void add_shape_reduce_rules(OpRegistry& registry);

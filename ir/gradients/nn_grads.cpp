@@ -82,42 +82,60 @@ Grads conv2d_rule(GradBuilder& b, const Node& n, const Grads& dy) {
 }  // namespace
 
 void add_nn_rules(OpRegistry& registry) {
-  set_rule(registry, OpId::BiasAdd, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::BiasAdd,
+           "dx = dy, dbias = reduce_sum(dy) over every axis but axis",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const int rank = n.inputs[0]->type.rank();
     const int axis = *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), rank);
     Ints axes = axes_except(rank, axis);
     return {dy[0], axes.empty() ? dy[0] : b.op(OpId::ReduceSum, {dy[0]}, {{"axes", axes}})};
   });
-  set_rule(registry, OpId::Dense, dense_rule);
-  set_rule(registry, OpId::Matmul, matmul_rule);
-  set_rule(registry, OpId::Softmax, [](GradBuilder& b, const Node& n, const Grads& dy) {
+  set_rule(registry, OpId::Dense,
+           "dx = dy @ weight, dweight = dy^T @ x (leading dims as rows), dbias = column sums of dy",
+           dense_rule);
+  set_rule(registry, OpId::Matmul,
+           "da = dy @ b^T, db = a^T @ dy (transposes and broadcast batch dims undone)",
+           matmul_rule);
+  set_rule(registry, OpId::Softmax,
+           "softmax_grad(dy, y)", [](GradBuilder& b, const Node& n, const Grads& dy) {
     return softmax_like_rule(OpId::SoftmaxGrad, b, n, dy);
   });
-  set_rule(registry, OpId::LogSoftmax, [](GradBuilder& b, const Node& n, const Grads& dy) {
+  set_rule(registry, OpId::LogSoftmax,
+           "log_softmax_grad(dy, y)", [](GradBuilder& b, const Node& n, const Grads& dy) {
     return softmax_like_rule(OpId::LogSoftmaxGrad, b, n, dy);
   });
-  set_rule(registry, OpId::Conv2d, conv2d_rule);
-  set_rule(registry, OpId::MaxPool2d, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Conv2d,
+           "dx = conv2d_grad_input(dy, weight), dweight = conv2d_grad_weight(dy, x), dbias = "
+           "reduce_sum(dy, axes=[0,2,3])",
+           conv2d_rule);
+  set_rule(registry, OpId::MaxPool2d,
+           "max_pool2d_grad(dy, x)", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.op(OpId::MaxPool2dGrad, {dy[0], n.inputs[0]},
                  window_attrs(n, {"kernel", "stride", "pad", "dilation"}, nullptr))};
   });
-  set_rule(registry, OpId::AvgPool2d, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::AvgPool2d,
+           "avg_pool2d_grad(dy)", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.op(OpId::AvgPool2dGrad, {dy[0]},
                  window_attrs(n, {"kernel", "stride", "pad", "count_include_pad"},
                               &n.inputs[0]->type.shape))};
   });
-  set_rule(registry, OpId::GlobalAvgPool, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::GlobalAvgPool,
+           "broadcast_to(dy, x.shape) / (H * W)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const Shape& x = n.inputs[0]->type.shape;
     return {b.scale(b.broadcast_to(dy[0], x), 1.0 / static_cast<double>(x[2] * x[3]))};
   });
 
   set_rule(registry, OpId::SoftmaxCrossEntropy,
+           "dlogits = softmax_cross_entropy_grad(dy, logits, labels); none for labels",
            [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
              return {b.op(OpId::SoftmaxCrossEntropyGrad, {dy[0], n.inputs[0], n.inputs[1]}),
                      nullptr};
            });
   // mean((p - t)^2): dp = 2 (p - t) dy / count, dt = -dp.
-  set_rule(registry, OpId::MseLoss, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::MseLoss,
+           "dprediction = 2 * (prediction - target) * dy / count, dtarget = -dprediction",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const double count = static_cast<double>(num_elements(n.inputs[0]->type.shape));
     Value* diff = b.op(OpId::Sub, {n.inputs[0], n.inputs[1]});
     Value* dp = b.scale(b.op(OpId::Mul, {diff, dy[0]}), 2.0 / count);

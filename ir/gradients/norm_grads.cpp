@@ -65,8 +65,14 @@ Grads batch_norm_train_rule(GradBuilder& b, const Node& n, const Grads& dy) {
 }  // namespace
 
 void add_norm_rules(OpRegistry& registry) {
-  set_rule(registry, OpId::LayerNorm, layer_norm_rule);
-  set_rule(registry, OpId::BatchNormTrain, batch_norm_train_rule);
+  set_rule(registry, OpId::LayerNorm,
+           "(dx, dy * xhat) = layer_norm_grad(dy, x, scale); dscale = dy * xhat and dbias = dy, "
+           "each summed over the rows",
+           layer_norm_rule);
+  set_rule(registry, OpId::BatchNormTrain,
+           "batch_norm_train_grad(dy, x, scale, batch_mean, batch_var) for dy of y; the gradients "
+           "of batch_mean and batch_var (where used) added to dx",
+           batch_norm_train_rule);
 }
 
 }  // namespace kiln::ir::gradients

@@ -38,9 +38,13 @@ Grads reshape_back(GradBuilder& b, const Node& n, const Grads& dy) {
 }  // namespace
 
 void add_shape_reduce_rules(OpRegistry& registry) {
-  set_rule(registry, OpId::Reshape, reshape_back);
-  set_rule(registry, OpId::Flatten, reshape_back);
-  set_rule(registry, OpId::Transpose, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Reshape,
+           "dy reshaped to x.shape", reshape_back);
+  set_rule(registry, OpId::Flatten,
+           "dy reshaped to x.shape", reshape_back);
+  set_rule(registry, OpId::Transpose,
+           "transpose(dy) by the inverse permutation",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const int rank = n.inputs[0]->type.rank();
     Ints perm = ints_attr(n, "perm");
     if (perm.empty())
@@ -49,7 +53,9 @@ void add_shape_reduce_rules(OpRegistry& registry) {
     for (int d = 0; d < rank; ++d) inverse[perm[d]] = d;
     return {b.op(OpId::Transpose, {dy[0]}, {{"perm", inverse}})};
   });
-  set_rule(registry, OpId::Concat, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Concat,
+           "slices of dy along axis, one per operand",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const int rank = n.inputs[0]->type.rank();
     const int64_t axis = *normalize_axis(std::get<int64_t>(n.attrs.at("axis")), rank);
     Grads grads;
@@ -66,7 +72,9 @@ void add_shape_reduce_rules(OpRegistry& registry) {
     return grads;
   });
   // slice_grad scatters dy back into zeros of x's shape; axes and steps are spelled out.
-  set_rule(registry, OpId::Slice, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::Slice,
+           "slice_grad(dy) into zeros of x.shape",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     const Ints& starts = ints_attr(n, "starts");
     Ints axes = ints_attr(n, "axes"), steps = ints_attr(n, "steps");
     for (size_t i = axes.size(); i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
@@ -76,23 +84,31 @@ void add_shape_reduce_rules(OpRegistry& registry) {
                   {"ends", ints_attr(n, "ends")}, {"axes", axes}, {"steps", steps}})};
   });
   // broadcast_to's adjoint sums dy back over the broadcast dims.
-  set_rule(registry, OpId::BroadcastTo, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::BroadcastTo,
+           "unbroadcast(dy) to x.shape",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.sum_to(dy[0], n.inputs[0]->type.shape)};
   });
   // dy goes to the positions of each maximum, split evenly among ties as torch.amax's backward.
   // maximum_share(x, max) is 1/2 at a tie with the maximum and 0 elsewhere (x < max); divided
   // by its sum over the reduced axes (1/2 per maximum: exact, a power of two) it gives 1/count.
-  set_rule(registry, OpId::ReduceMax, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::ReduceMax,
+           "dy to the positions of each maximum, split evenly among ties (float x only)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     if (!is_floating(n.inputs[0]->type.dtype)) return {nullptr};
     const Shape keep = keepdims_shape(n).first;
     Value* share = b.op(OpId::MaximumShare, {n.inputs[0], b.reshape(n.results[0], keep)});
     Value* count = b.op(OpId::ReduceSum, {share}, {{"axes", ints_attr(n, "axes")}, {"keepdims", true}});
     return {b.op(OpId::Mul, {share, b.op(OpId::Div, {b.reshape(dy[0], keep), count})})};
   });
-  set_rule(registry, OpId::ReduceSum, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::ReduceSum,
+           "dy broadcast back over the reduced axes",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     return {b.expand_reduced(dy[0], keepdims_shape(n).first, n.inputs[0]->type.shape)};
   });
-  set_rule(registry, OpId::ReduceMean, [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+  set_rule(registry, OpId::ReduceMean,
+           "dy broadcast back over the reduced axes, divided by the count reduced",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
     auto [keep, count] = keepdims_shape(n);
     Value* spread = b.expand_reduced(dy[0], keep, n.inputs[0]->type.shape);
     return {b.scale(spread, 1.0 / static_cast<double>(count))};
