@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen/kernel_emitter.h"
+#include "ir/op_registry.h"
 #include "codegen_nn_util.h"
 #include "ir/diagnostic.h"
 
@@ -34,6 +35,13 @@ TEST(CodegenNn, EveryNnOpHasAnEmitter) {
   for (const OpId op : {OpId::Matmul, OpId::Dense, OpId::Conv2d, OpId::MaxPool2d, OpId::AvgPool2d,
                         OpId::GlobalAvgPool, OpId::BiasAdd, OpId::BatchNorm})
     EXPECT_NE(find_kernel_emitter(op), nullptr) << op;
+}
+
+// find_kernel_emitter's family switch (codegen/kernel_emitter.cpp) places every op; the
+// family's table must then hold it.
+TEST(CodegenNn, EveryOpOfTheTableHasAnEmitter) {
+  for (const ir::OpDef& def : ir::OpRegistry::instance().all())
+    EXPECT_NE(find_kernel_emitter(def.id), nullptr) << "no CUDA emitter for " << def.name;
 }
 
 TEST(CodegenNn, ConvIsAnImplicitGemmWithTheRegistryParameterNames) {
