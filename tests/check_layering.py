@@ -5,13 +5,13 @@ The layers, lowest first (a layer may include the ones below it, never one above
 
     ir < ir/eval < passes < codegen < runtime < compiler
 
-tests/, bench/ and examples/ sit on top and may include anything. Every edge between layers is
-listed in ALLOWED with the reason it exists. An edge up the order, or one the architecture's
-"must not" column forbids (ARCHITECTURE.md's layout table: the evaluator knows no passes,
-codegen or runtimes; passes emit no source; codegen calls no NVRTC or driver; the runtime does
-not re-optimize), fails with the files that make it. A new edge that the order permits but
-ALLOWED does not list fails too: add it here with its reason, so this list stays the map of who
-uses whom.
+tests/, bench/, examples/ and tools/ sit on top and may include anything. Every edge between
+layers is listed in ALLOWED with the reason it exists. An edge up the order, or one the
+architecture's "must not" column forbids (ARCHITECTURE.md's layout table: the evaluator knows
+no passes, codegen or runtimes; passes emit no source; codegen calls no NVRTC or driver; the
+runtime does not re-optimize), fails with the files that make it. A new edge that the order
+permits but ALLOWED does not list fails too: add it here with its reason, so this list stays
+the map of who uses whom.
 
 Usage: check_layering.py SOURCE_DIR      prints the graph, exits 1 on a violation
        check_layering.py --self-test     checks that the checker rejects bad edges
@@ -22,7 +22,7 @@ import re
 import sys
 
 LAYERS = ["ir", "ir/eval", "passes", "codegen", "runtime", "compiler"]
-FREE = {"tests", "bench", "examples"}  # test and demo code: may include any layer
+FREE = {"tests", "bench", "examples", "tools"}  # tests, demos, generators: may include any layer
 
 # Every edge between layers in the code today, with the reason it is legitimate.
 ALLOWED = {
