@@ -51,12 +51,6 @@ constexpr int64_t kLargeMatmulFlops = int64_t{1} << 30;
 // cuDNN's legacy API describes tensors with int dims and indexes them with int.
 constexpr int64_t kCudnnMaxElements = std::numeric_limits<int32_t>::max();
 
-int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
-  int64_t result = 1;
-  for (size_t i = begin; i < end; ++i) result *= shape[i];
-  return result;
-}
-
 // What the kernel computes, read off the node: the anchor, the operand positions it reads and
 // the epilogue after it. A refusal sets `why`.
 struct Pattern {
@@ -285,7 +279,7 @@ std::optional<LibraryCall> conv_call(const Pattern& p, LibraryCall call, std::st
 std::optional<int64_t> batch_stride(const ir::Shape& shape, const ir::Shape& out_batch) {
   const ir::Shape dims(shape.begin(), shape.end() - 2);
   const int64_t matrix = shape[shape.size() - 2] * shape.back();
-  if (product(dims, 0, dims.size()) == 1) return 0;
+  if (ir::num_elements(dims) == 1) return 0;
   ir::Shape padded(out_batch.size() - std::min(out_batch.size(), dims.size()), 1);
   padded.insert(padded.end(), dims.begin(), dims.end());
   if (padded != out_batch) return std::nullopt;
@@ -300,7 +294,7 @@ std::optional<LibraryCall> matmul_call(const Pattern& p, LibraryCall call, std::
   MatmulCall m;
   if (anchor.op == ir::OpId::Dense) {
     // x [..., K] @ weight[N, K]^T: the leading dims are rows of one matrix.
-    m.m = product(a, 0, a.size() - 1);
+    m.m = ir::num_elements(a, 0, a.size() - 1);
     m.k = a.back();
     m.n = b[0];
     m.transpose_b = true;
@@ -311,7 +305,7 @@ std::optional<LibraryCall> matmul_call(const Pattern& p, LibraryCall call, std::
     m.n = y.back();
     m.k = m.transpose_a ? a[a.size() - 2] : a.back();
     const ir::Shape out_batch(y.begin(), y.end() - 2);
-    m.batch = product(out_batch, 0, out_batch.size());
+    m.batch = ir::num_elements(out_batch);
     const std::optional<int64_t> stride_a = batch_stride(a, out_batch);
     const std::optional<int64_t> stride_b = batch_stride(b, out_batch);
     if (!stride_a || !stride_b) {

@@ -14,7 +14,7 @@
 // moves to a form no pattern matches, so this ends; kMaxSweeps only guards against a bug).
 //
 // Every rewrite is exact: the new graph gives bit-identical results for every input, NaN, ±0
-// and ±inf included, in the reference interpreter (runtime/reference/) and in generated code
+// and ±inf included, in the reference evaluator (ir/eval/) and in generated code
 // (codegen/). A cheaper form that is only approximately equal is not used, and the refusal is
 // logged under --debug-only=canonicalize.
 #include <cmath>

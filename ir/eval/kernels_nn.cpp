@@ -14,11 +14,6 @@ namespace {
 using Inputs = std::vector<const ir::Tensor*>;
 using Results = std::vector<ir::Tensor>;
 
-int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t d = begin; d < end; ++d) p *= shape[d];
-  return p;
-}
 
 // --- conv2d -----------------------------------------------------------------------------------
 
@@ -87,7 +82,7 @@ Results matmul(const ir::Node& node, const Inputs& in) {
   const ir::Shape out_batch(os.begin(), os.end() - 2);
 
   std::vector<double> out(static_cast<size_t>(ir::num_elements(os)));
-  const int64_t batches = product(os, 0, ro - 2);
+  const int64_t batches = ir::num_elements(os, 0, ro - 2);
   for (int64_t batch = 0; batch < batches; ++batch) {
     const std::vector<int64_t> index = ref::unravel(batch, out_batch);
     const int64_t a_base = ref::broadcast_source(index, a_batch) * M * K;
@@ -130,7 +125,7 @@ Results bias_add(const ir::Node& node, const Inputs& in) {
   const ir::Shape& xs = in[0]->shape();
   const int axis = ref::norm_axis(ref::attr_int(node, "axis"), static_cast<int>(xs.size()));
   const int64_t C = xs[axis];
-  const int64_t inner = product(xs, axis + 1, xs.size());
+  const int64_t inner = ir::num_elements(xs, axis + 1, xs.size());
   std::vector<double> out = in[0]->to_doubles();
   const std::vector<double> bias = in[1]->to_doubles();
   for (size_t i = 0; i < out.size(); ++i) out[i] += bias[(static_cast<int64_t>(i) / inner) % C];
@@ -239,7 +234,7 @@ Results batch_norm(const ir::Node& node, const Inputs& in) {
   std::vector<double> mean = in[3]->to_doubles();
   std::vector<double> var = in[4]->to_doubles();
   const double eps = ref::attr_float(node, "epsilon");
-  const int64_t N = xs[0], C = xs[1], inner = product(xs, 2, xs.size());
+  const int64_t N = xs[0], C = xs[1], inner = ir::num_elements(xs, 2, xs.size());
   auto at = [&](int64_t n, int64_t c, int64_t i) { return (n * C + c) * inner + i; };
 
   if (ref::attr_bool(node, "training")) {
@@ -275,7 +270,7 @@ Results layer_norm(const ir::Node& node, const Inputs& in) {
   const std::vector<double> x = in[0]->to_doubles();
   const std::vector<double> scale = in[1]->to_doubles();
   const std::vector<double> bias = in[2]->to_doubles();
-  const int64_t rows = product(xs, 0, axis), size = product(xs, axis, xs.size());
+  const int64_t rows = ir::num_elements(xs, 0, axis), size = ir::num_elements(xs, axis, xs.size());
   std::vector<double> out(x.size());
   for (int64_t r = 0; r < rows; ++r) {
     const double* row = &x[r * size];
@@ -297,8 +292,8 @@ Results softmax(const ir::Node& node, const Inputs& in, bool log_form) {
   const ir::Shape& xs = in[0]->shape();
   const int axis = ref::norm_axis(ref::attr_int(node, "axis"), static_cast<int>(xs.size()));
   const std::vector<double> x = in[0]->to_doubles();
-  const int64_t outer = product(xs, 0, axis), len = xs[axis];
-  const int64_t inner = product(xs, axis + 1, xs.size());
+  const int64_t outer = ir::num_elements(xs, 0, axis), len = xs[axis];
+  const int64_t inner = ir::num_elements(xs, axis + 1, xs.size());
   std::vector<double> out(x.size());
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {

@@ -14,18 +14,13 @@ namespace {
 using Inputs = std::vector<const ir::Tensor*>;
 using Results = std::vector<ir::Tensor>;
 
-int64_t product(const ir::Shape& shape, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t d = begin; d < end; ++d) p *= shape[d];
-  return p;
-}
 
 // x [N, C, inner...] seen as N x C x inner: calls fn(at) per channel c, where at(k) is the flat
 // index of the channel's k-th value, k in [0, N * inner).
 struct ChannelView {
   int64_t n, channels, inner;
   explicit ChannelView(const ir::Shape& shape)
-      : n(shape[0]), channels(shape[1]), inner(product(shape, 2, shape.size())) {}
+      : n(shape[0]), channels(shape[1]), inner(ir::num_elements(shape, 2, shape.size())) {}
   int64_t count() const { return n * inner; }
   int64_t at(int64_t c, int64_t k) const { return (k / inner * channels + c) * inner + k % inner; }
 };
@@ -96,7 +91,7 @@ Results layer_norm_grad(const ir::Node& node, const Inputs& in) {
   const std::vector<double> dy = in[0]->to_doubles();
   const std::vector<double> x = in[1]->to_doubles();
   const std::vector<double> scale = in[2]->to_doubles();
-  const int64_t rows = product(xs, 0, axis), size = product(xs, axis, xs.size());
+  const int64_t rows = ir::num_elements(xs, 0, axis), size = ir::num_elements(xs, axis, xs.size());
   const double n = static_cast<double>(size);
   std::vector<double> dx(x.size()), dy_xhat(x.size()), xhat(static_cast<size_t>(size));
   for (int64_t r = 0; r < rows; ++r) {

@@ -1,7 +1,7 @@
 // Backward ops: what gradient rules (ir/gradients/) build where no forward op expresses the
 // gradient in one node. Each takes the upstream gradient `dy` first, then what it saved from
 // the forward pass (the input x, or the result y where the derivative is cheaper from it).
-// They are ordinary ops: inferred, interpreted (runtime/reference/kernels_grad.cpp), costed,
+// They are ordinary ops: inferred, interpreted (ir/eval/kernels_grad.cpp), costed,
 // fused and memory-planned like the forward ones.
 #include <algorithm>
 #include <limits>
