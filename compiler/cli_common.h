@@ -32,6 +32,8 @@ class PhaseTimer {
   }
   // "parse 3.1 ms, codegen 0.4 ms, ..." one phase per line, to stderr.
   void print() const;
+  // Each phase and its milliseconds, in the order they ran.
+  const std::vector<std::pair<std::string, double>>& phases() const { return phases_; }
 
  private:
   void record(const std::string& phase, std::chrono::steady_clock::time_point start);
