@@ -32,6 +32,8 @@ class PhaseTimer {
   }
   // "parse 3.1 ms, codegen 0.4 ms, ..." one phase per line, to stderr.
   void print() const;
+  // Records a phase timed elsewhere.
+  void add(const std::string& phase, double milliseconds) { phases_.push_back({phase, milliseconds}); }
   // Each phase and its milliseconds, in the order they ran.
   const std::vector<std::pair<std::string, double>>& phases() const { return phases_; }
 

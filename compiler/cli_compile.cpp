@@ -67,7 +67,13 @@ int run(const Options& options, const CLI::App& command) {
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   request.cache = cache.get();
   request.verbose = options.cache.verbose;
-  const runtime::Package package = timer.time("compile", [&] { return compiler::build_package(request); });
+  // Model packages report parse, weights, passes, codegen and nvrtc; training packages their
+  // whole build as one phase.
+  if (!options.train)
+    request.record_phase = [&timer](const std::string& phase, double ms) { timer.add(phase, ms); };
+  const runtime::Package package = options.train
+      ? timer.time("compile", [&] { return compiler::build_package(request); })
+      : compiler::build_package(request);
 
   if (options.emit == "cuda-project") {
     compiler::write_cuda_project(package, options.output);

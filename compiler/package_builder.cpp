@@ -1,5 +1,6 @@
 #include "compiler/package_builder.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,13 +26,35 @@ std::string read_model_bytes(const std::string& path) {
   return bytes.str();
 }
 
+// Runs `work`, reporting its wall time as `phase` when the request asks for phases.
+template <typename F>
+auto timed(const PackageRequest& request, const char* phase, F&& work) {
+  const auto start = std::chrono::steady_clock::now();
+  auto report = [&] {
+    if (!request.record_phase) return;
+    const std::chrono::duration<double, std::milli> elapsed =
+        std::chrono::steady_clock::now() - start;
+    request.record_phase(phase, elapsed.count());
+  };
+  if constexpr (std::is_void_v<decltype(work())>) {
+    work();
+    report();
+  } else {
+    auto result = work();
+    report();
+    return result;
+  }
+}
+
 runtime::PackageProgram compile_program(const PackageRequest& request, std::string role,
                                         codegen::Program program) {
   runtime::NvrtcOptions nvrtc;
   nvrtc.archs = request.archs;
   nvrtc.cache = request.cache;
   nvrtc.verbose = request.verbose;
-  runtime::CudaBinary binary = runtime::compile_with_nvrtc(program.source, program.graph_name + ".cu", nvrtc);
+  runtime::CudaBinary binary = timed(request, "nvrtc", [&] {
+    return runtime::compile_with_nvrtc(program.source, program.graph_name + ".cu", nvrtc);
+  });
   if (!request.ptx) {
     binary.ptx.clear();
     binary.ptx_arch.clear();
@@ -89,15 +112,17 @@ runtime::Package build_package(const PackageRequest& request) {
     package.weights = std::move(programs.weights);
     return package;
   }
-  ir::Graph graph = load_model(request.model);
-  load_parameter_data(graph);
+  ir::Graph graph = timed(request, "parse", [&] { return load_model(request.model); });
+  timed(request, "weights", [&] { load_parameter_data(graph); });
   PassDecisions decisions;
-  if (request.run_pipeline) request.run_pipeline(graph, &decisions);
+  if (request.run_pipeline) timed(request, "passes", [&] { request.run_pipeline(graph, &decisions); });
   m.report["fusion_decisions"] = {{std::string(runtime::kInferenceProgram), decisions_json(decisions)}};
   m.pipeline = request.pipeline;
   m.options["opt_level"] = request.opt_level;
-  package.programs.push_back(compile_program(request, std::string(runtime::kInferenceProgram),
-                                             codegen::emit_program(graph, libraries)));
+  codegen::Program program =
+      timed(request, "codegen", [&] { return codegen::emit_program(graph, libraries); });
+  package.programs.push_back(
+      compile_program(request, std::string(runtime::kInferenceProgram), std::move(program)));
   for (const ir::Value* param : graph.parameters) package.weights.emplace(param->name, *param->data);
   return package;
 }

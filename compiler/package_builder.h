@@ -35,6 +35,8 @@ struct PackageRequest {
   std::optional<Training> train;
   runtime::KernelCache* cache = nullptr;
   bool verbose = false;
+  // Called with each phase's wall time (parse, weights, passes, codegen, nvrtc), for --timings.
+  std::function<void(const std::string& phase, double milliseconds)> record_phase;
 };
 
 // Loads, optimizes, emits and compiles (NVRTC for every arch) the model. Throws kiln::Error.
