@@ -4,12 +4,13 @@
 #   --tests  also installs what the test suite needs (PyTorch and NumPy as the oracle for the
 #            reference interpreter, jsonschema to check examples against the model schema,
 #            Chromium and playwright-core to load the HTML compile report in a browser).
-# graphviz: `kiln inspect --html` draws the kernel graph with dot.
+# graphviz: `kiln inspect --html` draws the kernel graph with dot. ccache: scripts/build.sh
+# compiles through it when present (rebuilds and second clones reuse objects).
 set -euo pipefail
 
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
-                dataset-fashion-mnist graphviz)
+                dataset-fashion-mnist graphviz ccache)
 test_packages=(python3-torch python3-numpy python3-jsonschema chromium)
 
 wanted=("${build_packages[@]}")
