@@ -20,7 +20,6 @@
 #include "compiler/cli.h"
 #include "compiler/cli_common.h"
 #include "compiler/model_loader.h"
-#include "compiler/npy.h"
 #include "compiler/parameters.h"
 #include "compiler/pipeline_flags.h"
 #include "compiler/training_graph.h"
@@ -76,17 +75,11 @@ ir::Tensor random_tensor(const ir::TensorType& type, std::mt19937_64& rng) {
 }
 
 std::vector<ir::Tensor> bench_inputs(const Options& options, const std::vector<Slot>& slots) {
-  std::map<std::string, ir::Tensor> given;
-  for (const std::string& spec : options.inputs) {
-    const size_t equals = spec.find('=');
-    if (equals == std::string::npos || equals == 0 || equals + 1 == spec.size())
-      throw Error("--input " + spec, "expected NAME=FILE.npy");
-    const std::string name = spec.substr(0, equals);
+  const std::map<std::string, ir::Tensor> given = read_input_flags(options.inputs);
+  for (const auto& [name, tensor] : given) {
     const bool known = std::any_of(slots.begin(), slots.end(),
                                    [&](const Slot& slot) { return slot.name == name; });
-    if (!known) throw Error("--input " + spec, "the model has no input '" + name + "'");
-    if (!given.emplace(name, compiler::read_npy(spec.substr(equals + 1))).second)
-      throw Error("--input " + spec, "input '" + name + "' is given twice");
+    if (!known) throw Error("--input " + name, "the model has no input '" + name + "'");
   }
   std::mt19937_64 rng(options.seed);
   std::vector<ir::Tensor> inputs;

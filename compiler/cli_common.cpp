@@ -1,6 +1,8 @@
 #include "compiler/cli_common.h"
 
 #include "codegen/library_dispatch.h"
+#include "compiler/npy.h"
+#include "ir/diagnostic.h"
 
 #include <fmt/format.h>
 #include <iostream>
@@ -19,6 +21,19 @@ void PhaseTimer::print() const {
     total += ms;
   }
   std::cerr << fmt::format("  {:<10} {:>10.2f} ms\n", "total", total);
+}
+
+std::map<std::string, ir::Tensor> read_input_flags(const std::vector<std::string>& specs) {
+  std::map<std::string, ir::Tensor> tensors;
+  for (const std::string& spec : specs) {
+    const size_t equals = spec.find('=');
+    if (equals == std::string::npos || equals == 0 || equals + 1 == spec.size())
+      throw Error("--input " + spec, "expected NAME=FILE.npy");
+    const std::string name = spec.substr(0, equals);
+    if (tensors.count(name)) throw Error("--input " + spec, "input '" + name + "' is given twice");
+    tensors.emplace(name, compiler::read_npy(spec.substr(equals + 1)));
+  }
+  return tensors;
 }
 
 void CacheFlags::add_to(CLI::App& command) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "codegen/library_call.h"
+#include "ir/tensor.h"
 #include "runtime/compile/kernel_cache.h"
 #include "runtime/compile/nvrtc.h"
 
@@ -41,6 +43,10 @@ class PhaseTimer {
   void record(const std::string& phase, std::chrono::steady_clock::time_point start);
   std::vector<std::pair<std::string, double>> phases_;  // name, milliseconds
 };
+
+// The tensors of repeated `--input NAME=FILE.npy` flags, by name (kiln::Error naming the flag
+// for a malformed or repeated one, or an unreadable file).
+std::map<std::string, ir::Tensor> read_input_flags(const std::vector<std::string>& specs);
 
 struct CacheFlags {
   bool no_cache = false;

@@ -39,19 +39,6 @@ struct Options {
   PipelineFlags pipeline;
 };
 
-std::map<std::string, ir::Tensor> read_inputs(const std::vector<std::string>& specs) {
-  std::map<std::string, ir::Tensor> tensors;
-  for (const std::string& spec : specs) {
-    const size_t equals = spec.find('=');
-    if (equals == std::string::npos || equals == 0 || equals + 1 == spec.size())
-      throw Error("--input " + spec, "expected NAME=FILE.npy");
-    const std::string name = spec.substr(0, equals);
-    if (tensors.count(name)) throw Error("--input " + spec, "input '" + name + "' is given twice");
-    tensors.emplace(name, compiler::read_npy(spec.substr(equals + 1)));
-  }
-  return tensors;
-}
-
 // Output file names come from value names, which may hold characters a path must not.
 std::string file_stem(const std::string& name) {
   std::string stem;
@@ -225,7 +212,7 @@ std::vector<ir::Tensor> run_package(Options options, const CLI::App& command,
 
 int run(const Options& options, const CLI::App& command) {
   PhaseTimer timer;
-  std::map<std::string, ir::Tensor> inputs = read_inputs(options.inputs);
+  std::map<std::string, ir::Tensor> inputs = read_input_flags(options.inputs);
   std::vector<ir::Tensor> outputs;
   std::vector<std::string> output_names;
   if (runtime::is_package_file(options.model)) {
