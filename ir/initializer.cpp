@@ -10,7 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
+#include <thread>
+#include <vector>
 
 #include "ir/diagnostic.h"
 #include "ir/op_registry.h"
@@ -181,6 +184,28 @@ class PhiloxWords {
   philox::Block block_{};
 };
 
+// Runs fill(begin, end, words) over [0, count) in chunks on every core: element i depends on
+// its own Philox words only, so the result is the same as one pass in order (each chunk has
+// its own word reader). Small tensors stay on the calling thread.
+void parallel_fill(int64_t count, uint64_t seed,
+                   const std::function<void(int64_t, int64_t, PhiloxWords&)>& fill) {
+  constexpr int64_t kMinChunk = int64_t{1} << 16;
+  const int64_t threads = std::clamp<int64_t>(count / kMinChunk, 1,
+                                              std::max(1u, std::thread::hardware_concurrency()));
+  if (threads == 1) {
+    PhiloxWords words(seed);
+    fill(0, count, words);
+    return;
+  }
+  std::vector<std::thread> workers;
+  for (int64_t t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      PhiloxWords words(seed);
+      fill(count * t / threads, count * (t + 1) / threads, words);
+    });
+  for (std::thread& worker : workers) worker.join();
+}
+
 double box_muller(uint32_t first, uint32_t second) {
   const double u1 = 1.0 - double(philox::uniform_from_u32(first));  // (0, 1]: log is finite
   const double u2 = double(philox::uniform_from_u32(second));
@@ -236,7 +261,7 @@ Tensor materialize_initializer(const InitializerSpec& spec, const TensorType& ty
     return tensor;
   }
 
-  PhiloxWords words(static_cast<uint64_t>(int_arg(spec, "seed")));
+  const uint64_t seed = static_cast<uint64_t>(int_arg(spec, "seed"));
   if (spec.kind == "uniform" || spec.kind == "glorot_uniform") {
     double low, high;
     if (spec.kind == "uniform") {
@@ -247,8 +272,10 @@ Tensor materialize_initializer(const InitializerSpec& spec, const TensorType& ty
       high = std::sqrt(6.0 / (fan_in + fan_out));
       low = -high;
     }
-    for (int64_t i = 0; i < count; ++i)
-      tensor.set(i, low + (high - low) * double(philox::uniform_from_u32(words[i])));
+    parallel_fill(count, seed, [&](int64_t begin, int64_t end, PhiloxWords& words) {
+      for (int64_t i = begin; i < end; ++i)
+        tensor.set(i, low + (high - low) * double(philox::uniform_from_u32(words[i])));
+    });
     return tensor;
   }
 
@@ -261,10 +288,12 @@ Tensor materialize_initializer(const InitializerSpec& spec, const TensorType& ty
   } else {
     std_dev = std::sqrt(2.0 / fan_in_and_out(type.shape).first);
   }
-  for (int64_t i = 0; i < count; ++i) {
-    const uint64_t first = 2 * static_cast<uint64_t>(i);
-    tensor.set(i, mean + std_dev * box_muller(words[first], words[first + 1]));
-  }
+  parallel_fill(count, seed, [&](int64_t begin, int64_t end, PhiloxWords& words) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t first = 2 * static_cast<uint64_t>(i);
+      tensor.set(i, mean + std_dev * box_muller(words[first], words[first + 1]));
+    }
+  });
   return tensor;
 }
 

@@ -153,6 +153,24 @@ TEST(Initializer, DeterministicFills) {
             (std::vector<double>{7}));
 }
 
+// Large tensors fill in chunks on every core; element i still depends on (seed, i) only, so a
+// large draw starts with exactly the elements of a small one (filled on one thread).
+TEST(Initializer, ChunkedFillsEqualOnePass) {
+  for (const char* kind : {"normal", "uniform"}) {
+    const InitializerSpec spec{kind, {{"seed", int64_t{11}}}};
+    const std::vector<double> large = draw(spec, {DType::F32, {400000}}).to_doubles();
+    const std::vector<double> small = draw(spec, {DType::F32, {1000}}).to_doubles();
+    EXPECT_TRUE(std::equal(small.begin(), small.end(), large.begin())) << kind;
+  }
+  // Across the chunk seams (anywhere in the tensor), element i is word i of the stream.
+  const InitializerSpec uniform{
+      "uniform", {{"low", 0.0}, {"high", 1.0}, {"seed", int64_t{11}}}};
+  const std::vector<double> large = draw(uniform, {DType::F32, {400000}}).to_doubles();
+  for (uint64_t i : {uint64_t{0}, uint64_t{133333}, uint64_t{200000}, uint64_t{266667},
+                     uint64_t{399999}})
+    EXPECT_EQ(large[i], double(philox::uniform_from_u32(philox::random_u32(11, 0, i)))) << i;
+}
+
 struct Moments {
   double mean, std, min, max;
 };
