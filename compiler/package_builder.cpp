@@ -89,7 +89,7 @@ runtime::Package build_package(const PackageRequest& request) {
     package.weights = std::move(programs.weights);
     return package;
   }
-  ir::Graph graph = load_model(request.model);
+  ir::Graph graph = load_model(request.model, request.import);
   load_parameter_data(graph);
   PassDecisions decisions;
   if (request.run_pipeline) request.run_pipeline(graph, &decisions);
