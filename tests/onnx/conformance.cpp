@@ -24,6 +24,7 @@
 #include "compiler/import/onnx/onnx_tensor.h"
 #include "ir/diagnostic.h"
 #include "ir/eval/interpreter.h"
+#include "ir/op_registry.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -109,6 +110,19 @@ Result run_test(const std::string& category, const fs::path& dir) {
     for (const auto& input : model.graph().input())
       if (!initializers.count(input.name())) inputs.push_back(input.name());
     for (const auto& output : model.graph().output()) outputs.push_back(output.name());
+    // Sequence, map and optional values are out of kiln's scope: say so rather than misread
+    // their data files as tensors.
+    for (const auto* list : {&model.graph().input(), &model.graph().output()})
+      for (const auto& value : *list)
+        if (!initializers.count(value.name()) && value.type().value_case() != onnx::TypeProto::kTensorType) {
+          const auto kind = value.type().value_case();
+          result.why = "'" + value.name() + "' is " +
+                       (kind == onnx::TypeProto::kSequenceType ? "a sequence"
+                        : kind == onnx::TypeProto::kOptionalType ? "an optional"
+                        : kind == onnx::TypeProto::kMapType ? "a map" : "not a tensor") +
+                       " (sequences, maps and optionals are out of scope)";
+          return result;
+        }
   }
   std::vector<fs::path> data_sets;
   for (const auto& entry : fs::directory_iterator(dir))
@@ -149,6 +163,8 @@ Result run_test(const std::string& category, const fs::path& dir) {
     result.why = "internal error: " + shorten(error.what());
   } catch (const std::exception& error) {
     result.why = "exception: " + shorten(error.what());
+  } catch (const ir::OpError& error) {
+    result.why = "uncaught type error: " + shorten(error.message);
   }
   return result;
 }

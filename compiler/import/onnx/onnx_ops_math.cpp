@@ -10,17 +10,23 @@ namespace {
 using ir::OpId;
 using Outputs = std::vector<Operand>;
 
-// Binary ops broadcast from opset 7 on; before that `broadcast`/`axis` attributes select a
-// legacy mode kiln does not implement.
-void check_legacy_broadcast(NodeContext& node) {
-  if (node.opset() < 7 && node.attr_int("broadcast", 0) != 0 && node.has_attr("axis"))
-    node.fail("legacy broadcasting with an 'axis' attribute (opset < 7) is not supported");
+// Binary ops broadcast NumPy-style from opset 7 on. Before that, broadcast = 1 matches B's dims
+// to A's starting at `axis` (default: B's trailing dims), which a reshape of B to A's rank with
+// unit dims after them turns into NumPy broadcasting.
+Operand legacy_broadcast_operand(NodeContext& node, const Operand& a, const Operand& b) {
+  if (node.opset() >= 7 || node.attr_int("broadcast", 0) == 0 || !node.has_attr("axis")) return b;
+  const int rank_a = a.type().rank(), rank_b = b.type().rank();
+  const int axis = normalize_axis_or_fail(node, node.attr_int("axis", 0), rank_a, "axis");
+  if (axis + rank_b > rank_a) node.fail("B does not fit into A at axis " + std::to_string(axis));
+  ir::Shape shape(b.type().shape);
+  shape.resize(rank_a - axis, 1);
+  return node.reshape(b, shape);
 }
 
 template <OpId Op>
 Outputs binary(NodeContext& node) {
-  check_legacy_broadcast(node);
-  return {node.emit(Op, {node.input(0), node.input(1)})};
+  const Operand& a = node.input(0);
+  return {node.emit(Op, {a, legacy_broadcast_operand(node, a, node.input(1))})};
 }
 
 // Max, Min, Sum: variadic, folded pairwise.
@@ -260,7 +266,7 @@ const OpRule kRules[] = {
     {"Celu", 12, kLast, celu},
     {"HardSigmoid", 1, kLast, hard_sigmoid},
     {"Gelu", 20, kLast, gelu},
-    {"PRelu", 7, kLast, prelu},
+    {"PRelu", 1, kLast, prelu},
     {"Clip", 1, 10, clip_attrs},
     {"Clip", 11, kLast, clip_inputs},
     {"ReduceSum", 1, 12, reduce_sum<13>},

@@ -199,7 +199,6 @@ Outputs instance_norm(NodeContext& node) {
 }
 
 Outputs layer_norm(NodeContext& node) {
-  if (node.num_outputs() > 1) node.fail("the Mean and InvStdDev outputs are not supported");
   const Operand& x = node.input(0);
   const int axis = normalize_axis_or_fail(node, node.attr_int("axis", -1), x.type().rank(), "axis");
   const ir::Shape normalized(x.type().shape.begin() + axis, x.type().shape.end());
@@ -211,8 +210,19 @@ Outputs layer_norm(NodeContext& node) {
   const Operand bias = node.has_input(2)
                            ? full(node.input(2))
                            : node.constant(ir::Tensor(ir::TensorType{scale.type().dtype, normalized}), "bias");
-  return {node.emit(OpId::LayerNorm, {x, scale, bias},
-                    {{"axis", int64_t{axis}}, {"epsilon", node.attr_float("epsilon", 1e-5)}})};
+  const double epsilon = node.attr_float("epsilon", 1e-5);
+  Outputs outputs{node.emit(OpId::LayerNorm, {x, scale, bias}, {{"axis", int64_t{axis}}, {"epsilon", epsilon}})};
+  if (node.num_outputs() > 1) {  // Mean and InvStdDev, with the normalized dims kept as 1
+    Ints axes;
+    for (int d = axis; d < x.type().rank(); ++d) axes.push_back(d);
+    const ir::AttrMap reduce{{"axes", axes}, {"keepdims", true}};
+    const Operand mean = node.emit(OpId::ReduceMean, {x}, reduce);
+    const Operand centered = node.emit(OpId::Sub, {x, mean});
+    const Operand var = node.emit(OpId::ReduceMean, {node.emit(OpId::Mul, {centered, centered})}, reduce);
+    outputs.push_back(mean);
+    outputs.push_back(node.emit(OpId::Rsqrt, {node.emit(OpId::Add, {var, node.scalar(x.type().dtype, epsilon)})}));
+  }
+  return outputs;
 }
 
 // MatMul with NumPy semantics: 1-D operands gain a unit dim that is removed again.
