@@ -93,6 +93,74 @@ Outputs conv(NodeContext& node) {
   return {w.one_d ? from_2d(node, y) : y};
 }
 
+// ConvTranspose is the input gradient of a convolution: kiln's conv2d_grad_input takes the
+// transposed conv's weight layout [C_in, C_out/group, kH, kW] as it is, with the output shape
+// from the pads (or the pads from output_shape / auto_pad, as the ONNX spec computes them).
+Outputs conv_transpose(NodeContext& node) {
+  node.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"});
+  const Operand& x = node.input(0);
+  const Operand& weight = node.input(1);
+  const int rank = x.type().rank();
+  if (rank != 3 && rank != 4) node.fail(std::to_string(rank - 2) + "-D transposed convolution is not supported");
+  const int spatial = rank - 2;
+  const ir::Shape& xs = x.type().shape;
+  const ir::Shape& ws = weight.type().shape;
+  const int64_t group = node.attr_int("group", 1);
+  const Ints kernel = node.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end()));
+  const Ints stride = node.attr_ints("strides", Ints(spatial, 1));
+  const Ints dilation = node.attr_ints("dilations", Ints(spatial, 1));
+  const Ints out_pad = node.attr_ints("output_padding", Ints(spatial, 0));
+  Ints pads = node.attr_ints("pads", Ints(2 * spatial, 0));
+  const Ints output_shape = node.attr_ints("output_shape");
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  if (static_cast<int>(kernel.size()) != spatial || static_cast<int>(stride.size()) != spatial ||
+      static_cast<int>(dilation.size()) != spatial || static_cast<int>(out_pad.size()) != spatial ||
+      static_cast<int>(pads.size()) != 2 * spatial)
+    node.fail("kernel_shape, strides, dilations, output_padding and pads must have one value per spatial dim (pads: two)");
+  Ints out(spatial);
+  for (int d = 0; d < spatial; ++d) {
+    const int64_t full = stride[d] * (xs[2 + d] - 1) + out_pad[d] + (kernel[d] - 1) * dilation[d] + 1;
+    if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t want = !output_shape.empty() ? output_shape.at(output_shape.size() - spatial + d) : xs[2 + d] * stride[d];
+      const int64_t total = full - want;
+      if (total < 0) {  // a larger output_shape is an output padding at the end
+        pads[d] = pads[d + spatial] = 0;
+        out[d] = want;
+        continue;
+      }
+      const bool upper = auto_pad == "SAME_UPPER";
+      pads[d] = upper ? total / 2 : total - total / 2;
+      pads[d + spatial] = total - pads[d];
+    } else if (auto_pad == "VALID") {
+      pads[d] = pads[d + spatial] = 0;
+    }
+    out[d] = full - pads[d] - pads[d + spatial];
+    if (out_pad[d] >= stride[d]) node.fail("output_padding must be smaller than the stride");
+  }
+  const int64_t channels = ws.at(1) * group;
+  Operand input = x, w = weight;
+  ir::Shape shape{xs[0], channels};
+  Ints pad4, stride2, dilation2;
+  if (spatial == 1) {
+    input = node.reshape(x, {xs[0], xs[1], 1, xs[2]});
+    w = node.reshape(weight, {ws[0], ws[1], 1, ws[2]});
+    shape.insert(shape.end(), {1, out[0]});
+    pad4 = {0, pads[0], 0, pads[1]};
+    stride2 = {1, stride[0]};
+    dilation2 = {1, dilation[0]};
+  } else {
+    shape.insert(shape.end(), out.begin(), out.end());
+    pad4 = pads;
+    stride2 = stride;
+    dilation2 = dilation;
+  }
+  Operand y = node.emit(OpId::Conv2dGradInput, {input, w},
+                        {{"shape", shape}, {"stride", stride2}, {"pad", pad4}, {"dilation", dilation2}, {"groups", group}});
+  if (node.has_input(2)) y = node.emit(OpId::BiasAdd, {y, node.input(2)}, {{"axis", int64_t{1}}});
+  if (spatial == 1) y = node.reshape(y, {xs[0], channels, out[0]});
+  return {y};
+}
+
 // Output length of a pooling window along one dim, floor or ceil.
 int64_t pooled(int64_t in, int64_t pad, int64_t k, int64_t d, int64_t s, bool ceil_mode) {
   const int64_t span = in + pad - ((k - 1) * d + 1);
@@ -117,11 +185,58 @@ void apply_ceil_mode(NodeContext& node, const ir::Shape& x, Window& w, bool coun
   }
 }
 
-Operand pool2d(NodeContext& node, OpId op, const Operand& x, const Window& w, ir::AttrMap attrs) {
+// x with `before`/`after` elements of `value` added along `axis` (a concat with constants).
+Operand pad_axis(NodeContext& node, const Operand& x, int axis, int64_t before, int64_t after, double value) {
+  std::vector<Operand> parts;
+  auto block = [&](int64_t count) {
+    ir::Shape shape = x.type().shape;
+    shape[axis] = count;
+    ir::Tensor filled(ir::TensorType{x.type().dtype, shape});
+    for (int64_t i = 0; i < filled.num_elements(); ++i) filled.set(i, value);
+    parts.push_back(node.constant(std::move(filled), "pad"));
+  };
+  if (before > 0) block(before);
+  parts.push_back(x);
+  if (after > 0) block(after);
+  if (parts.size() == 1) return x;
+  return node.emit(OpId::Concat, parts, {{"axis", int64_t{axis}}});
+}
+
+// kiln's pools pad at most half a window on each side; wider padding (which ONNX allows) is
+// added to the input explicitly: -inf for max, 0 for an average that counts the padding.
+Operand pool2d(NodeContext& node, OpId op, const Operand& x, Window w, ir::AttrMap attrs) {
+  Operand input = w.one_d ? to_2d(node, x) : x;
+  bool wide = false;
+  for (int d = 0; d < 2; ++d) wide |= 2 * std::max(w.pad[d], w.pad[d + 2]) > w.kernel[d];
+  const bool counts_padding = op == OpId::MaxPool2d || std::get<bool>(attrs.at("count_include_pad"));
+  if (wide) {
+    const double value = op == OpId::MaxPool2d ? -INFINITY : 0.0;
+    const Ints pad = w.pad;
+    auto padded = [&](Operand t) {
+      for (int d = 0; d < 2; ++d) t = pad_axis(node, t, 2 + d, pad[d], pad[d + 2], value);
+      return t;
+    };
+    input = padded(input);
+    w.pad = {0, 0, 0, 0};
+    ir::AttrMap window = attrs;
+    window["kernel"] = w.kernel;
+    window["stride"] = w.stride;
+    window["pad"] = w.pad;
+    if (!counts_padding) {
+      // The mean over the window's taps inside the input: the padded sum over the count of
+      // real taps, which pooling a padded tensor of ones computes (folded to a constant).
+      window["count_include_pad"] = true;
+      const ir::Shape& s = w.one_d ? to_2d(node, x).type().shape : x.type().shape;
+      ir::Tensor ones(ir::TensorType{x.type().dtype, {1, 1, s[2], s[3]}});
+      for (int64_t i = 0; i < ones.num_elements(); ++i) ones.set(i, 1.0);
+      const Operand count = node.emit(op, {padded(node.constant(std::move(ones), "ones"))}, window);
+      const Operand y = node.emit(OpId::Div, {node.emit(op, {input}, window), count});
+      return w.one_d ? from_2d(node, y) : y;
+    }
+  }
   attrs["kernel"] = w.kernel;
   attrs["stride"] = w.stride;
   attrs["pad"] = w.pad;
-  Operand input = w.one_d ? to_2d(node, x) : x;
   const Operand y = node.emit(op, {input}, std::move(attrs));
   return w.one_d ? from_2d(node, y) : y;
 }
@@ -306,6 +421,7 @@ constexpr int kLast = kMaxOpset;
 
 const OpRule kRules[] = {
     {"Conv", 1, kLast, conv},
+    {"ConvTranspose", 1, kLast, conv_transpose},
     {"MaxPool", 1, kLast, max_pool},
     {"AveragePool", 1, kLast, average_pool},
     {"GlobalAveragePool", 1, kLast, global_average_pool},
