@@ -51,7 +51,8 @@ ir::Graph load_model(const std::string& path, const ImportOptions& options) {
     if (!parent.empty()) base_dir = parent;
   }
   if (looks_like_onnx(text) || (path.ends_with(".onnx") && !looks_like_json(text)))
-    return import_onnx(text, display, base_dir, options);
+    return import_onnx(text, display, base_dir, options,
+                       path == "-" ? std::string() : std::filesystem::absolute(path).lexically_normal().string());
   const bool json = path.ends_with(".json") || (!path.ends_with(".ir") && looks_like_json(text));
   if (json) return parse_json_model(text, display, base_dir);
   ir::Graph graph = ir::parse_graph(text, display, base_dir);

@@ -50,8 +50,12 @@ ir::Value* GraphBuilder::materialize(const Operand& operand) {
   auto it = parameters.find(operand.constant.get());
   if (it != parameters.end()) return it->second;
   const ir::Tensor& tensor = *operand.constant;
-  ir::Value* param = graph.add_parameter(unique_value_name(operand.name), tensor.type(),
-                                         ir::InlineData{tensor.to_doubles()},
+  // An initializer refers to the model file (printed IR stays small and reads it back); a
+  // constant made at import carries its values.
+  ir::ParamSource source = operand.initializer && !model_path.empty()
+                               ? ir::ParamSource(ir::ExternalData{model_path, operand.name})
+                               : ir::ParamSource(ir::InlineData{tensor.to_doubles()});
+  ir::Value* param = graph.add_parameter(unique_value_name(operand.name), tensor.type(), std::move(source),
                                          ir::SourceLoc{file, "initializer '" + operand.name + "'", 0, 0});
   param->data = operand.constant;
   parameters.emplace(operand.constant.get(), param);

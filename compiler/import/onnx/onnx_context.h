@@ -32,6 +32,7 @@ struct Operand {
   // is needed at import, while the operand stays the run-time input everywhere else.
   std::shared_ptr<const ir::Tensor> given;
   std::string name;  // the ONNX name, used when a constant becomes a parameter
+  bool initializer = false;  // the constant is the model's initializer `name`, unchanged
 
   bool present() const { return value != nullptr || constant != nullptr; }
   bool is_constant() const { return constant != nullptr; }
@@ -48,6 +49,7 @@ struct ConvertError {
 struct GraphBuilder {
   ir::Graph graph;
   std::string file;  // for locations
+  std::string model_path;  // the model file (absolute), which initializer parameters name
   std::unordered_set<std::string> used_value_names;
   std::unordered_set<std::string> used_node_names;
   std::unordered_map<const ir::Tensor*, ir::Value*> parameters;  // constant → its parameter

@@ -5,6 +5,10 @@
 #include <onnx/onnx_pb.h>
 
 #include <climits>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -35,9 +39,10 @@ std::string graph_name(const std::string& name) {
 
 class Importer {
  public:
-  Importer(std::string file, std::string base_dir, const ImportOptions& options)
+  Importer(std::string file, std::string base_dir, const ImportOptions& options, std::string model_path)
       : file_(std::move(file)), base_dir_(std::move(base_dir)), options_(options) {
     builder_.file = file_;
+    builder_.model_path = std::move(model_path);
   }
 
   ir::Graph run(const std::string& bytes) {
@@ -85,6 +90,7 @@ class Importer {
       Operand operand;
       operand.constant = std::make_shared<const ir::Tensor>(tensor_from_proto(init, base_dir_));
       operand.name = init.name();
+      operand.initializer = true;
       values_[init.name()] = operand;
     } catch (const ConvertError& e) {
       error("initializer '" + init.name() + "'", e.message);
@@ -218,7 +224,7 @@ class Importer {
         result.value->name = output;
         renamed_.insert(result.value);
       }
-      if (result.is_constant()) result.name = output;
+      if (result.is_constant() && !result.initializer) result.name = output;
       values_[output] = result;
     }
   }
@@ -303,8 +309,53 @@ int normalize_axis_or_fail(NodeContext& node, int64_t axis, int rank, const char
 bool looks_like_onnx(std::string_view bytes) { return starts_like_model_proto(bytes); }
 
 ir::Graph import_onnx(const std::string& bytes, const std::string& display_name,
-                      const std::string& base_dir, const ImportOptions& options) {
-  return Importer(display_name, base_dir, options).run(bytes);
+                      const std::string& base_dir, const ImportOptions& options,
+                      const std::string& model_path) {
+  return Importer(display_name, base_dir, options, model_path).run(bytes);
+}
+
+struct OnnxInitializers::Model {
+  onnx::ModelProto proto;
+  std::map<std::string, const onnx::TensorProto*> by_name;
+};
+
+OnnxInitializers::~OnnxInitializers() = default;
+
+std::shared_ptr<const OnnxInitializers> OnnxInitializers::open(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, "cannot open the ONNX model");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  const std::string text = bytes.str();
+  auto result = std::make_shared<OnnxInitializers>();
+  result->path_ = path;
+  result->model_ = std::make_unique<Model>();
+  google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(text.data()),
+                                                static_cast<int>(std::min<size_t>(text.size(), INT_MAX)));
+  stream.SetTotalBytesLimit(INT_MAX);
+  if (!result->model_->proto.ParseFromCodedStream(&stream))
+    throw Error(path, "not a valid ONNX model: the protobuf message does not parse");
+  for (const auto& init : result->model_->proto.graph().initializer())
+    result->model_->by_name.emplace(init.name(), &init);
+  return result;
+}
+
+std::vector<std::string> OnnxInitializers::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, proto] : model_->by_name) names.push_back(name);
+  return names;
+}
+
+bool OnnxInitializers::contains(const std::string& name) const { return model_->by_name.count(name) > 0; }
+
+ir::Tensor OnnxInitializers::read(const std::string& name) const {
+  auto it = model_->by_name.find(name);
+  if (it == model_->by_name.end()) throw Error(path_, "no initializer '" + name + "'");
+  try {
+    return tensor_from_proto(*it->second, std::filesystem::path(path_).parent_path().string());
+  } catch (const ConvertError& e) {
+    throw Error(path_, e.message);
+  }
 }
 
 }  // namespace kiln::compiler

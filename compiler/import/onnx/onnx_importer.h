@@ -9,6 +9,8 @@
 #pragma once
 
 #include <map>
+#include <memory>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -31,9 +33,30 @@ struct ImportOptions {
 // Whether `bytes` look like a serialized ONNX ModelProto (checked by content, not extension).
 bool looks_like_onnx(std::string_view bytes);
 
+// The initializers of the ONNX model at `path`, for parameters whose source names the model
+// file (ir::ExternalData{model.onnx, initializer name}: how printed IR refers to them).
+class OnnxInitializers {
+ public:
+  // Parses the model once. Throws kiln::Error.
+  static std::shared_ptr<const OnnxInitializers> open(const std::string& path);
+  // The names of its initializers, and one's data (kiln::Error when it has none such).
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const;
+  ir::Tensor read(const std::string& name) const;
+  ~OnnxInitializers();
+
+ private:
+  struct Model;
+  std::string path_;
+  std::unique_ptr<Model> model_;
+};
+
 // Parses and converts a ModelProto. `display_name` appears in diagnostics; external data files
 // resolve against `base_dir`. Parameter data is loaded (Value::data). Throws kiln::Error.
+// `model_path` (absolute, or empty for standard input) is what parameters read from
+// initializers name as their source.
 ir::Graph import_onnx(const std::string& bytes, const std::string& display_name,
-                      const std::string& base_dir, const ImportOptions& options = {});
+                      const std::string& base_dir, const ImportOptions& options = {},
+                      const std::string& model_path = {});
 
 }  // namespace kiln::compiler

@@ -88,12 +88,20 @@ Outputs gelu(NodeContext& node) {
   return {node.emit(OpId::Gelu, {node.input(0)}, {{"approximate", approximate}})};
 }
 
-// prelu(x) = relu(x) + slope * min(x, 0); the slope broadcasts (unidirectionally) to x.
+// prelu(x) = relu(x) + slope * min(x, 0); the slope broadcasts (unidirectionally) to x. Before
+// opset 7 a 1-D slope of x's channel count is per channel (dim 1).
 Outputs prelu(NodeContext& node) {
   const Operand& x = node.input(0);
+  Operand slope = node.input(1);
+  if (node.opset() < 7 && slope.type().rank() == 1 && x.type().rank() > 2 &&
+      slope.type().shape[0] == x.type().shape[1] && slope.type().shape[0] != 1) {
+    ir::Shape channel(x.type().rank() - 1, 1);
+    channel[0] = slope.type().shape[0];
+    slope = node.reshape(slope, channel);
+  }
   const Operand positive = node.emit(OpId::Relu, {x});
   const Operand negative = node.emit(OpId::Minimum, {x, node.scalar(x.type().dtype, 0.0)});
-  const Operand sloped = node.emit(OpId::Mul, {node.input(1), negative});
+  const Operand sloped = node.emit(OpId::Mul, {slope, negative});
   return {node.emit(OpId::Add, {positive, sloped})};
 }
 
@@ -108,14 +116,14 @@ Outputs reciprocal(NodeContext& node) {
   return {node.emit(OpId::Div, {node.scalar(x.type().dtype, 1.0), x})};
 }
 
-// Pow with a constant scalar exponent maps to kiln's pow; otherwise exp(b * log(a)) for a > 0
-// would change results for negative bases, so it is refused.
+// Pow with a scalar exponent known at import maps to kiln's pow; a run-time exponent is refused
+// (exp(b * log(a)) would give NaN for negative bases where pow has a value).
 Outputs pow(NodeContext& node) {
   const Operand& base = node.input(0);
   const Operand& exponent = node.input(1);
-  if (!exponent.is_constant() || exponent.constant->num_elements() != 1)
-    node.fail("only a constant scalar exponent is supported");
-  const double value = exponent.constant->get(0);
+  if (exponent.type().shape.size() > 0 && ir::num_elements(exponent.type().shape) != 1)
+    node.fail("only a scalar exponent known at import is supported");
+  const double value = node.const_doubles(1, "exponent").at(0);
   if (value == 1.0) return {base};
   if (value == 0.5) return {node.emit(OpId::Sqrt, {base})};
   return {node.emit(OpId::Pow, {base}, {{"exponent", value}})};
@@ -240,11 +248,11 @@ const OpRule kRules[] = {
     {"Sub", 1, kLast, binary<OpId::Sub>},
     {"Mul", 1, kLast, binary<OpId::Mul>},
     {"Div", 1, kLast, binary<OpId::Div>},
-    {"Max", 8, kLast, variadic<OpId::Maximum>},
-    {"Min", 8, kLast, variadic<OpId::Minimum>},
-    {"Sum", 8, kLast, variadic<OpId::Add>},
-    {"Mean", 8, kLast, mean},
-    {"Pow", 7, kLast, pow},
+    {"Max", 1, kLast, variadic<OpId::Maximum>},
+    {"Min", 1, kLast, variadic<OpId::Minimum>},
+    {"Sum", 1, kLast, variadic<OpId::Add>},
+    {"Mean", 1, kLast, mean},
+    {"Pow", 1, kLast, pow},
     {"Identity", 1, kLast, identity},
     {"Relu", 1, kLast, unary<OpId::Relu>},
     {"Sigmoid", 1, kLast, unary<OpId::Sigmoid>},
