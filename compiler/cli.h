@@ -24,5 +24,6 @@ Command add_cache_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_import_command(CLI::App& app);
 
 }  // namespace kiln::cli

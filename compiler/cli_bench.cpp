@@ -46,6 +46,7 @@ struct Options {
   CacheFlags cache;
   LibraryFlag library;
   PipelineFlags pipeline;
+  InputShapeFlag input_shapes;  // an ONNX model's symbolic dims
 };
 
 // One input the model takes: its name and type.
@@ -150,8 +151,13 @@ Prepared prepare_package(const Options& options, PhaseTimer& timer,
 }
 
 Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::KernelCache* cache) {
+  // An ONNX model's symbolic dims take their sizes from --input-shape or the inputs given.
+  compiler::ImportOptions import = options.input_shapes.options(options.model);
+  if (options.model != "-" && compiler::is_onnx_file(options.model))
+    for (const auto& [name, tensor] : read_input_flags(options.inputs))
+      import.input_shapes.emplace(name, tensor.shape());
   auto graph = std::make_shared<ir::Graph>(
-      timer.time("parse", [&] { return compiler::load_model(options.model); }));
+      timer.time("parse", [&] { return compiler::load_model(options.model, import); }));
   timer.time("weights", [&] { compiler::load_parameter_data(*graph); });
   if (options.batch != 0) compiler::set_batch_size(*graph, options.batch);
   timer.time("passes", [&] { options.pipeline.run(*graph); });
@@ -291,7 +297,8 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time a model or package: preparation, latency percentiles, throughput, memory");
   cmd->add_option("FILE", options->model,
-                  "model file (.json, textual IR, or - for stdin), or a package from kiln compile")
+                  "model file (.json, .onnx, textual IR, or - for stdin), or a package from kiln "
+                  "compile")
       ->required();
   cmd->add_option("--backend", options->backend,
                   "auto: cuda when a GPU is available, else host; host: the generated kernels "
@@ -320,6 +327,7 @@ Command add_bench_command(CLI::App& app) {
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
+  options->input_shapes.add_to(*cmd);
   return {cmd, [options]() { return bench(*options); }};
 }
 

@@ -5,7 +5,11 @@
 #include "ir/diagnostic.h"
 
 #include <fmt/format.h>
+#include <charconv>
 #include <iostream>
+
+#include "compiler/model_loader.h"
+#include "ir/diagnostic.h"
 
 namespace kiln::cli {
 
@@ -73,6 +77,44 @@ void add_arch_option(CLI::App& command, std::vector<std::string>& archs) {
       ->delimiter(',')
       ->check(CLI::IsMember({"sm_80", "sm_86", "sm_89", "sm_90"}))
       ->capture_default_str();
+}
+
+}  // namespace kiln::cli
+
+namespace kiln::cli {
+
+void InputShapeFlag::add_to(CLI::App& command) {
+  command.add_option("--input-shape", specs,
+                     "ONNX models: the shape of an input whose dims the model leaves symbolic, as "
+                     "NAME=2x3x224x224 (repeatable)");
+}
+
+compiler::ImportOptions InputShapeFlag::options(const std::string& model) const {
+  compiler::ImportOptions options;
+  for (const std::string& spec : specs) {
+    const std::string flag = "--input-shape " + spec;
+    const size_t equals = spec.find('=');
+    if (equals == std::string::npos || equals == 0 || equals + 1 == spec.size())
+      throw Error(flag, "expected NAME=DIMS, e.g. image=1x3x224x224");
+    ir::Shape shape;
+    std::string rest = spec.substr(equals + 1);
+    size_t start = 0;
+    while (start <= rest.size()) {
+      const size_t end = std::min(rest.find('x', start), rest.size());
+      const std::string dim = rest.substr(start, end - start);
+      int64_t value = 0;
+      const auto [ptr, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), value);
+      if (dim.empty() || ec != std::errc() || ptr != dim.data() + dim.size() || value < 1)
+        throw Error(flag, "dimension '" + dim + "' is not a positive integer");
+      shape.push_back(value);
+      start = end + 1;
+    }
+    if (!options.input_shapes.emplace(spec.substr(0, equals), shape).second)
+      throw Error(flag, "input '" + spec.substr(0, equals) + "' is given twice");
+  }
+  if (!specs.empty() && model != "-" && !compiler::is_onnx_file(model))
+    throw Error("--input-shape", model + " is not an ONNX model; its input shapes are fixed");
+  return options;
 }
 
 }  // namespace kiln::cli

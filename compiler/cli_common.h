@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "codegen/library_call.h"
+#include "compiler/import/onnx/onnx_importer.h"
 #include "ir/tensor.h"
 #include "runtime/compile/kernel_cache.h"
 #include "runtime/compile/nvrtc.h"
@@ -69,6 +70,16 @@ struct LibraryFlag {
   void add_to(CLI::App& command);
   // The parsed selection; kiln::Error naming the flag for a bad value.
   codegen::LibrarySelection selection() const;
+};
+
+// --input-shape NAME=2x3x224x224 (repeatable): sizes for an ONNX model's symbolic dims.
+struct InputShapeFlag {
+  std::vector<std::string> specs;
+
+  void add_to(CLI::App& command);
+  // The parsed shapes; kiln::Error naming the flag for a bad value, or when given for a model
+  // that is not ONNX (its input shapes are fixed).
+  compiler::ImportOptions options(const std::string& model) const;
 };
 
 // --arch: the GPU architectures to compile for, comma separated (default sm_80,sm_90).

@@ -29,6 +29,7 @@ struct Options {
   CacheFlags cache;
   LibraryFlag library;
   PipelineFlags pipeline;
+  InputShapeFlag input_shapes;
   // --train
   bool train = false;
   int64_t batch_size = 32;
@@ -46,6 +47,7 @@ int run(const Options& options, const CLI::App& command) {
       if (command.count(flag) > 0) throw Error(flag, "applies to training packages: add --train");
   compiler::PackageRequest request;
   request.model = options.model;
+  request.import = options.input_shapes.options(options.model);
   request.archs = options.archs;
   request.ptx = !options.no_ptx;
   request.library = options.library.text;
@@ -121,7 +123,7 @@ Command add_compile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "compile", "Compile a model ahead of time into a package (.kiln) that run, train and "
                  "inspect take; loading it on the GPU needs no compiler");
-  cmd->add_option("MODEL", options->model, "model file: .json or textual IR")->required();
+  cmd->add_option("MODEL", options->model, "model file: .json, .onnx or textual IR")->required();
   cmd->add_option("-o,--output", options->output,
                   "the package to write (model.kiln), or the program with --emit=exe")
       ->required();
@@ -150,6 +152,7 @@ Command add_compile_command(CLI::App& app) {
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
+  options->input_shapes.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};
 }
 

@@ -24,11 +24,12 @@ struct Options {
   CacheFlags cache;
   LibraryFlag library;
   PipelineFlags pipeline;
+  InputShapeFlag input_shapes;
 };
 
 int run(const Options& options) {
   PhaseTimer timer;
-  ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
+  ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, options.input_shapes.options(options.model)); });
   timer.time("passes", [&] { options.pipeline.run(graph); });
   const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph, options.library.selection()); });
 
@@ -56,7 +57,7 @@ int run(const Options& options) {
 Command add_emit_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("emit", "Generate CUDA C++ for a model, its PTX, or its kernel table");
-  cmd->add_option("FILE", options->model, "model file: .json, textual IR, or - for stdin")->required();
+  cmd->add_option("FILE", options->model, "model file: .json, .onnx, textual IR, or - for stdin")->required();
   cmd->add_option("--emit", options->emit,
                   "cuda: the translation unit; ptx: NVRTC's PTX for the lowest --arch; "
                   "kernels: the kernel table with registers, spills, shared memory and occupancy")
@@ -68,6 +69,7 @@ Command add_emit_command(CLI::App& app) {
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
+  options->input_shapes.add_to(*cmd);
   return {cmd, [options]() { return run(*options); }};
 }
 

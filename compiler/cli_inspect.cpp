@@ -29,6 +29,7 @@ struct Options {
   CacheFlags cache;
   LibraryFlag library;
   PipelineFlags pipeline;
+  InputShapeFlag input_shapes;
 };
 
 void print(const Options& options, const compiler::Inspection& inspection,
@@ -76,7 +77,7 @@ int run(const Options& options, const CLI::App& command) {
   if (runtime::is_package_file(options.model)) return inspect_package(options, command);
   if (!options.program.empty())
     throw Error("--program", "chooses a program of a package; this is a model");
-  ir::Graph graph = compiler::load_model(options.model);
+  ir::Graph graph = compiler::load_model(options.model, options.input_shapes.options(options.model));
   std::vector<std::pair<std::string, std::string>> decisions;
   options.pipeline.run(graph, &decisions);
   const codegen::Program program = codegen::emit_program(graph, options.library.selection());
@@ -93,7 +94,7 @@ Command add_inspect_command(CLI::App& app) {
       "inspect", "Per kernel: source nodes, launch, modeled FLOPs and bytes, registers, occupancy "
                  "and a roofline time; totals before and after fusion; the memory plan");
   cmd->add_option("FILE", options->model,
-                  "model file (.json, textual IR, or - for stdin), or a package from kiln compile")
+                  "model file (.json, .onnx, textual IR, or - for stdin), or a package from kiln compile")
       ->required();
   cmd->add_option("--program", options->program,
                   "of a package: inference or train_step (default: train_step when there is one)")
@@ -109,6 +110,7 @@ Command add_inspect_command(CLI::App& app) {
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
+  options->input_shapes.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};
 }
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "compiler/cli.h"
+#include "compiler/cli_common.h"
 #include "compiler/model_loader.h"
 #include "compiler/parameters.h"
 #include "compiler/training_graph.h"
@@ -30,6 +31,7 @@ struct Options {
   int64_t training_batch = 0;  // --training-graph
   uint64_t training_seed = 0;
   PipelineFlags pipeline;
+  InputShapeFlag input_shapes;
 };
 
 // Above this many inline parameter values, opt suggests --params-out (resnet50's folded
@@ -128,7 +130,7 @@ int run(const Options& options) {
   if (options.split_input_file) {
     status = run_split(options, text);
   } else {
-    ir::Graph graph = compiler::load_model(options.input);
+    ir::Graph graph = compiler::load_model(options.input, options.input_shapes.options(options.input));
     if (options.training_batch != 0) {
       compiler::load_parameter_data(graph);
       compiler::make_training_graph(graph, {options.training_batch, options.training_seed});
@@ -156,8 +158,8 @@ int run(const Options& options) {
 Command add_opt_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* opt = app.add_subcommand(
-      "opt", "Parse and verify a model (.json, textual IR, or - for stdin), run passes, print it as textual IR");
-  opt->add_option("FILE", options->input, "model file: .json, textual IR, or - for stdin");
+      "opt", "Parse and verify a model (.json, .onnx, textual IR, or - for stdin), run passes, print it as textual IR");
+  opt->add_option("FILE", options->input, "model file: .json, .onnx, textual IR, or - for stdin");
   opt->add_option("-o,--output", options->output, "write the IR to this file instead of stdout");
   opt->add_flag("--split-input-file", options->split_input_file,
                 "treat '// -----' lines as separators between independent graphs (textual IR)");
@@ -175,6 +177,7 @@ Command add_opt_command(CLI::App& app) {
                   "safetensors file and refer to them from the IR with file(...)");
   // opt prints the graph as written unless passes are asked for (-O1 or --passes).
   options->pipeline.add_to(*opt, 0);
+  options->input_shapes.add_to(*opt);
   return {opt, [options]() { return run(*options); }};
 }
 

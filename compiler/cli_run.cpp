@@ -37,6 +37,7 @@ struct Options {
   CacheFlags cache;
   LibraryFlag library;
   PipelineFlags pipeline;
+  InputShapeFlag input_shapes;
 };
 
 // Output file names come from value names, which may hold characters a path must not.
@@ -218,7 +219,14 @@ int run(const Options& options, const CLI::App& command) {
   if (runtime::is_package_file(options.model)) {
     outputs = run_package(options, command, inputs, output_names, timer);
   } else {
-    ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model); });
+    // An ONNX model's symbolic dims take their sizes from the inputs given (or --input-shape).
+    compiler::ImportOptions import = options.input_shapes.options(options.model);
+    if (options.model != "-" && compiler::is_onnx_file(options.model))
+      for (const auto& [name, tensor] : inputs) {
+        import.input_shapes.emplace(name, tensor.shape());
+        import.input_values.emplace(name, tensor);
+      }
+    ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, import); });
     timer.time("weights", [&] { compiler::load_parameter_data(graph); });
     timer.time("passes", [&] { options.pipeline.run(graph); });
     if (options.backend == "reference") {
@@ -259,7 +267,7 @@ Command add_run_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
   cmd->add_option("FILE", options->model,
-                  "model file (.json, textual IR, or - for stdin), or a package from kiln compile")
+                  "model file (.json, .onnx, textual IR, or - for stdin), or a package from kiln compile")
       ->required();
   cmd->add_option("--backend", options->backend,
                   "auto: cuda when a GPU is available, else host; host: the generated CUDA "
@@ -278,6 +286,7 @@ Command add_run_command(CLI::App& app) {
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
+  options->input_shapes.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};
 }
 

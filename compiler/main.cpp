@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
                                          add_compile_command(app),
                                          add_inspect_command(app), add_run_command(app),
                                          add_train_command(app), add_bench_command(app),
+                                         add_import_command(app),
                                          add_cache_command(app)};
 
   try {

@@ -24,7 +24,13 @@ bool looks_like_json(const std::string& text) {
 }
 }  // namespace
 
-ir::Graph load_model(const std::string& path) {
+bool is_onnx_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[2] = {};
+  return in.read(head, 2) && looks_like_onnx(std::string_view(head, 2));
+}
+
+ir::Graph load_model(const std::string& path, const ImportOptions& options) {
   std::string text;
   std::string display = path;
   std::string base_dir = ".";
@@ -44,6 +50,9 @@ ir::Graph load_model(const std::string& path) {
     const std::string parent = std::filesystem::path(path).parent_path().string();
     if (!parent.empty()) base_dir = parent;
   }
+  if (looks_like_onnx(text) || (path.ends_with(".onnx") && !looks_like_json(text)))
+    return import_onnx(text, display, base_dir, options,
+                       path == "-" ? std::string() : std::filesystem::absolute(path).lexically_normal().string());
   const bool json = path.ends_with(".json") || (!path.ends_with(".ir") && looks_like_json(text));
   if (json) return parse_json_model(text, display, base_dir);
   ir::Graph graph = ir::parse_graph(text, display, base_dir);

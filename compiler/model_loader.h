@@ -1,14 +1,20 @@
-// Loading a model from any of the forms a user may hand kiln: a JSON model (.json), textual IR
-// (any other file), or "-" for standard input (JSON when it starts with '{').
+// Loading a model from any of the forms a user may hand kiln: a JSON model (.json), an ONNX model
+// (detected by content: a serialized ModelProto), textual IR (any other file), or "-" for
+// standard input (JSON when it starts with '{').
 #pragma once
 
 #include <string>
 
+#include "compiler/import/onnx/onnx_importer.h"
 #include "ir/graph.h"
 
 namespace kiln::compiler {
 
-// Parses, checks parameter sources and verifies. Throws kiln::Error.
-ir::Graph load_model(const std::string& path);
+// Parses (or imports), checks parameter sources and verifies. `options` size the dims an
+// imported model leaves symbolic. Throws kiln::Error.
+ir::Graph load_model(const std::string& path, const ImportOptions& options = {});
+
+// Whether the file at `path` is an ONNX model (by content).
+bool is_onnx_file(const std::string& path);
 
 }  // namespace kiln::compiler

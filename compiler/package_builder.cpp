@@ -112,7 +112,7 @@ runtime::Package build_package(const PackageRequest& request) {
     package.weights = std::move(programs.weights);
     return package;
   }
-  ir::Graph graph = timed(request, "parse", [&] { return load_model(request.model); });
+  ir::Graph graph = timed(request, "parse", [&] { return load_model(request.model, request.import); });
   timed(request, "weights", [&] { load_parameter_data(graph); });
   PassDecisions decisions;
   if (request.run_pipeline) timed(request, "passes", [&] { request.run_pipeline(graph, &decisions); });

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/import/onnx/onnx_importer.h"
 #include "ir/graph.h"
 #include "runtime/compile/kernel_cache.h"
 #include "runtime/package/package.h"
@@ -17,7 +18,8 @@ namespace kiln::compiler {
 using PassDecisions = std::vector<std::pair<std::string, std::string>>;
 
 struct PackageRequest {
-  std::string model;  // a model file (.json or textual IR)
+  std::string model;  // a model file (.json, .onnx or textual IR)
+  ImportOptions import;  // --input-shape for an ONNX model's symbolic dims
   std::vector<std::string> archs = {"sm_80", "sm_90"};
   bool ptx = true;                  // false: cubins only (--no-ptx)
   std::string library = "auto";     // --library

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <map>
 
+#include "compiler/import/onnx/onnx_importer.h"
+#include "compiler/model_loader.h"
 #include "compiler/safetensors.h"
 #include "ir/diagnostic.h"
 #include "ir/initializer.h"
@@ -21,6 +23,8 @@ namespace {
 constexpr size_t kKeysListed = 5;  // available keys shown when a key is missing
 
 using FileCache = std::map<std::string, SafetensorsFile>;
+// ONNX models whose initializers parameters name (the importer's parameters, printed as IR).
+using OnnxCache = std::map<std::string, std::shared_ptr<const OnnxInitializers>>;
 
 [[noreturn]] void fail(const ir::Value& param, const std::string& message,
                        std::string_view sub = {}, std::vector<std::string> notes = {}) {
@@ -116,8 +120,38 @@ void check_initializer(ir::Value& param, ir::InitializerSpec& spec) {
   }
 }
 
+// A parameter read from an ONNX model's initializer: the model parses once per cache.
+const OnnxInitializers* onnx_source(const ir::Value& param, const ir::ExternalData& source, OnnxCache& cache) {
+  if (auto it = cache.find(source.path); it != cache.end()) return it->second.get();
+  if (!is_onnx_file(source.path)) return nullptr;
+  try {
+    const OnnxInitializers& model = *cache.emplace(source.path, OnnxInitializers::open(source.path)).first->second;
+    return &model;
+  } catch (const Error& inner) {
+    fail(param, inner.diagnostic().message);
+  }
+}
+
+ir::Tensor read_onnx_initializer(const ir::Value& param, const ir::ExternalData& source,
+                                 const OnnxInitializers& model) {
+  if (!model.contains(source.key)) {
+    std::string message = "no initializer '" + source.key + "' in " + file_name(source.path);
+    if (auto hint = ir::closest_name(source.key, model.names())) message += "; did you mean '" + *hint + "'?";
+    fail(param, message);
+  }
+  try {
+    ir::Tensor tensor = model.read(source.key);
+    if (tensor.type() != param.type)
+      fail(param, "initializer '" + source.key + "' in " + file_name(source.path) + " is " +
+                      tensor.type().to_string() + ", declared " + param.type.to_string());
+    return tensor;
+  } catch (const Error& inner) {
+    fail(param, inner.diagnostic().message);
+  }
+}
+
 // Checks one parameter's source; returns its safetensors entry for external data.
-const SafetensorsEntry* check_source(ir::Value& param, FileCache& cache) {
+const SafetensorsEntry* check_source(ir::Value& param, FileCache& cache, OnnxCache& onnx) {
   KILN_CHECK(param.source.has_value()) << "parameter '" << param.name << "' has no source";
   if (auto* spec = std::get_if<ir::InitializerSpec>(&*param.source)) {
     check_initializer(param, *spec);
@@ -127,7 +161,12 @@ const SafetensorsEntry* check_source(ir::Value& param, FileCache& cache) {
     check_inline(param, *inline_data);
     return nullptr;
   }
-  return &check_external(param, std::get<ir::ExternalData>(*param.source), cache);
+  const auto& external = std::get<ir::ExternalData>(*param.source);
+  if (const OnnxInitializers* model = onnx_source(param, external, onnx)) {
+    read_onnx_initializer(param, external, *model);
+    return nullptr;
+  }
+  return &check_external(param, external, cache);
 }
 
 ir::Tensor load_external(const ir::Value& param, const ir::ExternalData& source,
@@ -143,14 +182,21 @@ ir::Tensor load_external(const ir::Value& param, const ir::ExternalData& source,
 
 void check_parameter_sources(ir::Graph& graph) {
   FileCache cache;
-  for (ir::Value* param : graph.parameters) check_source(*param, cache);
+  OnnxCache onnx;
+  for (ir::Value* param : graph.parameters) check_source(*param, cache, onnx);
 }
 
 void load_parameter_data(ir::Graph& graph) {
   FileCache cache;
+  OnnxCache onnx;
   for (ir::Value* param : graph.parameters) {
     if (param->data) continue;
-    check_source(*param, cache);
+    if (const auto* external = std::get_if<ir::ExternalData>(&*param->source))
+      if (const OnnxInitializers* model = onnx_source(*param, *external, onnx)) {
+        param->data = std::make_shared<const ir::Tensor>(read_onnx_initializer(*param, *external, *model));
+        continue;
+      }
+    check_source(*param, cache, onnx);
     ir::Tensor tensor;
     if (const auto* spec = std::get_if<ir::InitializerSpec>(&*param->source))
       tensor = ir::materialize_initializer(*spec, param->type);

@@ -196,9 +196,12 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
                                          const codegen::LibrarySelection& libraries) {
   if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
   // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
-  ir::Graph step_graph = load_model(model);
+  // An imported model's symbolic batch dim starts at 1; set_batch_size gives it its size.
+  ImportOptions import;
+  import.symbolic_dim_size = 1;
+  ir::Graph step_graph = load_model(model, import);
   load_parameter_data(step_graph);
-  ir::Graph eval_graph = load_model(model);
+  ir::Graph eval_graph = load_model(model, import);
   load_parameter_data(eval_graph);
   TrainingPrograms programs;
   programs.batch_size = batch_size;
@@ -299,7 +302,9 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     input_name = input.name;
     input_shape = input.type.shape;
   } else {
-    const ir::Graph model = load_model(options.model);
+    ImportOptions import;
+    import.symbolic_dim_size = 1;
+    const ir::Graph model = load_model(options.model, import);
     input_name = model.inputs.at(0)->name;
     input_shape = model.inputs.at(0)->type.shape;
   }

@@ -6,12 +6,17 @@
 #            Chromium and playwright-core to load the HTML compile report in a browser).
 # graphviz: `kiln inspect --html` draws the kernel graph with dot. ccache: scripts/build.sh
 # compiles through it when present (rebuilds and second clones reuse objects).
+# libonnx-dev, libprotobuf-dev: the ONNX importer reads ModelProto with ONNX's protobuf classes.
+# libonnx-testdata (tests): ONNX's backend node tests, run by the conformance table.
+# python3-onnx (tests): builds small .onnx files for the importer's lit tests.
+# python3-torchvision (tests): the zoo models exported to ONNX and compared with PyTorch.
 set -euo pipefail
 
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
-                dataset-fashion-mnist graphviz ccache)
-test_packages=(python3-torch python3-numpy python3-jsonschema chromium)
+                dataset-fashion-mnist graphviz ccache libonnx-dev libprotobuf-dev)
+test_packages=(python3-torch python3-numpy python3-jsonschema chromium libonnx-testdata
+               python3-onnx python3-torchvision)
 
 wanted=("${build_packages[@]}")
 [ "${1:-}" = "--tests" ] && wanted+=("${test_packages[@]}")

@@ -1,0 +1,219 @@
+#include "compiler/import/onnx/onnx_context.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "compiler/import/onnx/onnx_ops.h"
+#include "ir/diagnostic.h"
+#include "ir/eval/interpreter.h"
+
+namespace kiln::compiler::onnx_import {
+
+std::vector<int64_t> tensor_ints(const ir::Tensor& tensor) {
+  std::vector<int64_t> values(static_cast<size_t>(tensor.num_elements()));
+  if (tensor.dtype() == ir::DType::I64) {  // exact, INT64_MAX included (Slice's "to the end")
+    std::memcpy(values.data(), tensor.data(), values.size() * sizeof(int64_t));
+    return values;
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double v = tensor.get(static_cast<int64_t>(i));
+    values[i] = v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : static_cast<int64_t>(v);
+  }
+  return values;
+}
+
+// --- GraphBuilder --------------------------------------------------------------------------------
+
+namespace {
+std::string unique_in(std::unordered_set<std::string>& used, const std::string& base) {
+  if (used.insert(base).second) return base;
+  for (int i = 1;; ++i) {
+    std::string candidate = base + "." + std::to_string(i);
+    if (used.insert(candidate).second) return candidate;
+  }
+}
+}  // namespace
+
+std::string GraphBuilder::unique_value_name(const std::string& base) {
+  return unique_in(used_value_names, base.empty() ? std::string("value") : base);
+}
+std::string GraphBuilder::unique_node_name(const std::string& base) {
+  return unique_in(used_node_names, base);
+}
+
+ir::Value* GraphBuilder::materialize(const Operand& operand) {
+  if (operand.value) return operand.value;
+  KILN_CHECK(operand.constant != nullptr) << "materializing an absent operand";
+  auto it = parameters.find(operand.constant.get());
+  if (it != parameters.end()) return it->second;
+  const ir::Tensor& tensor = *operand.constant;
+  // An initializer refers to the model file (printed IR stays small and reads it back); a
+  // constant made at import carries its values.
+  ir::ParamSource source = operand.initializer && !model_path.empty()
+                               ? ir::ParamSource(ir::ExternalData{model_path, operand.name})
+                               : ir::ParamSource(ir::InlineData{tensor.to_doubles()});
+  ir::Value* param = graph.add_parameter(unique_value_name(operand.name), tensor.type(), std::move(source),
+                                         ir::SourceLoc{file, "initializer '" + operand.name + "'", 0, 0});
+  param->data = operand.constant;
+  parameters.emplace(operand.constant.get(), param);
+  return param;
+}
+
+// --- NodeContext ---------------------------------------------------------------------------------
+
+NodeContext::NodeContext(GraphBuilder& builder, const onnx::NodeProto& node, std::string node_name,
+                         int opset, std::vector<Operand> inputs, ir::SourceLoc loc)
+    : builder_(builder), node_(node), node_name_(std::move(node_name)), opset_(opset),
+      inputs_(std::move(inputs)), loc_(std::move(loc)) {}
+
+int NodeContext::num_outputs() const {
+  int count = node_.output_size();
+  while (count > 0 && node_.output(count - 1).empty()) --count;
+  return count;
+}
+
+bool NodeContext::output_used(int index) const {
+  return index < node_.output_size() && !node_.output(index).empty();
+}
+
+void NodeContext::fail(const std::string& message) const { throw ConvertError{message}; }
+
+const Operand& NodeContext::input(int index) const {
+  if (!has_input(index))
+    fail("input " + std::to_string(index) + " is required but " +
+         (index < num_inputs() ? "empty" : "missing"));
+  return inputs_[index];
+}
+
+std::vector<int64_t> NodeContext::const_ints(int index, const char* what) const {
+  const Operand& operand = input(index);
+  if (operand.given) return tensor_ints(*operand.given);
+  if (!operand.is_constant())
+    fail(std::string(what) + " (input " + std::to_string(index) + " '" + node_.input(index) +
+         "') must be known at import: kiln needs static shapes, and it is computed at run time");
+  return tensor_ints(*operand.constant);
+}
+
+std::vector<double> NodeContext::const_doubles(int index, const char* what) const {
+  const Operand& operand = input(index);
+  if (operand.given) return operand.given->to_doubles();
+  if (!operand.is_constant())
+    fail(std::string(what) + " (input " + std::to_string(index) + " '" + node_.input(index) +
+         "') must be a constant");
+  return operand.constant->to_doubles();
+}
+
+const onnx::AttributeProto* NodeContext::find_attr(const std::string& name) const {
+  for (const auto& attr : node_.attribute())
+    if (attr.name() == name) return &attr;
+  return nullptr;
+}
+
+int64_t NodeContext::attr_int(const std::string& name, int64_t default_value) const {
+  const auto* attr = find_attr(name);
+  return attr ? attr->i() : default_value;
+}
+double NodeContext::attr_float(const std::string& name, double default_value) const {
+  const auto* attr = find_attr(name);
+  return attr ? attr->f() : default_value;
+}
+std::string NodeContext::attr_string(const std::string& name, const std::string& default_value) const {
+  const auto* attr = find_attr(name);
+  return attr ? attr->s() : default_value;
+}
+std::vector<int64_t> NodeContext::attr_ints(const std::string& name,
+                                            std::vector<int64_t> default_value) const {
+  const auto* attr = find_attr(name);
+  if (!attr) return default_value;
+  return {attr->ints().begin(), attr->ints().end()};
+}
+std::vector<double> NodeContext::attr_floats(const std::string& name) const {
+  const auto* attr = find_attr(name);
+  if (!attr) return {};
+  return {attr->floats().begin(), attr->floats().end()};
+}
+const onnx::TensorProto* NodeContext::attr_tensor(const std::string& name) const {
+  const auto* attr = find_attr(name);
+  return attr && attr->has_t() ? &attr->t() : nullptr;
+}
+
+void NodeContext::check_attrs(const std::vector<std::string>& known) const {
+  for (const auto& attr : node_.attribute())
+    if (std::find(known.begin(), known.end(), attr.name()) == known.end())
+      fail("attribute '" + attr.name() + "' is not supported");
+}
+
+Operand NodeContext::constant(ir::Tensor tensor, const std::string& suffix) {
+  Operand operand;
+  operand.constant = std::make_shared<const ir::Tensor>(std::move(tensor));
+  operand.name = node_name_ + "." + suffix;
+  return operand;
+}
+
+Operand NodeContext::scalar(ir::DType dtype, double value) {
+  return constant(ir::Tensor::from_doubles(ir::TensorType{dtype, {}}, {value}), "scalar");
+}
+
+Operand NodeContext::reshape(const Operand& x, const ir::Shape& shape) {
+  if (x.type().shape == shape) return x;
+  return emit(ir::OpId::Reshape, {x}, {{"shape", shape}});
+}
+
+Operand NodeContext::fold(ir::OpId op, const std::vector<Operand>& operands, const ir::AttrMap& attrs,
+                          const ir::TensorType& result) {
+  ir::Graph scratch;
+  std::vector<ir::Value*> values;
+  std::map<std::string, ir::Tensor> feeds;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const std::string name = "in" + std::to_string(i);
+    values.push_back(scratch.add_input(name, operands[i].type()));
+    feeds.emplace(name, *operands[i].constant);
+  }
+  ir::Node* node = scratch.add_node(op, node_name_, values, attrs, {{"out", result}});
+  scratch.outputs = node->results;
+  try {
+    return constant(std::move(eval::run_reference(scratch, feeds).at(0)), "folded");
+  } catch (const Error& error) {
+    fail("folding " + std::string(ir::op_name(op)) + " at import: " + error.diagnostic().message);
+  }
+}
+
+Operand NodeContext::emit(ir::OpId op, const std::vector<Operand>& operands, ir::AttrMap attrs) {
+  const ir::OpDef& def = ir::OpRegistry::instance().get(op);
+  std::vector<ir::TensorType> types;
+  bool all_constant = true;
+  for (const Operand& operand : operands) {
+    KILN_CHECK(operand.present()) << "emitting " << def.name << " with an absent operand";
+    types.push_back(operand.type());
+    all_constant &= operand.is_constant();
+  }
+  std::vector<ir::TensorType> results;
+  try {
+    results = ir::infer_op(def, types, attrs);
+  } catch (const ir::OpError& error) {
+    fail(def.name + ": " + error.message);
+  }
+  KILN_CHECK(results.size() == 1) << def.name << " has " << results.size() << " results";
+  if (all_constant && op != ir::OpId::Dropout && eval::find_reference_kernel(op))
+    return fold(op, operands, attrs, results[0]);
+
+  std::vector<ir::Value*> values;
+  for (const Operand& operand : operands) values.push_back(builder_.materialize(operand));
+  const std::string base = node_.output_size() > 0 && !node_.output(0).empty() ? node_.output(0)
+                                                                               : node_name_;
+  const std::string node_name =
+      builder_.unique_node_name(emitted_ == 0 ? node_name_ : node_name_ + "." + def.name);
+  ++emitted_;
+  ir::Node* node = builder_.graph.add_node(op, node_name, std::move(values), std::move(attrs),
+                                           {{builder_.unique_value_name(base + "." + def.name), results[0]}},
+                                           loc_);
+  node->results[0]->loc = loc_;
+  Operand result;
+  result.value = node->results[0];
+  return result;
+}
+
+}  // namespace kiln::compiler::onnx_import

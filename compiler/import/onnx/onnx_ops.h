@@ -1,0 +1,44 @@
+// The ONNX op table: one rule per (op type, opset range), like ONNX Runtime's kernel
+// registrations, so the importer picks a converter by the node's op type and the model's opset
+// without if-chains. A rule's range covers the opsets whose semantics its converter implements;
+// an op whose definition changed has one rule per version range.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/import/onnx/onnx_context.h"
+
+namespace kiln::compiler::onnx_import {
+
+// The newest default-domain opset kiln accepts. Debian's onnx 1.12 knows opsets up to 17;
+// rules also accept 18-22 where the op did not change (docs/import.md).
+inline constexpr int kMaxOpset = 22;
+inline constexpr int kMinOpset = 1;
+
+// Converts one node; returns one operand per ONNX output the node names.
+using ConvertFn = std::vector<Operand> (*)(NodeContext& node);
+
+struct OpRule {
+  std::string_view op_type;  // ONNX op type in the default domain ("Conv")
+  int first_opset;           // the rule handles models importing opset first..last
+  int last_opset;
+  ConvertFn convert;
+};
+
+std::span<const OpRule> math_rules();   // onnx_ops_math.cpp: elementwise, activations, reductions
+std::span<const OpRule> nn_rules();     // onnx_ops_nn.cpp: conv, pooling, norms, gemm, softmax
+std::span<const OpRule> shape_rules();  // onnx_ops_shape.cpp: shape arithmetic, layout, constants
+
+// The rule for `op_type` at `opset`, or nullptr; `why` then says whether the op is unknown or
+// which opsets it is supported at.
+const OpRule* find_rule(std::string_view op_type, int opset, std::string& why);
+
+// Exact integer values of a constant (INT64_MAX stays exact).
+std::vector<int64_t> tensor_ints(const ir::Tensor& tensor);
+// An axis in [-rank, rank) normalized, or a ConvertError naming the attribute.
+int normalize_axis_or_fail(NodeContext& node, int64_t axis, int rank, const char* what);
+
+}  // namespace kiln::compiler::onnx_import

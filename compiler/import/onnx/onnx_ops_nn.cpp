@@ -1,0 +1,444 @@
+// ONNX convolution, pooling, normalization, Gemm/MatMul and softmax → kiln ops. kiln's conv2d
+// and pools are 2-D over NCHW; 1-D ones run as 2-D with a height of 1.
+#include <cmath>
+#include <numeric>
+
+#include "compiler/import/onnx/onnx_ops.h"
+
+namespace kiln::compiler::onnx_import {
+
+namespace {
+using ir::OpId;
+using Outputs = std::vector<Operand>;
+using Ints = std::vector<int64_t>;
+
+// The spatial layout of a windowed op as kiln sees it: always 2-D.
+struct Window {
+  Ints kernel, stride, dilation, pad;  // pad: [top, left, bottom, right]
+  bool one_d = false;                  // the ONNX op was 1-D: inputs get a unit height
+};
+
+// Reads kernel_shape/strides/dilations/pads/auto_pad for `spatial` dims (1 or 2) of input
+// shape `x` (NC + spatial) with `kernel` taken from the weight when the node does not say.
+Window read_window(NodeContext& node, const ir::Shape& x, Ints kernel) {
+  const int spatial = static_cast<int>(x.size()) - 2;
+  if (spatial != 1 && spatial != 2)
+    node.fail(std::to_string(spatial) + "-D windows are not supported (kiln has 1-D and 2-D)");
+  kernel = node.attr_ints("kernel_shape", kernel);
+  if (static_cast<int>(kernel.size()) != spatial) node.fail("kernel_shape must have one value per spatial dim");
+  Ints stride = node.attr_ints("strides", Ints(spatial, 1));
+  Ints dilation = node.attr_ints("dilations", Ints(spatial, 1));
+  Ints pads = node.attr_ints("pads", Ints(2 * spatial, 0));
+  if (static_cast<int>(stride.size()) != spatial || static_cast<int>(dilation.size()) != spatial ||
+      static_cast<int>(pads.size()) != 2 * spatial)
+    node.fail("strides, dilations and pads must have one value per spatial dim (pads: two)");
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad == "VALID") {
+    pads.assign(2 * spatial, 0);
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int d = 0; d < spatial; ++d) {
+      const int64_t in = x[2 + d];
+      const int64_t out = (in + stride[d] - 1) / stride[d];
+      const int64_t total = std::max<int64_t>(0, (out - 1) * stride[d] + (kernel[d] - 1) * dilation[d] + 1 - in);
+      const int64_t small = total / 2;
+      pads[d] = auto_pad == "SAME_UPPER" ? small : total - small;
+      pads[d + spatial] = total - pads[d];
+    }
+  } else if (auto_pad != "NOTSET") {
+    node.fail("auto_pad '" + auto_pad + "' is not supported");
+  }
+  Window w;
+  w.one_d = spatial == 1;
+  if (w.one_d) {
+    w.kernel = {1, kernel[0]};
+    w.stride = {1, stride[0]};
+    w.dilation = {1, dilation[0]};
+    w.pad = {0, pads[0], 0, pads[1]};
+  } else {
+    w.kernel = kernel;
+    w.stride = stride;
+    w.dilation = dilation;
+    w.pad = pads;
+  }
+  return w;
+}
+
+// [N, C, L] → [N, C, 1, L] for 1-D ops.
+Operand to_2d(NodeContext& node, const Operand& x) {
+  const ir::Shape& s = x.type().shape;
+  return node.reshape(x, {s[0], s[1], 1, s[2]});
+}
+Operand from_2d(NodeContext& node, const Operand& y) {
+  const ir::Shape& s = y.type().shape;
+  return node.reshape(y, {s[0], s[1], s[3]});
+}
+
+Outputs conv(NodeContext& node) {
+  node.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  const Operand& x = node.input(0);
+  const Operand& weight = node.input(1);
+  if (x.type().rank() < 3) node.fail("input must have rank >= 3 (N, C, spatial...)");
+  const ir::Shape& ws = weight.type().shape;
+  const Window w = read_window(node, x.type().shape, Ints(ws.begin() + 2, ws.end()));
+  Operand input = x, kernel = weight;
+  if (w.one_d) {
+    input = to_2d(node, x);
+    kernel = node.reshape(weight, {ws[0], ws[1], 1, ws[2]});
+  }
+  std::vector<Operand> operands{input, kernel};
+  if (node.has_input(2)) operands.push_back(node.input(2));
+  const Operand y = node.emit(OpId::Conv2d, operands,
+                              {{"stride", w.stride}, {"pad", w.pad}, {"dilation", w.dilation},
+                               {"groups", node.attr_int("group", 1)}});
+  return {w.one_d ? from_2d(node, y) : y};
+}
+
+// ConvTranspose is the input gradient of a convolution: kiln's conv2d_grad_input takes the
+// transposed conv's weight layout [C_in, C_out/group, kH, kW] as it is, with the output shape
+// from the pads (or the pads from output_shape / auto_pad, as the ONNX spec computes them).
+Outputs conv_transpose(NodeContext& node) {
+  node.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape", "pads", "strides"});
+  const Operand& x = node.input(0);
+  const Operand& weight = node.input(1);
+  const int rank = x.type().rank();
+  if (rank != 3 && rank != 4) node.fail(std::to_string(rank - 2) + "-D transposed convolution is not supported");
+  const int spatial = rank - 2;
+  const ir::Shape& xs = x.type().shape;
+  const ir::Shape& ws = weight.type().shape;
+  const int64_t group = node.attr_int("group", 1);
+  const Ints kernel = node.attr_ints("kernel_shape", Ints(ws.begin() + 2, ws.end()));
+  const Ints stride = node.attr_ints("strides", Ints(spatial, 1));
+  const Ints dilation = node.attr_ints("dilations", Ints(spatial, 1));
+  const Ints out_pad = node.attr_ints("output_padding", Ints(spatial, 0));
+  Ints pads = node.attr_ints("pads", Ints(2 * spatial, 0));
+  const Ints output_shape = node.attr_ints("output_shape");
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  if (static_cast<int>(kernel.size()) != spatial || static_cast<int>(stride.size()) != spatial ||
+      static_cast<int>(dilation.size()) != spatial || static_cast<int>(out_pad.size()) != spatial ||
+      static_cast<int>(pads.size()) != 2 * spatial)
+    node.fail("kernel_shape, strides, dilations, output_padding and pads must have one value per spatial dim (pads: two)");
+  Ints out(spatial);
+  for (int d = 0; d < spatial; ++d) {
+    const int64_t full = stride[d] * (xs[2 + d] - 1) + out_pad[d] + (kernel[d] - 1) * dilation[d] + 1;
+    if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t want = !output_shape.empty() ? output_shape.at(output_shape.size() - spatial + d) : xs[2 + d] * stride[d];
+      const int64_t total = full - want;
+      if (total < 0) {  // a larger output_shape is an output padding at the end
+        pads[d] = pads[d + spatial] = 0;
+        out[d] = want;
+        continue;
+      }
+      const bool upper = auto_pad == "SAME_UPPER";
+      pads[d] = upper ? total / 2 : total - total / 2;
+      pads[d + spatial] = total - pads[d];
+    } else if (auto_pad == "VALID") {
+      pads[d] = pads[d + spatial] = 0;
+    }
+    out[d] = full - pads[d] - pads[d + spatial];
+    if (out_pad[d] >= stride[d]) node.fail("output_padding must be smaller than the stride");
+  }
+  const int64_t channels = ws.at(1) * group;
+  Operand input = x, w = weight;
+  ir::Shape shape{xs[0], channels};
+  Ints pad4, stride2, dilation2;
+  if (spatial == 1) {
+    input = node.reshape(x, {xs[0], xs[1], 1, xs[2]});
+    w = node.reshape(weight, {ws[0], ws[1], 1, ws[2]});
+    shape.insert(shape.end(), {1, out[0]});
+    pad4 = {0, pads[0], 0, pads[1]};
+    stride2 = {1, stride[0]};
+    dilation2 = {1, dilation[0]};
+  } else {
+    shape.insert(shape.end(), out.begin(), out.end());
+    pad4 = pads;
+    stride2 = stride;
+    dilation2 = dilation;
+  }
+  Operand y = node.emit(OpId::Conv2dGradInput, {input, w},
+                        {{"shape", shape}, {"stride", stride2}, {"pad", pad4}, {"dilation", dilation2}, {"groups", group}});
+  if (node.has_input(2)) y = node.emit(OpId::BiasAdd, {y, node.input(2)}, {{"axis", int64_t{1}}});
+  if (spatial == 1) y = node.reshape(y, {xs[0], channels, out[0]});
+  return {y};
+}
+
+// Output length of a pooling window along one dim, floor or ceil.
+int64_t pooled(int64_t in, int64_t pad, int64_t k, int64_t d, int64_t s, bool ceil_mode) {
+  const int64_t span = in + pad - ((k - 1) * d + 1);
+  return (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+}
+
+// ceil_mode = 1 is floor mode with extra padding at the end, as long as the last window starts
+// inside the input or the left padding (which ONNX and PyTorch guarantee).
+void apply_ceil_mode(NodeContext& node, const ir::Shape& x, Window& w, bool counts_padding) {
+  if (node.attr_int("ceil_mode", 0) == 0) return;
+  for (int d = 0; d < 2; ++d) {
+    const int64_t in = x[2 + d];
+    const int64_t pad = w.pad[d] + w.pad[d + 2];
+    int64_t want = pooled(in, pad, w.kernel[d], w.dilation[d], w.stride[d], true);
+    // The last window must start inside the input or its left padding.
+    if ((want - 1) * w.stride[d] >= in + w.pad[d]) --want;
+    const int64_t have = pooled(in, pad, w.kernel[d], w.dilation[d], w.stride[d], false);
+    if (want == have) continue;
+    if (counts_padding)
+      node.fail("ceil_mode with count_include_pad changes the output shape; not supported");
+    w.pad[d + 2] += (want - have) * w.stride[d];
+  }
+}
+
+// x with `before`/`after` elements of `value` added along `axis` (a concat with constants).
+Operand pad_axis(NodeContext& node, const Operand& x, int axis, int64_t before, int64_t after, double value) {
+  std::vector<Operand> parts;
+  auto block = [&](int64_t count) {
+    ir::Shape shape = x.type().shape;
+    shape[axis] = count;
+    ir::Tensor filled(ir::TensorType{x.type().dtype, shape});
+    for (int64_t i = 0; i < filled.num_elements(); ++i) filled.set(i, value);
+    parts.push_back(node.constant(std::move(filled), "pad"));
+  };
+  if (before > 0) block(before);
+  parts.push_back(x);
+  if (after > 0) block(after);
+  if (parts.size() == 1) return x;
+  return node.emit(OpId::Concat, parts, {{"axis", int64_t{axis}}});
+}
+
+// kiln's pools pad at most half a window on each side; wider padding (which ONNX allows) is
+// added to the input explicitly: -inf for max, 0 for an average that counts the padding.
+Operand pool2d(NodeContext& node, OpId op, const Operand& x, Window w, ir::AttrMap attrs) {
+  Operand input = w.one_d ? to_2d(node, x) : x;
+  bool wide = false;
+  for (int d = 0; d < 2; ++d) wide |= 2 * std::max(w.pad[d], w.pad[d + 2]) > w.kernel[d];
+  const bool counts_padding = op == OpId::MaxPool2d || std::get<bool>(attrs.at("count_include_pad"));
+  if (wide) {
+    const double value = op == OpId::MaxPool2d ? -INFINITY : 0.0;
+    const Ints pad = w.pad;
+    auto padded = [&](Operand t) {
+      for (int d = 0; d < 2; ++d) t = pad_axis(node, t, 2 + d, pad[d], pad[d + 2], value);
+      return t;
+    };
+    input = padded(input);
+    w.pad = {0, 0, 0, 0};
+    ir::AttrMap window = attrs;
+    window["kernel"] = w.kernel;
+    window["stride"] = w.stride;
+    window["pad"] = w.pad;
+    if (!counts_padding) {
+      // The mean over the window's taps inside the input: the padded sum over the count of
+      // real taps, which pooling a padded tensor of ones computes (folded to a constant).
+      window["count_include_pad"] = true;
+      const ir::Shape& s = w.one_d ? to_2d(node, x).type().shape : x.type().shape;
+      ir::Tensor ones(ir::TensorType{x.type().dtype, {1, 1, s[2], s[3]}});
+      for (int64_t i = 0; i < ones.num_elements(); ++i) ones.set(i, 1.0);
+      const Operand count = node.emit(op, {padded(node.constant(std::move(ones), "ones"))}, window);
+      const Operand y = node.emit(OpId::Div, {node.emit(op, {input}, window), count});
+      return w.one_d ? from_2d(node, y) : y;
+    }
+  }
+  attrs["kernel"] = w.kernel;
+  attrs["stride"] = w.stride;
+  attrs["pad"] = w.pad;
+  const Operand y = node.emit(op, {input}, std::move(attrs));
+  return w.one_d ? from_2d(node, y) : y;
+}
+
+Outputs max_pool(NodeContext& node) {
+  node.check_attrs({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
+  if (node.num_outputs() > 1) node.fail("the Indices output is not supported");
+  const Operand& x = node.input(0);
+  if (x.type().rank() < 3) node.fail("input must have rank >= 3");
+  Window w = read_window(node, x.type().shape, {});
+  const ir::Shape shape2d = w.one_d ? ir::Shape{x.type().shape[0], x.type().shape[1], 1, x.type().shape[2]}
+                                    : x.type().shape;
+  apply_ceil_mode(node, shape2d, w, false);
+  return {pool2d(node, OpId::MaxPool2d, x, w, {{"dilation", w.dilation}})};
+}
+
+Outputs average_pool(NodeContext& node) {
+  node.check_attrs({"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"});
+  const Operand& x = node.input(0);
+  if (x.type().rank() < 3) node.fail("input must have rank >= 3");
+  Window w = read_window(node, x.type().shape, {});
+  if (w.dilation != Ints{1, 1}) node.fail("dilated average pooling is not supported");
+  const bool include = node.attr_int("count_include_pad", 0) != 0;
+  const ir::Shape shape2d = w.one_d ? ir::Shape{x.type().shape[0], x.type().shape[1], 1, x.type().shape[2]}
+                                    : x.type().shape;
+  apply_ceil_mode(node, shape2d, w, include);
+  return {pool2d(node, OpId::AvgPool2d, x, w, {{"count_include_pad", include}})};
+}
+
+Ints spatial_axes(const Operand& x) {
+  Ints axes;
+  for (int d = 2; d < x.type().rank(); ++d) axes.push_back(d);
+  return axes;
+}
+
+Outputs global_average_pool(NodeContext& node) {
+  const Operand& x = node.input(0);
+  if (x.type().rank() == 4) return {node.emit(OpId::GlobalAvgPool, {x})};
+  return {node.emit(OpId::ReduceMean, {x}, {{"axes", spatial_axes(x)}, {"keepdims", true}})};
+}
+
+Outputs global_max_pool(NodeContext& node) {
+  const Operand& x = node.input(0);
+  return {node.emit(OpId::ReduceMax, {x}, {{"axes", spatial_axes(x)}, {"keepdims", true}})};
+}
+
+Outputs batch_norm(NodeContext& node) {
+  if (node.num_outputs() > 1) node.fail("training outputs (running mean and variance) are not supported");
+  if (node.attr_int("training_mode", 0) != 0) node.fail("training_mode = 1 is not supported");
+  if (node.opset() < 9 && node.attr_int("spatial", 1) == 0) node.fail("spatial = 0 is not supported");
+  if (node.opset() < 7 && node.attr_int("is_test", 0) == 0) node.fail("is_test = 0 (training) is not supported");
+  return {node.emit(OpId::BatchNorm,
+                    {node.input(0), node.input(1), node.input(2), node.input(3), node.input(4)},
+                    {{"epsilon", node.attr_float("epsilon", 1e-5)}})};
+}
+
+// y = scale * (x - mean) / sqrt(var + epsilon) + bias per sample and channel, over the spatial
+// dims; composed from reductions.
+Outputs instance_norm(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const int rank = x.type().rank();
+  if (rank < 3) node.fail("input must have rank >= 3");
+  const ir::AttrMap reduce{{"axes", spatial_axes(x)}, {"keepdims", true}};
+  const Operand mean = node.emit(OpId::ReduceMean, {x}, reduce);
+  const Operand centered = node.emit(OpId::Sub, {x, mean});
+  const Operand var = node.emit(OpId::ReduceMean, {node.emit(OpId::Mul, {centered, centered})}, reduce);
+  const ir::DType dtype = x.type().dtype;
+  const Operand inv = node.emit(OpId::Rsqrt, {node.emit(OpId::Add, {var, node.scalar(dtype, node.attr_float("epsilon", 1e-5))})});
+  ir::Shape channel(rank, 1);
+  channel[1] = x.type().shape[1];
+  const Operand scale = node.reshape(node.input(1), channel);
+  const Operand bias = node.reshape(node.input(2), channel);
+  const Operand normalized = node.emit(OpId::Mul, {centered, node.emit(OpId::Mul, {inv, scale})});
+  return {node.emit(OpId::Add, {normalized, bias})};
+}
+
+Outputs layer_norm(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const int axis = normalize_axis_or_fail(node, node.attr_int("axis", -1), x.type().rank(), "axis");
+  const ir::Shape normalized(x.type().shape.begin() + axis, x.type().shape.end());
+  auto full = [&](const Operand& p) {
+    if (p.type().shape == normalized) return p;
+    return node.emit(OpId::BroadcastTo, {p}, {{"shape", normalized}});
+  };
+  const Operand scale = full(node.input(1));
+  const Operand bias = node.has_input(2)
+                           ? full(node.input(2))
+                           : node.constant(ir::Tensor(ir::TensorType{scale.type().dtype, normalized}), "bias");
+  const double epsilon = node.attr_float("epsilon", 1e-5);
+  Outputs outputs{node.emit(OpId::LayerNorm, {x, scale, bias}, {{"axis", int64_t{axis}}, {"epsilon", epsilon}})};
+  if (node.num_outputs() > 1) {  // Mean and InvStdDev, with the normalized dims kept as 1
+    Ints axes;
+    for (int d = axis; d < x.type().rank(); ++d) axes.push_back(d);
+    const ir::AttrMap reduce{{"axes", axes}, {"keepdims", true}};
+    const Operand mean = node.emit(OpId::ReduceMean, {x}, reduce);
+    const Operand centered = node.emit(OpId::Sub, {x, mean});
+    const Operand var = node.emit(OpId::ReduceMean, {node.emit(OpId::Mul, {centered, centered})}, reduce);
+    outputs.push_back(mean);
+    outputs.push_back(node.emit(OpId::Rsqrt, {node.emit(OpId::Add, {var, node.scalar(x.type().dtype, epsilon)})}));
+  }
+  return outputs;
+}
+
+// MatMul with NumPy semantics: 1-D operands gain a unit dim that is removed again.
+Operand matmul(NodeContext& node, const Operand& a, const Operand& b) {
+  Operand left = a, right = b;
+  const bool vector_a = a.type().rank() == 1, vector_b = b.type().rank() == 1;
+  if (vector_a) left = node.reshape(a, {1, a.type().shape[0]});
+  if (vector_b) right = node.reshape(b, {b.type().shape[0], 1});
+  Operand y = node.emit(OpId::Matmul, {left, right});
+  if (vector_a || vector_b) {
+    ir::Shape shape = y.type().shape;
+    if (vector_b) shape.erase(shape.end() - 1);
+    if (vector_a) shape.erase(shape.end() - (vector_b ? 1 : 2));
+    y = node.reshape(y, shape);
+  }
+  return y;
+}
+
+Outputs mat_mul(NodeContext& node) { return {matmul(node, node.input(0), node.input(1))}; }
+
+// Y = alpha * A' B' + beta * C. The common Linear layer (transB = 1, vector bias) is one dense.
+Outputs gemm(NodeContext& node) {
+  const double alpha = node.attr_float("alpha", 1.0), beta = node.attr_float("beta", 1.0);
+  const bool trans_a = node.attr_int("transA", 0) != 0, trans_b = node.attr_int("transB", 0) != 0;
+  const Operand& a = node.input(0);
+  const Operand& b = node.input(1);
+  if (a.type().rank() != 2 || b.type().rank() != 2) node.fail("A and B must be matrices");
+  const bool has_c = node.has_input(2) && beta != 0.0;
+  const int64_t n = trans_b ? b.type().shape[0] : b.type().shape[1];
+  if (!trans_a && trans_b && alpha == 1.0 &&
+      (!has_c || (beta == 1.0 && node.input(2).type().shape == ir::Shape{n}))) {
+    std::vector<Operand> operands{a, b};
+    if (has_c) operands.push_back(node.input(2));
+    return {node.emit(OpId::Dense, operands)};
+  }
+  Operand y = node.emit(OpId::Matmul, {a, b}, {{"transpose_a", trans_a}, {"transpose_b", trans_b}});
+  if (alpha != 1.0) y = node.emit(OpId::Scale, {y}, {{"factor", alpha}});
+  if (has_c) {
+    Operand c = node.input(2);
+    if (beta != 1.0) c = node.emit(OpId::Scale, {c}, {{"factor", beta}});
+    y = node.emit(OpId::Add, {y, c});
+  }
+  return {y};
+}
+
+// Opsets 1-12 coerce the input to 2-D at `axis` (default 1); 13+ work along one axis (default -1).
+template <OpId Op>
+Outputs softmax_legacy(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const int rank = x.type().rank();
+  const int axis = normalize_axis_or_fail(node, node.attr_int("axis", 1), std::max(rank, 1), "axis");
+  if (axis == rank - 1) return {node.emit(Op, {x}, {{"axis", int64_t{-1}}})};
+  const int64_t rows = ir::num_elements(x.type().shape, 0, axis);
+  const int64_t cols = ir::num_elements(x.type().shape, axis, rank);
+  const Operand flat = node.reshape(x, {rows, cols});
+  return {node.reshape(node.emit(Op, {flat}, {{"axis", int64_t{-1}}}), x.type().shape)};
+}
+
+template <OpId Op>
+Outputs softmax(NodeContext& node) {
+  return {node.emit(Op, {node.input(0)}, {{"axis", node.attr_int("axis", -1)}})};
+}
+
+// Inference: Dropout passes its input through; the mask, when asked for, is all true.
+Outputs dropout(NodeContext& node) {
+  if (node.opset() >= 12 && node.has_input(2)) {
+    const auto training = node.const_ints(2, "training_mode");
+    if (!training.empty() && training[0] != 0) node.fail("training_mode = true is not supported");
+  }
+  const Operand& x = node.input(0);
+  Outputs outputs{x};
+  if (node.num_outputs() > 1) {
+    ir::Tensor mask(ir::TensorType{node.opset() >= 10 ? ir::DType::Bool : x.type().dtype, x.type().shape});
+    for (int64_t i = 0; i < mask.num_elements(); ++i) mask.set(i, 1.0);
+    outputs.push_back(node.constant(std::move(mask), "mask"));
+  }
+  return outputs;
+}
+
+constexpr int kLast = kMaxOpset;
+
+const OpRule kRules[] = {
+    {"Conv", 1, kLast, conv},
+    {"ConvTranspose", 1, kLast, conv_transpose},
+    {"MaxPool", 1, kLast, max_pool},
+    {"AveragePool", 1, kLast, average_pool},
+    {"GlobalAveragePool", 1, kLast, global_average_pool},
+    {"GlobalMaxPool", 1, kLast, global_max_pool},
+    {"BatchNormalization", 1, kLast, batch_norm},
+    {"InstanceNormalization", 1, kLast, instance_norm},
+    {"LayerNormalization", 17, kLast, layer_norm},
+    {"MatMul", 1, kLast, mat_mul},
+    {"Gemm", 1, kLast, gemm},
+    {"Softmax", 1, 12, softmax_legacy<OpId::Softmax>},
+    {"Softmax", 13, kLast, softmax<OpId::Softmax>},
+    {"LogSoftmax", 1, 12, softmax_legacy<OpId::LogSoftmax>},
+    {"LogSoftmax", 13, kLast, softmax<OpId::LogSoftmax>},
+    {"Dropout", 1, kLast, dropout},
+};
+}  // namespace
+
+std::span<const OpRule> nn_rules() { return kRules; }
+
+}  // namespace kiln::compiler::onnx_import

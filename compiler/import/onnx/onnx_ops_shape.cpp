@@ -1,0 +1,409 @@
+// ONNX shape ops: constants and shape arithmetic (folded at import), and layout ops (reshape,
+// transpose, slice, concat, pad) → kiln ops. kiln shapes are static, so every shape, axis and
+// index operand must be known at import.
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+
+#include "compiler/import/onnx/onnx_ops.h"
+#include "compiler/import/onnx/onnx_tensor.h"
+
+namespace kiln::compiler::onnx_import {
+
+namespace {
+using ir::OpId;
+using Outputs = std::vector<Operand>;
+using Ints = std::vector<int64_t>;
+
+Operand ints_constant(NodeContext& node, const Ints& values, ir::Shape shape, const char* what) {
+  ir::Tensor tensor(ir::TensorType{ir::DType::I64, std::move(shape)});
+  std::memcpy(tensor.data(), values.data(), values.size() * sizeof(int64_t));
+  return node.constant(std::move(tensor), what);
+}
+
+Outputs constant(NodeContext& node) {
+  if (const onnx::TensorProto* value = node.attr_tensor("value")) {
+    try {
+      return {node.constant(tensor_from_proto(*value, "."), "value")};
+    } catch (const ConvertError& e) {
+      node.fail(e.message);
+    }
+  }
+  if (node.has_attr("value_float"))
+    return {node.constant(ir::Tensor::from_doubles({ir::DType::F32, {}}, {node.attr_float("value_float", 0)}))};
+  if (node.has_attr("value_int")) return {ints_constant(node, {node.attr_int("value_int", 0)}, {}, "value")};
+  if (node.has_attr("value_floats")) {
+    const auto values = node.attr_floats("value_floats");
+    return {node.constant(ir::Tensor::from_doubles({ir::DType::F32, {int64_t(values.size())}}, values))};
+  }
+  if (node.has_attr("value_ints")) {
+    const Ints values = node.attr_ints("value_ints");
+    return {ints_constant(node, values, {int64_t(values.size())}, "value")};
+  }
+  node.fail("only tensor, float and int values are supported (not sparse or string ones)");
+}
+
+Outputs constant_of_shape(NodeContext& node) {
+  const Ints shape = node.const_ints(0, "shape");
+  ir::Tensor value = ir::Tensor::from_doubles({ir::DType::F32, {}}, {0.0});
+  if (const onnx::TensorProto* proto = node.attr_tensor("value")) {
+    try {
+      value = tensor_from_proto(*proto, ".");
+    } catch (const ConvertError& e) {
+      node.fail(e.message);
+    }
+  }
+  ir::Tensor filled(ir::TensorType{value.dtype(), shape});
+  std::vector<std::byte> bytes(filled.byte_size());
+  for (size_t i = 0; i < bytes.size(); i += value.byte_size()) std::memcpy(bytes.data() + i, value.data(), value.byte_size());
+  return {node.constant(ir::Tensor(filled.type(), std::move(bytes)), "filled")};
+}
+
+Outputs shape(NodeContext& node) {
+  const ir::Shape& s = node.input(0).type().shape;
+  const int rank = static_cast<int>(s.size());
+  int64_t start = node.attr_int("start", 0), end = node.attr_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, start, rank);
+  const Ints dims(s.begin() + start, s.begin() + end);
+  if (dims.empty()) node.fail("an empty shape slice has no elements; kiln tensors need one");
+  return {ints_constant(node, dims, {int64_t(dims.size())}, "shape")};
+}
+
+Outputs size(NodeContext& node) {
+  return {ints_constant(node, {ir::num_elements(node.input(0).type().shape)}, {}, "size")};
+}
+
+Outputs cast(NodeContext& node) {
+  const int to = static_cast<int>(node.attr_int("to", 0));
+  const auto dtype = dtype_from_onnx(to);
+  if (!dtype) node.fail("cast to " + onnx_dtype_name(to) + " is not supported");
+  const Operand& x = node.input(0);
+  if (x.type().dtype == *dtype) return {x};
+  return {node.emit(OpId::Cast, {x}, {{"to", std::string(ir::dtype_name(*dtype))}})};
+}
+
+Outputs cast_like(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const ir::DType dtype = node.input(1).type().dtype;
+  if (x.type().dtype == dtype) return {x};
+  return {node.emit(OpId::Cast, {x}, {{"to", std::string(ir::dtype_name(dtype))}})};
+}
+
+// Computes Reshape's target shape: 0 copies the input dim (unless allowzero), -1 is inferred.
+ir::Shape reshape_target(NodeContext& node, const ir::Shape& in, Ints shape, bool allow_zero) {
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allow_zero) {
+      if (i >= in.size()) node.fail("shape has 0 at position " + std::to_string(i) + " past the input's rank");
+      shape[i] = in[i];
+    }
+    if (shape[i] == -1) {
+      if (infer >= 0) node.fail("shape has more than one -1");
+      infer = static_cast<int>(i);
+      continue;
+    }
+    if (shape[i] < 1) node.fail("shape dimension " + std::to_string(shape[i]) + " is not supported");
+    known *= shape[i];
+  }
+  const int64_t total = ir::num_elements(in);
+  if (infer >= 0) {
+    if (known == 0 || total % known != 0)
+      node.fail("cannot infer -1: " + std::to_string(total) + " elements into " + std::to_string(known));
+    shape[infer] = total / known;
+  }
+  return shape;
+}
+
+Outputs reshape(NodeContext& node) {
+  const Ints target = node.opset() < 5 ? node.attr_ints("shape") : node.const_ints(1, "shape");
+  const Operand& x = node.input(0);
+  return {node.reshape(x, reshape_target(node, x.type().shape, target, node.attr_int("allowzero", 0) != 0))};
+}
+
+Outputs flatten(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const int rank = x.type().rank();
+  int64_t axis = node.attr_int("axis", 1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis > rank) node.fail("axis out of range");
+  return {node.reshape(x, {ir::num_elements(x.type().shape, 0, axis), ir::num_elements(x.type().shape, axis, rank)})};
+}
+
+Ints axes_of(NodeContext& node, int input_opset) {
+  if (node.opset() >= input_opset) return node.has_input(1) ? node.const_ints(1, "axes") : Ints{};
+  return node.attr_ints("axes");
+}
+
+Outputs squeeze(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const Ints axes = axes_of(node, 13);
+  std::vector<bool> drop(x.type().rank(), false);
+  for (int64_t axis : axes) drop.at(normalize_axis_or_fail(node, axis, x.type().rank(), "axis")) = true;
+  ir::Shape shape;
+  for (int d = 0; d < x.type().rank(); ++d) {
+    const bool squeezed = axes.empty() ? x.type().shape[d] == 1 : drop[d];
+    if (squeezed && x.type().shape[d] != 1) node.fail("cannot squeeze axis " + std::to_string(d) + " of size " + std::to_string(x.type().shape[d]));
+    if (!squeezed) shape.push_back(x.type().shape[d]);
+  }
+  return {node.reshape(x, shape)};
+}
+
+Outputs unsqueeze(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const Ints axes = axes_of(node, 13);
+  const int rank = x.type().rank() + static_cast<int>(axes.size());
+  std::vector<bool> inserted(rank, false);
+  for (int64_t axis : axes) inserted.at(normalize_axis_or_fail(node, axis, rank, "axis")) = true;
+  ir::Shape shape;
+  size_t next = 0;
+  for (int d = 0; d < rank; ++d) shape.push_back(inserted[d] ? 1 : x.type().shape.at(next++));
+  return {node.reshape(x, shape)};
+}
+
+Outputs transpose(NodeContext& node) {
+  const Operand& x = node.input(0);
+  Ints perm = node.attr_ints("perm");
+  if (perm.empty())
+    for (int d = x.type().rank() - 1; d >= 0; --d) perm.push_back(d);
+  return {node.emit(OpId::Transpose, {x}, {{"perm", perm}})};
+}
+
+Outputs concat(NodeContext& node) {
+  std::vector<Operand> parts;
+  for (const Operand& input : node.inputs())
+    if (input.present()) parts.push_back(input);
+  if (parts.size() == 1) return {parts[0]};
+  return {node.emit(OpId::Concat, parts, {{"axis", node.attr_int("axis", node.opset() < 4 ? 1 : 0)}})};
+}
+
+Operand slice_axis(NodeContext& node, const Operand& x, int axis, int64_t start, int64_t end) {
+  return node.emit(OpId::Slice, {x}, {{"starts", Ints{start}}, {"ends", Ints{end}}, {"axes", Ints{axis}}, {"steps", Ints{1}}});
+}
+
+Outputs slice(NodeContext& node) {
+  const Operand& x = node.input(0);
+  Ints starts, ends, axes, steps;
+  if (node.opset() < 10) {
+    starts = node.attr_ints("starts");
+    ends = node.attr_ints("ends");
+    axes = node.attr_ints("axes");
+  } else {
+    starts = node.const_ints(1, "starts");
+    ends = node.const_ints(2, "ends");
+    if (node.has_input(3)) axes = node.const_ints(3, "axes");
+    if (node.has_input(4)) steps = node.const_ints(4, "steps");
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  return {node.emit(OpId::Slice, {x}, {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}})};
+}
+
+Outputs split(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const int axis = normalize_axis_or_fail(node, node.attr_int("axis", 0), x.type().rank(), "axis");
+  const int64_t length = x.type().shape[axis];
+  Ints sizes = node.opset() >= 13 ? (node.has_input(1) ? node.const_ints(1, "split") : Ints{}) : node.attr_ints("split");
+  const int outputs = node.num_outputs();
+  if (sizes.empty()) {
+    const int64_t parts = node.has_attr("num_outputs") ? node.attr_int("num_outputs", outputs) : outputs;
+    const int64_t chunk = (length + parts - 1) / parts;
+    for (int64_t begin = 0; begin < length; begin += chunk) sizes.push_back(std::min(chunk, length - begin));
+  }
+  Outputs results;
+  int64_t begin = 0;
+  for (int64_t part : sizes) {
+    results.push_back(slice_axis(node, x, axis, begin, begin + part));
+    begin += part;
+  }
+  if (begin != length) node.fail("split sizes add up to " + std::to_string(begin) + ", the axis has " + std::to_string(length));
+  return results;
+}
+
+// Gather with every operand known: computed here for any dtype.
+Operand gather_constant(NodeContext& node, const ir::Tensor& data, const Ints& indices,
+                        const ir::Shape& index_shape, int axis) {
+  const ir::Shape& s = data.shape();
+  ir::Shape out(s.begin(), s.begin() + axis);
+  out.insert(out.end(), index_shape.begin(), index_shape.end());
+  out.insert(out.end(), s.begin() + axis + 1, s.end());
+  if (out.empty() && data.num_elements() == 0) node.fail("empty gather");
+  const int64_t outer = ir::num_elements(s, 0, axis), inner = ir::num_elements(s, axis + 1, s.size());
+  const size_t elem = ir::dtype_size(data.dtype());
+  std::vector<std::byte> bytes;
+  bytes.reserve(outer * indices.size() * inner * elem);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t index : indices) {
+      const int64_t i = index < 0 ? index + s[axis] : index;
+      if (i < 0 || i >= s[axis]) node.fail("index " + std::to_string(index) + " out of range for a dim of " + std::to_string(s[axis]));
+      const std::byte* src = data.data() + ((o * s[axis] + i) * inner) * elem;
+      bytes.insert(bytes.end(), src, src + inner * elem);
+    }
+  return node.constant(ir::Tensor(ir::TensorType{data.dtype(), out}, std::move(bytes)), "gathered");
+}
+
+Outputs gather(NodeContext& node) {
+  const Operand& data = node.input(0);
+  const int axis = normalize_axis_or_fail(node, node.attr_int("axis", 0), data.type().rank(), "axis");
+  const Ints indices = node.const_ints(1, "indices");
+  const ir::Shape& index_shape = node.input(1).type().shape;
+  if (data.is_constant()) return {gather_constant(node, *data.constant, indices, index_shape, axis)};
+  std::vector<Operand> parts;
+  for (int64_t index : indices) {
+    const int64_t i = index < 0 ? index + data.type().shape[axis] : index;
+    parts.push_back(slice_axis(node, data, axis, i, i + 1));
+  }
+  Operand joined = parts.size() == 1 ? parts[0] : node.emit(OpId::Concat, parts, {{"axis", int64_t{axis}}});
+  const ir::Shape& s = data.type().shape;
+  ir::Shape out(s.begin(), s.begin() + axis);
+  out.insert(out.end(), index_shape.begin(), index_shape.end());
+  out.insert(out.end(), s.begin() + axis + 1, s.end());
+  return {node.reshape(joined, out)};
+}
+
+Outputs expand(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const Ints shape = node.const_ints(1, "shape");
+  const auto target = ir::broadcast_shapes(x.type().shape, shape);
+  if (!target) node.fail("shape " + ir::shape_to_string(shape) + " does not broadcast with " + x.type().to_string());
+  if (*target == x.type().shape) return {x};
+  return {node.emit(OpId::BroadcastTo, {x}, {{"shape", *target}})};
+}
+
+Outputs tile(NodeContext& node) {
+  Operand x = node.input(0);
+  const Ints repeats = node.const_ints(1, "repeats");
+  if (static_cast<int>(repeats.size()) != x.type().rank()) node.fail("repeats must have one value per dim");
+  for (int d = 0; d < x.type().rank(); ++d) {
+    if (repeats[d] < 1) node.fail("repeats must be >= 1");
+    if (repeats[d] == 1) continue;
+    x = node.emit(OpId::Concat, std::vector<Operand>(repeats[d], x), {{"axis", int64_t{d}}});
+  }
+  return {x};
+}
+
+Outputs range(NodeContext& node) {
+  const Operand& start = node.input(0);
+  const double first = node.const_doubles(0, "start").at(0), limit = node.const_doubles(1, "limit").at(0),
+               delta = node.const_doubles(2, "delta").at(0);
+  if (delta == 0) node.fail("delta must not be 0");
+  const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - first) / delta)));
+  if (count == 0) node.fail("the range is empty; kiln tensors need one element");
+  std::vector<double> values;
+  for (int64_t i = 0; i < count; ++i) values.push_back(first + i * delta);
+  return {node.constant(ir::Tensor::from_doubles({start.type().dtype, {count}}, values), "range")};
+}
+
+// Pad: each padded axis becomes a concat of the padding (constant blocks, or edge / reflected
+// slices of the input) around the input; negative pads slice.
+Outputs pad(NodeContext& node) {
+  Operand x = node.input(0);
+  const int rank = x.type().rank();
+  const std::string mode = node.attr_string("mode", "constant");
+  Ints pads;
+  double value = 0;
+  if (node.opset() < 11) {
+    pads = node.attr_ints(node.opset() < 2 ? "paddings" : "pads");
+    value = node.attr_float("value", 0.0);
+  } else {
+    pads = node.const_ints(1, "pads");
+    if (node.has_input(2)) value = node.const_doubles(2, "constant_value").at(0);
+  }
+  Ints axes;
+  if (node.has_input(3)) axes = node.const_ints(3, "axes");
+  else for (int d = 0; d < rank; ++d) axes.push_back(d);
+  if (pads.size() != 2 * axes.size()) node.fail("pads must have two values per padded axis");
+  if (mode != "constant" && mode != "edge" && mode != "reflect") node.fail("mode '" + mode + "' is not supported");
+  for (size_t a = 0; a < axes.size(); ++a) {
+    const int d = normalize_axis_or_fail(node, axes[a], rank, "axis");
+    const int64_t before = pads[a], after = pads[a + axes.size()];
+    int64_t n = x.type().shape[d];
+    if (before < 0 || after < 0) {
+      x = slice_axis(node, x, d, std::max<int64_t>(0, -before), n - std::max<int64_t>(0, -after));
+      n = x.type().shape[d];
+    }
+    auto block = [&](int64_t count, bool at_start) {
+      std::vector<Operand> parts;
+      if (mode == "constant") {
+        ir::Shape shape = x.type().shape;
+        shape[d] = count;
+        ir::Tensor filled(ir::TensorType{x.type().dtype, shape});
+        for (int64_t i = 0; i < filled.num_elements(); ++i) filled.set(i, value);
+        parts.push_back(node.constant(std::move(filled), "pad"));
+      } else {
+        for (int64_t k = 0; k < count; ++k) {
+          int64_t i = mode == "edge" ? (at_start ? 0 : n - 1) : (at_start ? count - k : n - 2 - k);
+          if (i < 0 || i >= n) node.fail("reflect padding larger than the axis");
+          parts.push_back(slice_axis(node, x, d, i, i + 1));
+        }
+      }
+      return parts;
+    };
+    std::vector<Operand> pieces;
+    if (before > 0) for (const Operand& p : block(before, true)) pieces.push_back(p);
+    pieces.push_back(x);
+    if (after > 0) for (const Operand& p : block(after, false)) pieces.push_back(p);
+    if (pieces.size() > 1) x = node.emit(OpId::Concat, pieces, {{"axis", int64_t{d}}});
+  }
+  return {x};
+}
+
+Outputs depth_to_space(NodeContext& node) {
+  const Operand& x = node.input(0);
+  if (x.type().rank() != 4) node.fail("input must be 4-D");
+  const int64_t bs = node.attr_int("blocksize", 0);
+  const ir::Shape& s = x.type().shape;
+  if (bs < 1 || s[1] % (bs * bs) != 0) node.fail("channels must be divisible by blocksize^2");
+  const int64_t c = s[1] / (bs * bs);
+  const bool crd = node.attr_string("mode", "DCR") == "CRD";
+  const Operand split = node.reshape(x, crd ? ir::Shape{s[0], c, bs, bs, s[2], s[3]} : ir::Shape{s[0], bs, bs, c, s[2], s[3]});
+  const Ints perm = crd ? Ints{0, 1, 4, 2, 5, 3} : Ints{0, 3, 4, 1, 5, 2};
+  const Operand moved = node.emit(OpId::Transpose, {split}, {{"perm", perm}});
+  return {node.reshape(moved, {s[0], c, s[2] * bs, s[3] * bs})};
+}
+
+Outputs space_to_depth(NodeContext& node) {
+  const Operand& x = node.input(0);
+  if (x.type().rank() != 4) node.fail("input must be 4-D");
+  const int64_t bs = node.attr_int("blocksize", 0);
+  const ir::Shape& s = x.type().shape;
+  if (bs < 1 || s[2] % bs != 0 || s[3] % bs != 0) node.fail("height and width must be divisible by blocksize");
+  const Operand split = node.reshape(x, {s[0], s[1], s[2] / bs, bs, s[3] / bs, bs});
+  const Operand moved = node.emit(OpId::Transpose, {split}, {{"perm", Ints{0, 3, 5, 1, 2, 4}}});
+  return {node.reshape(moved, {s[0], s[1] * bs * bs, s[2] / bs, s[3] / bs})};
+}
+
+constexpr int kLast = kMaxOpset;
+
+const OpRule kRules[] = {
+    {"Constant", 1, kLast, constant},
+    {"ConstantOfShape", 9, kLast, constant_of_shape},
+    {"Shape", 1, kLast, shape},
+    {"Size", 1, kLast, size},
+    {"Cast", 6, kLast, cast},
+    {"CastLike", 15, kLast, cast_like},
+    {"Reshape", 1, kLast, reshape},
+    {"Flatten", 1, kLast, flatten},
+    {"Squeeze", 1, kLast, squeeze},
+    {"Unsqueeze", 1, kLast, unsqueeze},
+    {"Transpose", 1, kLast, transpose},
+    {"Concat", 1, kLast, concat},
+    {"Slice", 1, kLast, slice},
+    {"Split", 1, kLast, split},
+    {"Gather", 1, kLast, gather},
+    {"Expand", 8, kLast, expand},
+    {"Tile", 6, kLast, tile},
+    {"Range", 11, kLast, range},
+    {"Pad", 1, kLast, pad},
+    {"DepthToSpace", 1, kLast, depth_to_space},
+    {"SpaceToDepth", 1, kLast, space_to_depth},
+};
+}  // namespace
+
+std::span<const OpRule> shape_rules() { return kRules; }
+
+}  // namespace kiln::compiler::onnx_import

@@ -1,0 +1,142 @@
+#include "compiler/import/onnx/onnx_tensor.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/import/onnx/onnx_context.h"
+
+namespace kiln::compiler::onnx_import {
+
+namespace {
+using onnx::TensorProto;
+
+[[noreturn]] void fail(const std::string& message) { throw ConvertError{message}; }
+
+// Bytes of external data: `location` (relative to the model), `offset`, `length`.
+std::string read_external(const TensorProto& proto, const std::string& base_dir) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& entry : proto.external_data()) {
+    if (entry.key() == "location") location = entry.value();
+    else if (entry.key() == "offset") offset = std::stoll(entry.value());
+    else if (entry.key() == "length") length = std::stoll(entry.value());
+  }
+  if (location.empty()) fail("tensor '" + proto.name() + "': external data without a location");
+  const std::filesystem::path path = std::filesystem::path(base_dir) / location;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("tensor '" + proto.name() + "': cannot open its external data file '" + path.string() + "'");
+  in.seekg(0, std::ios::end);
+  const int64_t size = in.tellg();
+  if (length < 0) length = size - offset;
+  if (offset < 0 || offset + length > size)
+    fail("tensor '" + proto.name() + "': external data [" + std::to_string(offset) + ", +" +
+         std::to_string(length) + ") runs past the end of '" + path.string() + "' (" +
+         std::to_string(size) + " bytes)");
+  std::string bytes(static_cast<size_t>(length), '\0');
+  in.seekg(offset);
+  in.read(bytes.data(), length);
+  return bytes;
+}
+
+// Little-endian raw bytes of `dtype` (kiln's host byte order) → tensor.
+ir::Tensor from_raw(const ir::TensorType& type, int elem_type, const std::string& raw) {
+  const int64_t n = ir::num_elements(type.shape);
+  const size_t want = static_cast<size_t>(n) * ir::dtype_size(type.dtype);
+  if (raw.size() != want)
+    fail("raw data has " + std::to_string(raw.size()) + " bytes, " + type.to_string() + " needs " +
+         std::to_string(want));
+  std::vector<std::byte> bytes(want);
+  std::memcpy(bytes.data(), raw.data(), want);
+  return ir::Tensor(type, std::move(bytes));
+}
+}  // namespace
+
+std::optional<ir::DType> dtype_from_onnx(int elem_type) {
+  switch (elem_type) {
+    case TensorProto::FLOAT: return ir::DType::F32;
+    case TensorProto::FLOAT16: return ir::DType::F16;
+    case TensorProto::BFLOAT16: return ir::DType::BF16;
+    case TensorProto::DOUBLE: return ir::DType::F64;
+    case TensorProto::INT32: return ir::DType::I32;
+    case TensorProto::INT64: return ir::DType::I64;
+    case TensorProto::BOOL: return ir::DType::Bool;
+    default: return std::nullopt;
+  }
+}
+
+std::string onnx_dtype_name(int elem_type) {
+  if (TensorProto::DataType_IsValid(elem_type))
+    return TensorProto::DataType_Name(static_cast<TensorProto::DataType>(elem_type));
+  return "data type " + std::to_string(elem_type);
+}
+
+int onnx_dtype_of(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::F32: return TensorProto::FLOAT;
+    case ir::DType::F16: return TensorProto::FLOAT16;
+    case ir::DType::BF16: return TensorProto::BFLOAT16;
+    case ir::DType::F64: return TensorProto::DOUBLE;
+    case ir::DType::I32: return TensorProto::INT32;
+    case ir::DType::I64: return TensorProto::INT64;
+    case ir::DType::Bool: return TensorProto::BOOL;
+  }
+  return TensorProto::UNDEFINED;
+}
+
+ir::Tensor tensor_from_proto(const TensorProto& proto, const std::string& base_dir) {
+  const auto dtype = dtype_from_onnx(proto.data_type());
+  if (!dtype)
+    fail("tensor '" + proto.name() + "' has element type " + onnx_dtype_name(proto.data_type()) +
+         ", which kiln does not support yet");
+  ir::TensorType type{*dtype, {}};
+  for (int64_t dim : proto.dims()) {
+    if (dim < 0) fail("tensor '" + proto.name() + "' has a negative dimension");
+    type.shape.push_back(dim);
+  }
+  // kiln has no empty tensors: a zero dimension cannot be represented.
+  if (!ir::checked_num_elements(type.shape))
+    fail("tensor '" + proto.name() + "' has shape " + ir::shape_to_string(type.shape) +
+         " (kiln tensors have at least one element)");
+  const int64_t n = ir::num_elements(type.shape);
+  if (proto.data_location() == TensorProto::EXTERNAL)
+    return from_raw(type, proto.data_type(), read_external(proto, base_dir));
+  if (proto.has_raw_data()) return from_raw(type, proto.data_type(), proto.raw_data());
+
+  ir::Tensor tensor(type);
+  auto check_count = [&](int64_t count) {
+    if (count != n)
+      fail("tensor '" + proto.name() + "' holds " + std::to_string(count) + " values, " +
+           type.to_string() + " needs " + std::to_string(n));
+  };
+  switch (proto.data_type()) {
+    case TensorProto::FLOAT:
+      check_count(proto.float_data_size());
+      for (int64_t i = 0; i < n; ++i) tensor.set(i, proto.float_data(i));
+      break;
+    case TensorProto::DOUBLE:
+      check_count(proto.double_data_size());
+      for (int64_t i = 0; i < n; ++i) tensor.set(i, proto.double_data(i));
+      break;
+    case TensorProto::INT64:
+      check_count(proto.int64_data_size());
+      std::memcpy(tensor.data(), proto.int64_data().data(), n * sizeof(int64_t));
+      break;
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:  // int32_data holds the 16-bit patterns
+      check_count(proto.int32_data_size());
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t bits = static_cast<uint16_t>(proto.int32_data(i));
+        std::memcpy(tensor.data() + 2 * i, &bits, 2);
+      }
+      break;
+    default:  // INT32, BOOL
+      check_count(proto.int32_data_size());
+      for (int64_t i = 0; i < n; ++i) tensor.set(i, proto.int32_data(i));
+  }
+  return tensor;
+}
+
+}  // namespace kiln::compiler::onnx_import

@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""Builds the small ONNX models of the importer's lit tests (tests/lit/import/), with ONNX's
+own helpers (Debian python3-onnx) or by exporting a PyTorch module (torch.onnx.export), and
+writes the inputs and PyTorch's outputs as .npy files beside them.
+
+usage: onnx_models.py KIND DIR    (KIND: one of the functions in MODELS below)"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def save(model, directory, name="model.onnx"):
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(directory, name))
+
+
+def shape_arithmetic(directory):
+    """A conv net whose flatten is computed from Shape/Gather/Unsqueeze/Concat, as torch exports
+    x.view(x.size(0), -1); a symbolic batch; asymmetric pads; Gemm with transB."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "conv.weight")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "conv.bias")
+    fc_w = numpy_helper.from_array(rng.standard_normal((5, 4 * 4 * 3)).astype(np.float32), "fc.weight")
+    fc_b = numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "fc.bias")
+    zero = numpy_helper.from_array(np.array(0, dtype=np.int64), "zero")
+    minus_one = numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus_one")
+    nodes = [
+        helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], name="Conv_0",
+                         pads=[1, 0, 1, 2], strides=[1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="Relu_1"),
+        helper.make_node("MaxPool", ["r"], ["p"], name="MaxPool_2", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Shape", ["p"], ["s"], name="Shape_3"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="Gather_4", axis=0),
+        helper.make_node("Unsqueeze", ["n"], ["n1"], name="Unsqueeze_5", axes=[0]),
+        helper.make_node("Concat", ["n1", "minus_one"], ["target"], name="Concat_6", axis=0),
+        helper.make_node("Reshape", ["p", "target"], ["flat"], name="Reshape_7"),
+        helper.make_node("Gemm", ["flat", "fc.weight", "fc.bias"], ["logits"], name="Gemm_8", transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs:0"], name="Softmax_9", axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "shape_arithmetic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 7])],
+        [helper.make_tensor_value_info("probs:0", TensorProto.FLOAT, ["batch", 5])],
+        [w, b, fc_w, fc_b, zero, minus_one])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), directory)
+    x = rng.standard_normal((2, 3, 8, 7)).astype(np.float32)
+    np.save(os.path.join(directory, "x.npy"), x)
+    # The same computation in PyTorch, the oracle.
+    import torch
+    t = torch.nn.functional.pad(torch.from_numpy(x), (0, 2, 1, 1))
+    t = torch.nn.functional.conv2d(t, torch.tensor(numpy_helper.to_array(w)), torch.tensor(numpy_helper.to_array(b)))
+    t = torch.nn.functional.max_pool2d(torch.relu(t), 2, 2).reshape(2, -1)
+    t = torch.nn.functional.linear(t, torch.tensor(numpy_helper.to_array(fc_w)), torch.tensor(numpy_helper.to_array(fc_b)))
+    np.save(os.path.join(directory, "expected.npy"), torch.softmax(t, 1).numpy())
+
+
+def unsupported(directory):
+    """Three nodes kiln cannot import (an unknown op, a run-time shape, another domain) and a
+    good one between them: all three are reported at once."""
+    nodes = [
+        helper.make_node("Sin", ["x"], ["a"], name="sin_0"),
+        helper.make_node("Relu", ["x"], ["b"], name="relu_1"),
+        helper.make_node("Reshape", ["b", "x_shape"], ["c"], name="reshape_2"),
+        helper.make_node("Shape", ["x"], ["x_shape_unused"], name="shape_3"),
+        helper.make_node("FusedGemm", ["b", "b"], ["d"], name="fused_4", domain="com.microsoft"),
+        helper.make_node("Add", ["a", "c"], ["y"], name="add_5"),
+    ]
+    graph = helper.make_graph(
+        nodes, "unsupported",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("x_shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("d", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, os.path.join(directory, "model.onnx"))
+
+
+def external_data(directory):
+    """A MatMul whose weight lives in an external data file next to the model."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul_0")], "external",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, os.path.join(directory, "model.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    np.save(os.path.join(directory, "x.npy"), x)
+    np.save(os.path.join(directory, "expected.npy"), x @ w)
+
+
+def torchvision_model(directory, name, opset, size):
+    """A torchvision classifier with seeded random weights, exported by torch.onnx.export with a
+    symbolic batch; PyTorch's output on a seeded input is the oracle."""
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    x = torch.randn(1, 3, size, size)
+    with torch.no_grad():
+        expected = model(x)
+    torch.onnx.export(model, x, os.path.join(directory, "model.onnx"), opset_version=opset,
+                      input_names=["image"], output_names=["logits"],
+                      dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+    np.save(os.path.join(directory, "image.npy"), x.numpy())
+    np.save(os.path.join(directory, "expected.npy"), expected.numpy())
+
+
+MODELS = {
+    "shape_arithmetic": shape_arithmetic,
+    "unsupported": unsupported,
+    "external_data": external_data,
+    "resnet18": lambda d: torchvision_model(d, "resnet18", 13, 64),
+}
+
+if __name__ == "__main__":
+    kind, directory = sys.argv[1], sys.argv[2]
+    os.makedirs(directory, exist_ok=True)
+    MODELS[kind](directory)
