@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "compiler/file_kind.h"
 #include "compiler/json_frontend.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
@@ -34,8 +35,7 @@ ir::Graph load_model(const std::string& path) {
     buffer << std::cin.rdbuf();
     text = buffer.str();
   } else {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a directory, not a model file");
+    check_readable_file(path, "a model file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path, "cannot open the model file (" + std::string(std::strerror(errno)) + ")");
     std::ostringstream buffer;
@@ -43,6 +43,14 @@ ir::Graph load_model(const std::string& path) {
     text = buffer.str();
     const std::string parent = std::filesystem::path(path).parent_path().string();
     if (!parent.empty()) base_dir = parent;
+  }
+  if (!looks_like_json(text)) {
+    if (auto foreign = detect_foreign_format(text, path)) {
+      std::string message = "this looks like " + foreign->description +
+                            ", not a kiln model (JSON, docs/model-format.md, or textual IR)";
+      if (foreign->format == ForeignFormat::Onnx) message += "; ONNX import is not supported yet";
+      throw Error(display, message);
+    }
   }
   const bool json = path.ends_with(".json") || (!path.ends_with(".ir") && looks_like_json(text));
   if (json) return parse_json_model(text, display, base_dir);

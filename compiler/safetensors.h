@@ -30,6 +30,9 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
   const SafetensorsEntry* find(const std::string& name) const;
+  // The header's "__metadata__" (free-form strings; kiln's checkpoints record their training
+  // settings there).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // Reads one tensor's data. Throws kiln::Error if the file changed underneath.
   ir::Tensor read(const std::string& name) const;
@@ -38,9 +41,12 @@ class SafetensorsFile {
   std::string path_;
   uint64_t data_start_ = 0;
   std::map<std::string, SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
 };
 
 // Writes the tensors (sorted by name) to `path` via a temporary file renamed into place.
-void write_safetensors(const std::string& path, const std::map<std::string, ir::Tensor>& tensors);
+// `metadata`, when not empty, goes into the header's "__metadata__".
+void write_safetensors(const std::string& path, const std::map<std::string, ir::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace kiln::compiler
