@@ -3,14 +3,15 @@
 # run is quiet and fast. Usage: scripts/setup.sh [--tests]   (run as root on Debian 12)
 #   --tests  also installs what the test suite needs (PyTorch and NumPy as the oracle for the
 #            reference interpreter, jsonschema to check examples against the model schema,
-#            Chromium and playwright-core to load the HTML compile report in a browser).
+#            Chromium and playwright-core to load the HTML compile report in a browser,
+#            clang-14 with its runtimes for the libFuzzer harnesses of scripts/fuzz.sh).
 # graphviz: `kiln inspect --html` draws the kernel graph with dot.
 set -euo pipefail
 
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
                 dataset-fashion-mnist graphviz)
-test_packages=(python3-torch python3-numpy python3-jsonschema chromium)
+test_packages=(python3-torch python3-numpy python3-jsonschema chromium clang-14 libclang-rt-14-dev)
 
 wanted=("${build_packages[@]}")
 [ "${1:-}" = "--tests" ] && wanted+=("${test_packages[@]}")
