@@ -83,13 +83,19 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& file,
   try {
     return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::parse_error& error) {
-    // error.byte counts from 1; what() starts with "[json.exception.parse_error.101] parse
-    // error at line 1, column 2: ": keep the description after the last ": ".
+    // error.byte counts from 1; what() is "[json.exception.parse_error.101] parse error at line
+    // 1, column 2: <description>". A file people edit is located by line:column and keeps the
+    // description; an embedded header keeps nlohmann's own "parse error at line 1, column 2".
     const size_t offset = error.byte == 0 ? 0 : error.byte - 1;
     std::string description = error.what();
-    if (const size_t colon = description.rfind(": "); colon != std::string::npos)
-      description.erase(0, colon + 2);
-    fail(text, offset, file, location, what, escape_for_message(description, 200));
+    if (location == JsonLocation::LineColumn) {
+      if (const size_t colon = description.rfind(": "); colon != std::string::npos)
+        description.erase(0, colon + 2);
+      fail(text, offset, file, location, what, escape_for_message(description, 200));
+    }
+    if (const size_t bracket = description.find("] "); bracket != std::string::npos)
+      description.erase(0, bracket + 2);
+    throw Error(file, std::string(what) + ": " + escape_for_message(description, 200));
   }
 }
 

@@ -7,8 +7,9 @@
 // padded with spaces and a newline, then the raw data. The header is parsed with a small
 // Python-literal parser rather than pattern matching, so key order, spacing, quotes and the
 // trailing comma may vary as they do between NumPy versions and other writers. The parser does
-// not recurse: a header holds one dict whose values are scalars or a flat tuple (the shape), so
-// a nested tuple is an error, as is a key given twice.
+// not recurse: a header holds one dict whose values are scalars or a flat tuple (the shape); a
+// value nested deeper (a structured dtype's field list) is skipped with a depth counter and
+// refused for what it is. A key given twice is an error.
 #include "compiler/npy.h"
 
 #include <cctype>
@@ -115,8 +116,12 @@ class HeaderParser {
     if (c == '\'' || c == '"') {
       value.kind = PyValue::Kind::String;
       value.text = parse_string(c);
+    } else if ((c == '(' || c == '[') && nested) {
+      // A structured dtype's field list ([('a', '<f4')]) or a nested shape: skipped without
+      // recursion and reported by interpret_header as what it is.
+      value.kind = PyValue::Kind::Sequence;
+      skip_nested();
     } else if (c == '(' || c == '[') {
-      if (nested) fail("nested tuples are not part of a .npy header");
       value.kind = PyValue::Kind::Sequence;
       value.items = parse_sequence(c == '(' ? ')' : ']');
     } else if (consume_word("True")) {
@@ -145,6 +150,22 @@ class HeaderParser {
     if (pos_ >= text_.size()) fail("unterminated string");
     ++pos_;
     return out;
+  }
+
+  // Skips a bracketed value with a depth counter (strings may hold brackets).
+  void skip_nested() {
+    int depth = 0;
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == '\'' || c == '"') {
+        parse_string(c);
+        continue;
+      }
+      ++pos_;
+      if (c == '(' || c == '[') ++depth;
+      if ((c == ')' || c == ']') && --depth == 0) return;
+    }
+    fail("unbalanced brackets");
   }
 
   std::vector<PyValue> parse_sequence(char close) {

@@ -2,7 +2,8 @@
 // name to {dtype, shape, data_offsets}, then the raw little-endian data.
 // https://github.com/huggingface/safetensors (format description in its README).
 //
-// Supported dtypes: F32, F16, BF16, F64 (read as f32), I32, I64, BOOL. Every inconsistency —
+// Supported dtypes: F32, F16, BF16, F64 (read as f32; a finite value beyond f32's range is an
+// error), I32, I64, BOOL. Every inconsistency —
 // truncated file, header length past the end, header not JSON, offsets out of range or not
 // matching shape × dtype size, overlapping data — is a kiln::Error naming the file (and the
 // tensor) and what is wrong.
