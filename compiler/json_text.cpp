@@ -43,7 +43,8 @@ std::optional<ScanProblem> scan(std::string_view text) {
       const std::string token(text.substr(i, end - i));
       char* parsed_end = nullptr;
       const double value = std::strtod(token.c_str(), &parsed_end);
-      if (parsed_end == token.c_str() + token.size() && std::isinf(value))
+      // Any prefix that overflows ("1e999" of "1e999.x" too): nlohmann throws out_of_range there.
+      if (parsed_end != token.c_str() && std::isinf(value))
         return ScanProblem{i, "number " + escape_for_message(token, 40) +
                                   " is out of range (beyond the largest double, ~1.8e308)"};
       i = end - 1;
@@ -93,6 +94,11 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& file,
         description.erase(0, colon + 2);
       fail(text, offset, file, location, what, escape_for_message(description, 200));
     }
+    if (const size_t bracket = description.find("] "); bracket != std::string::npos)
+      description.erase(0, bracket + 2);
+    throw Error(file, std::string(what) + ": " + escape_for_message(description, 200));
+  } catch (const nlohmann::json::exception& error) {  // out_of_range and the like: never escape
+    std::string description = error.what();
     if (const size_t bracket = description.find("] "); bracket != std::string::npos)
       description.erase(0, bracket + 2);
     throw Error(file, std::string(what) + ": " + escape_for_message(description, 200));

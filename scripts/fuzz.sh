@@ -50,6 +50,8 @@ PY
 cp examples/data/*.npy tests/fuzz/seeds/npy/* "$seeds/npy/"
 cp tests/fuzz/seeds/safetensors/* "$seeds/safetensors/"
 cp tests/fuzz/seeds/dataset/* "$seeds/dataset/"
+# Past findings stay in the corpus: each must keep running clean.
+cp tests/fuzz/regressions/model_json-* "$seeds/model_json/"
 {
   echo '# generated from ir/ops.def by scripts/fuzz.sh'
   grep -oE 'KILN_(OP|ACTIVATION|MATH)\([A-Za-z0-9]+, "[a-z0-9_]+"' ir/ops.def |

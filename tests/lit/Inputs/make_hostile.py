@@ -44,6 +44,8 @@ def safetensors(header_text, data=b""):
     '{"format": "kiln.model", "version": 1, "inputs": [{"name": "x", "shape": [2]}],\n'
     ' "nodes": [{"op": "leaky_relu", "name": "y", "inputs": ["x"], "attrs": {"alpha": -1e999}}],\n'
     ' "outputs": ["y"]}\n')
+# Found by fuzz_model_json: a number that overflows followed by more number characters.
+(out / "overflow_then_dot.json").write_text('{\n  "format": 1e999.mdel",\n  "version": 1}\n')
 (out / "bool_dim.json").write_text(json.dumps(model(inputs=[{"name": "x", "shape": [True]}])))
 (out / "huge_int_dim.json").write_text(json.dumps(model()).replace('"shape": [2]', '"shape": [18446744073709551616]'))
 (out / "minus_zero_dim.json").write_text(json.dumps(model()).replace('"shape": [2]', '"shape": [-0]'))
