@@ -2,6 +2,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
 
 namespace kiln::cli {
 
@@ -15,6 +17,10 @@ struct Command {
   CLI::App* app;
   std::function<int()> run;
 };
+
+// After CLI11 rejected the command line: "did you mean" for an unknown subcommand or flag
+// (compiler/cli_suggest.cpp), or nullopt when nothing is close.
+std::optional<std::string> suggest_correction(const CLI::App& app, int argc, char** argv);
 
 Command add_opt_command(CLI::App& app);
 Command add_run_command(CLI::App& app);

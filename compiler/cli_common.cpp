@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 #include <charconv>
+#include <cmath>
+#include <string>
 #include <iostream>
 
 #include "compiler/model_loader.h"
@@ -38,6 +40,34 @@ std::map<std::string, ir::Tensor> read_input_flags(const std::vector<std::string
     tensors.emplace(name, compiler::read_npy(spec.substr(equals + 1)));
   }
   return tensors;
+}
+
+namespace {
+CLI::Validator number_check(const char* name, const char* rule, bool (*ok)(double)) {
+  return CLI::Validator(
+      [rule, ok](std::string& text) -> std::string {
+        double value = 0;
+        size_t used = 0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != text.size() || !ok(value)) return std::string("must be ") + rule + ", got " + text;
+        return {};
+      },
+      name);
+}
+}  // namespace
+
+CLI::Validator at_least_one() {
+  return number_check("INT>=1", ">= 1", [](double v) { return v >= 1; });
+}
+CLI::Validator positive() {
+  return number_check("NUMBER>0", "> 0", [](double v) { return v > 0 && std::isfinite(v); });
+}
+CLI::Validator non_negative() {
+  return number_check("NUMBER>=0", ">= 0", [](double v) { return v >= 0 && std::isfinite(v); });
 }
 
 void CacheFlags::add_to(CLI::App& command) {

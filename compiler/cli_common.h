@@ -82,6 +82,12 @@ struct InputShapeFlag {
   compiler::ImportOptions options(const std::string& model) const;
 };
 
+// Range checks for numeric flags, in kiln's words ("--epochs: must be >= 1, got 0"). A value out
+// of range is a usage error: CLI11 reports it and kiln exits 2.
+CLI::Validator at_least_one();   // integers: >= 1
+CLI::Validator positive();       // reals: > 0 (and finite)
+CLI::Validator non_negative();   // reals: >= 0 (and finite)
+
 // --arch: the GPU architectures to compile for, comma separated (default sm_80,sm_90).
 void add_arch_option(CLI::App& command, std::vector<std::string>& archs);
 

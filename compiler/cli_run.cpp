@@ -47,18 +47,25 @@ std::string file_stem(const std::string& name) {
   return stem;
 }
 
+// min, max and argmax skip NaN (the mean does not); a tensor that is all NaN says so rather than
+// "min inf max -inf", and one with some NaN counts them.
 std::string summarize(const ir::Tensor& tensor) {
   double min = INFINITY, max = -INFINITY, sum = 0;
-  int64_t argmax = 0;
-  for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+  int64_t argmax = 0, nans = 0;
+  const int64_t count = tensor.num_elements();
+  for (int64_t i = 0; i < count; ++i) {
     const double v = tensor.get(i);
+    if (std::isnan(v)) ++nans;
     if (v > max) argmax = i;
     min = std::min(min, v);
     max = std::max(max, v);
     sum += v;
   }
-  return fmt::format("min {:.6g}  max {:.6g}  mean {:.6g}  argmax {}", min, max,
-                     sum / static_cast<double>(tensor.num_elements()), argmax);
+  if (nans == count) return fmt::format("all {} values NaN", count);
+  std::string text = fmt::format("min {:.6g}  max {:.6g}  mean {:.6g}  argmax {}", min, max,
+                                 sum / static_cast<double>(count), argmax);
+  if (nans > 0) text += fmt::format("  ({} of {} values NaN)", nans, count);
+  return text;
 }
 
 struct InputSlot {

@@ -52,17 +52,24 @@ Command add_train_command(CLI::App& app) {
                   "mnist, fashion-mnist, or a directory with train.x.npy, train.y.npy, "
                   "test.x.npy, test.y.npy")
       ->capture_default_str();
-  cmd->add_option("--epochs", t.epochs, "passes over the training set")->capture_default_str();
+  // Values out of range are usage errors (exit 2), like unknown flags.
+  cmd->add_option("--epochs", t.epochs, "passes over the training set")
+      ->check(at_least_one())
+      ->capture_default_str();
   cmd->add_option("--batch-size", t.batch_size, "samples per step (the last partial batch of "
                                                 "an epoch is dropped)")
+      ->check(at_least_one())
       ->capture_default_str();
   cmd->add_option("--optimizer", t.optimizer, "sgd, adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
-  cmd->add_option("--lr", t.lr, "learning rate")->capture_default_str();
-  cmd->add_option("--momentum", t.momentum, "sgd momentum")->capture_default_str();
+  cmd->add_option("--lr", t.lr, "learning rate")->check(positive())->capture_default_str();
+  cmd->add_option("--momentum", t.momentum, "sgd momentum")
+      ->check(non_negative())
+      ->capture_default_str();
   cmd->add_option("--weight-decay", t.weight_decay,
-                  "weight decay (default: 0 for sgd and adam, 0.01 for adamw)");
+                  "weight decay (default: 0 for sgd and adam, 0.01 for adamw)")
+      ->check(non_negative());
   cmd->add_option("--backend", t.backend,
                   "auto: cuda when a GPU is available, else host; host: the generated CUDA "
                   "kernels on the CPU; cuda: on the GPU")
@@ -71,9 +78,12 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint", t.checkpoint,
                   "write parameters, optimizer state and step to this .safetensors after every epoch");
   cmd->add_option("--resume", t.resume, "continue from a checkpoint written by --checkpoint");
-  cmd->add_option("--train-samples", t.train_samples, "train on the first N samples only");
-  cmd->add_option("--test-samples", t.test_samples, "evaluate on the first N test samples only");
-  cmd->add_option("--max-steps", t.max_steps, "stop after N steps (a checkpoint is still written)");
+  cmd->add_option("--train-samples", t.train_samples, "train on the first N samples only")
+      ->check(at_least_one());
+  cmd->add_option("--test-samples", t.test_samples, "evaluate on the first N test samples only")
+      ->check(at_least_one());
+  cmd->add_option("--max-steps", t.max_steps, "stop after N steps (a checkpoint is still written)")
+      ->check(at_least_one());
   cmd->add_option("--seed", t.seed, "shuffling and dropout seed")->capture_default_str();
   cmd->add_flag("-q,--quiet", t.quiet, "print only the final test accuracy");
   cmd->add_flag("--progress", t.progress,

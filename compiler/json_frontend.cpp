@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "compiler/json_attr.h"
+#include "compiler/json_text.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
 #include "ir/op_registry.h"
@@ -42,9 +43,11 @@ class Frontend {
     for_each_item(root, "parameters", false, [&](const json& item, const std::string& at) {
       add_parameter(item, at);
     });
-    const json nodes = root.contains("nodes") ? root["nodes"] : json::array();
-    if (!nodes.is_array()) fail("/nodes", "must be a list of nodes, got " + kind(nodes));
-    for (size_t i = 0; i < nodes.size(); ++i) declare_node(nodes[i], "/nodes/" + std::to_string(i));
+    if (root.contains("nodes")) {
+      const json& nodes = root["nodes"];  // a reference: node items point into the document
+      if (!nodes.is_array()) fail("/nodes", "must be a list of nodes, got " + kind(nodes));
+      for (size_t i = 0; i < nodes.size(); ++i) declare_node(nodes[i], "/nodes/" + std::to_string(i));
+    }
     for (size_t i = 0; i < node_items_.size(); ++i) add_node_sorted(i);
     add_outputs(root);
 
@@ -65,33 +68,17 @@ class Frontend {
   };
 
   // --- diagnostics ------------------------------------------------------------------------------
+  // Names, keys and values from the file are the user's strings: escaped, so that a newline or
+  // a NUL in one cannot split or cut the error line (no frontend message spans lines).
   [[noreturn]] void fail(const std::string& at, const std::string& message) const {
-    throw Error(file_ + ": " + (at.empty() ? "/" : at), message);
+    throw Error(file_ + ": " + escape_for_message(at.empty() ? "/" : at, 400),
+                escape_for_message(message, 1000));
   }
   ir::SourceLoc loc(const std::string& at) const { return ir::SourceLoc{file_, at, 0, 0}; }
   static std::string kind(const json& value) { return std::string(value.type_name()); }
 
-  json parse_text(std::string_view text) {
-    try {
-      return json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& error) {
-      // Turn the byte offset into line:column, which editors understand.
-      const size_t offset = std::min<size_t>(error.byte == 0 ? 0 : error.byte - 1, text.size());
-      int line = 1, column = 1;
-      for (size_t i = 0; i < offset; ++i) {
-        if (text[i] == '\n') {
-          ++line;
-          column = 1;
-        } else {
-          ++column;
-        }
-      }
-      std::string what = error.what();
-      const size_t colon = what.rfind(": ");
-      if (colon != std::string::npos) what = what.substr(colon + 2);
-      throw Error(file_ + ":" + std::to_string(line) + ":" + std::to_string(column),
-                  "not valid JSON: " + what);
-    }
+  json parse_text(std::string_view text) const {
+    return parse_json_text(text, file_, JsonLocation::LineColumn, "not valid JSON");
   }
 
   void check_keys(const json& object, const std::string& at,
@@ -109,13 +96,13 @@ class Frontend {
     if (!root.contains("format"))
       fail("", "missing \"format\": \"" + std::string(kModelFormat) + "\" (is this a kiln model?)");
     if (!root["format"].is_string() || root["format"] != kModelFormat)
-      fail("/format", "expected \"" + std::string(kModelFormat) + "\", got " + root["format"].dump());
+      fail("/format", "expected \"" + std::string(kModelFormat) + "\", got " + describe_json(root["format"]));
     if (!root.contains("version")) fail("", "missing \"version\"");
     const json& version = root["version"];
     if (!version.is_number_integer() || version.get<int64_t>() < 1)
-      fail("/version", "must be a positive integer, got " + version.dump());
+      fail("/version", "must be a positive integer, got " + describe_json(version));
     if (version.get<int64_t>() > kModelFormatVersion)
-      fail("/version", "format version " + version.dump() + " is newer than this kiln supports (" +
+      fail("/version", "format version " + describe_json(version) + " is newer than this kiln supports (" +
                            std::to_string(kModelFormatVersion) + ")");
   }
 
@@ -137,7 +124,8 @@ class Frontend {
       const std::string dtype = get_string(item["dtype"], at + "/dtype");
       auto parsed = ir::parse_dtype(dtype);
       if (!parsed)
-        fail(at + "/dtype", "unknown dtype '" + dtype + "'; expected one of f32, f16, bf16, i32, i64, bool, f64");
+        fail(at + "/dtype", "unknown dtype '" + dtype + "'; expected one of " +
+                               std::string(ir::dtype_names_list()));
       type.dtype = *parsed;
     }
     if (!item.contains("shape")) fail(at, "missing \"shape\"");
@@ -147,7 +135,7 @@ class Frontend {
       const std::string dim_at = at + "/shape/" + std::to_string(i);
       if (!shape[i].is_number_integer() ||
           (shape[i].is_number_unsigned() && shape[i].get<uint64_t>() > INT64_MAX))
-        fail(dim_at, "dimension must be an integer, got " + shape[i].dump());
+        fail(dim_at, "dimension must be an integer, got " + describe_json(shape[i]));
       const int64_t dim = shape[i].get<int64_t>();
       if (dim < 1) fail(dim_at, "dimension must be at least 1, got " + std::to_string(dim));
       type.shape.push_back(dim);
@@ -226,9 +214,16 @@ class Frontend {
     if (!data.is_array()) fail(at, "expected a flat list of numbers, got " + kind(data));
     ir::InlineData inline_data;
     for (size_t i = 0; i < data.size(); ++i) {
+      const std::string item_at = at + "/" + std::to_string(i);
       if (!data[i].is_number() && !data[i].is_boolean())
-        fail(at + "/" + std::to_string(i), "expected a number, got " + kind(data[i]));
-      inline_data.values.push_back(data[i].get<double>());
+        fail(item_at, "expected a number, got " + kind(data[i]));
+      const double value = data[i].get<double>();
+      if (!ir::fits_dtype(value, type.dtype))
+        fail(item_at, "parameter '" + name + "': " + describe_json(data[i]) + " does not fit " +
+                          std::string(ir::dtype_name(type.dtype)) +
+                          (ir::is_floating(type.dtype) ? " (beyond its largest finite value)"
+                                                       : " (not an integer in its range)"));
+      inline_data.values.push_back(value);
     }
     const int64_t want = ir::num_elements(type.shape);
     if (static_cast<int64_t>(inline_data.values.size()) != want)
@@ -278,18 +273,35 @@ class Frontend {
 
   std::string describe(const NodeItem& node) const { return node.op + " '" + node.name + "'"; }
 
-  // Adds node `index` after the producers of its operands (depth first).
-  void add_node_sorted(size_t index) {
-    NodeItem& node = node_items_[index];
-    if (node.state == NodeItem::State::Done) return;
-    if (node.state == NodeItem::State::Visiting) report_cycle(index);
-    node.state = NodeItem::State::Visiting;
-    path_.push_back(index);
-    for (const std::string& input : node.inputs)
-      if (auto it = producer_.find(input); it != producer_.end()) add_node_sorted(it->second);
-    path_.pop_back();
-    add_node(node);
-    node.state = NodeItem::State::Done;
+  // Adds node `root` after the producers of its operands, depth first with an explicit stack:
+  // a chain of 100,000 nodes listed consumers first must not exhaust the call stack. path_
+  // holds the nodes being visited (for report_cycle), next_input the next operand of each.
+  void add_node_sorted(size_t root) {
+    if (node_items_[root].state == NodeItem::State::Done) return;
+    std::vector<size_t> next_input;
+    auto enter = [&](size_t index) {
+      node_items_[index].state = NodeItem::State::Visiting;
+      path_.push_back(index);
+      next_input.push_back(0);
+    };
+    enter(root);
+    while (!path_.empty()) {
+      NodeItem& node = node_items_[path_.back()];
+      if (next_input.back() < node.inputs.size()) {
+        const std::string& input = node.inputs[next_input.back()++];
+        auto it = producer_.find(input);
+        if (it == producer_.end()) continue;
+        const NodeItem::State state = node_items_[it->second].state;
+        if (state == NodeItem::State::Done) continue;
+        if (state == NodeItem::State::Visiting) report_cycle(it->second);
+        enter(it->second);
+        continue;
+      }
+      path_.pop_back();
+      next_input.pop_back();
+      add_node(node);
+      node.state = NodeItem::State::Done;
+    }
   }
 
   [[noreturn]] void report_cycle(size_t index) const {

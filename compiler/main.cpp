@@ -1,11 +1,16 @@
 // kiln: an ahead-of-time compiler for deep-learning graphs on CUDA.
+#include <cstdio>
 #include <iostream>
 
 #include "compiler/cli.h"
+#include "compiler/interrupt.h"
 #include "ir/diagnostic.h"
 
 int main(int argc, char** argv) {
   using namespace kiln::cli;
+  // Line by line when stdout is a pipe or a file too, so that `kiln train ... | tee log` shows
+  // each epoch as it ends (stdio buffers whole blocks otherwise).
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   CLI::App app{"kiln: an ahead-of-time compiler for deep-learning graphs on CUDA", "kiln"};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
@@ -28,14 +33,20 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
+    if (auto hint = suggest_correction(app, argc, argv)) std::cerr << "kiln: " << *hint << "\n";
     return kExitUsage;
   }
 
   try {
     for (const Command& command : commands)
       if (command.app->parsed()) return command.run();
+  } catch (const kiln::compiler::Interrupted&) {
+    std::cerr << "kiln: interrupted (" << kiln::compiler::interrupt_signal_name() << ")\n";
+    return kiln::compiler::kExitInterrupted;
   } catch (const kiln::Error& error) {
     std::cerr << error.what() << "\n";
+    // A child process (the host compiler) killed by the same Ctrl-C fails with an error.
+    if (kiln::compiler::interrupted()) return kiln::compiler::kExitInterrupted;
     return kExitUserError;
   } catch (const kiln::InternalError& error) {
     std::cerr << error.what() << "\nplease report this as a bug in kiln\n";

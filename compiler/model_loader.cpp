@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "compiler/file_kind.h"
 #include "compiler/json_frontend.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
@@ -40,8 +41,7 @@ ir::Graph load_model(const std::string& path, const ImportOptions& options) {
     buffer << std::cin.rdbuf();
     text = buffer.str();
   } else {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) throw Error(path, "is a directory, not a model file");
+    check_readable_file(path, "a model file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path, "cannot open the model file (" + std::string(std::strerror(errno)) + ")");
     std::ostringstream buffer;
@@ -53,6 +53,13 @@ ir::Graph load_model(const std::string& path, const ImportOptions& options) {
   if (looks_like_onnx(text) || (path.ends_with(".onnx") && !looks_like_json(text)))
     return import_onnx(text, display, base_dir, options,
                        path == "-" ? std::string() : std::filesystem::absolute(path).lexically_normal().string());
+  if (!looks_like_json(text)) {
+    if (auto foreign = detect_foreign_format(text, path)) {
+      std::string message = "this looks like " + foreign->description +
+                            ", not a kiln model (JSON, docs/model-format.md, or textual IR)";
+      throw Error(display, message);
+    }
+  }
   const bool json = path.ends_with(".json") || (!path.ends_with(".ir") && looks_like_json(text));
   if (json) return parse_json_model(text, display, base_dir);
   ir::Graph graph = ir::parse_graph(text, display, base_dir);

@@ -6,13 +6,19 @@
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
 // padded with spaces and a newline, then the raw data. The header is parsed with a small
 // Python-literal parser rather than pattern matching, so key order, spacing, quotes and the
-// trailing comma may vary as they do between NumPy versions and other writers.
+// trailing comma may vary as they do between NumPy versions and other writers. The parser does
+// not recurse: a header holds one dict whose values are scalars or a flat tuple (the shape); a
+// value nested deeper (a structured dtype's field list) is skipped with a depth counter and
+// refused for what it is. A key given twice is an error.
 #include "compiler/npy.h"
 
 #include <cctype>
 #include <fstream>
+#include <set>
 #include <variant>
 
+#include "compiler/file_kind.h"
+#include "compiler/json_text.h"
 #include "compiler/tensor_file_util.h"
 #include "ir/diagnostic.h"
 
@@ -53,9 +59,15 @@ class HeaderParser {
   std::vector<std::pair<std::string, PyValue>> parse_dict() {
     expect('{');
     std::vector<std::pair<std::string, PyValue>> entries;
+    std::set<std::string> seen;
     while (!consume('}')) {
+      const size_t key_pos = pos_;
       PyValue key = parse_value();
       if (key.kind != PyValue::Kind::String) fail("expected a string key");
+      if (!seen.insert(key.text).second) {
+        pos_ = key_pos;
+        fail("key '" + escape_for_message(key.text, 40) + "' appears twice");
+      }
       expect(':');
       entries.emplace_back(key.text, parse_value());
       if (!consume(',')) {
@@ -71,7 +83,7 @@ class HeaderParser {
  private:
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(path_, "malformed header: " + what + " at offset " + std::to_string(pos_) +
-                           " in " + std::string(text_));
+                           " in " + escape_for_message(text_, 200));
   }
 
   void skip_space() {
@@ -95,7 +107,8 @@ class HeaderParser {
     return true;
   }
 
-  PyValue parse_value() {
+  // A value of the dict; `nested` inside a tuple, where only scalars may appear.
+  PyValue parse_value(bool nested = false) {
     skip_space();
     if (pos_ >= text_.size()) fail("unexpected end");
     const char c = text_[pos_];
@@ -103,6 +116,11 @@ class HeaderParser {
     if (c == '\'' || c == '"') {
       value.kind = PyValue::Kind::String;
       value.text = parse_string(c);
+    } else if ((c == '(' || c == '[') && nested) {
+      // A structured dtype's field list ([('a', '<f4')]) or a nested shape: skipped without
+      // recursion and reported by interpret_header as what it is.
+      value.kind = PyValue::Kind::Sequence;
+      skip_nested();
     } else if (c == '(' || c == '[') {
       value.kind = PyValue::Kind::Sequence;
       value.items = parse_sequence(c == '(' ? ')' : ']');
@@ -134,11 +152,27 @@ class HeaderParser {
     return out;
   }
 
+  // Skips a bracketed value with a depth counter (strings may hold brackets).
+  void skip_nested() {
+    int depth = 0;
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == '\'' || c == '"') {
+        parse_string(c);
+        continue;
+      }
+      ++pos_;
+      if (c == '(' || c == '[') ++depth;
+      if ((c == ')' || c == ']') && --depth == 0) return;
+    }
+    fail("unbalanced brackets");
+  }
+
   std::vector<PyValue> parse_sequence(char close) {
     ++pos_;
     std::vector<PyValue> items;
     while (!consume(close)) {
-      items.push_back(parse_value());
+      items.push_back(parse_value(/*nested=*/true));
       if (!consume(',')) {
         expect(close);
         break;
@@ -179,7 +213,7 @@ const NpyDType& lookup_descr(const std::string& path, const std::string& descr) 
     if (entry.descr == descr) return entry;
   std::string why;
   if (!descr.empty() && descr[0] == '>') why = " (big-endian)";
-  throw Error(path, "unsupported dtype '" + descr + "'" + why + "; kiln reads " +
+  throw Error(path, "unsupported dtype '" + escape_for_message(descr, 40) + "'" + why + "; kiln reads " +
                         std::string(kSupportedList));
 }
 
@@ -215,7 +249,7 @@ NpyHeader interpret_header(const std::string& path,
       }
       have_shape = true;
     } else {
-      throw Error(path, "malformed header: unexpected key '" + key + "'");
+      throw Error(path, "malformed header: unexpected key '" + escape_for_message(key, 40) + "'");
     }
   }
   if (header.dtype == nullptr || !have_order || !have_shape)
@@ -238,6 +272,7 @@ uint32_t read_little_endian(const unsigned char* bytes, size_t count) {
 }  // namespace
 
 ir::Tensor read_npy(const std::string& path) {
+  check_readable_file(path, "a .npy file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path, "cannot open file (" + errno_text(errno) + ")");
   in.seekg(0, std::ios::end);
@@ -293,7 +328,7 @@ ir::Tensor read_npy(const std::string& path) {
     throw Error(path, "read failed (" + errno_text(errno) + ")");
   return tensor_from_stored_bytes(type, header.dtype->item_size == 8 &&
                                             header.dtype->dtype == ir::DType::F32,
-                                  std::move(bytes));
+                                  std::move(bytes), path, "");
 }
 
 void write_npy(const std::string& path, const ir::Tensor& tensor) {

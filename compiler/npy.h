@@ -13,7 +13,8 @@
 
 namespace kiln::compiler {
 
-// Reads `path`. f64 data is converted to f32 (kiln has no f64 tensors).
+// Reads `path`. f64 data is rounded to f32 (kiln has no f64 tensors); a finite value beyond
+// f32's range is an error naming the element, not an infinity.
 ir::Tensor read_npy(const std::string& path);
 
 // Writes `tensor` to `path` (format 1.0) via a temporary file renamed into place, so a failed

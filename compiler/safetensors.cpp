@@ -11,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "compiler/file_kind.h"
+#include "compiler/json_text.h"
 #include "compiler/tensor_file_util.h"
 #include "ir/diagnostic.h"
 
@@ -51,7 +53,7 @@ std::string range_text(uint64_t begin, uint64_t end) {
 // Parses and checks one tensor entry of the header; `data_size` is the data section's length.
 SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& value,
                              uint64_t data_size) {
-  const std::string where = "tensor '" + name + "': ";
+  const std::string where = "tensor '" + escape_for_message(name) + "': ";
   if (!value.is_object()) throw Error(path, where + "entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"})
     if (!value.contains(key)) throw Error(path, where + "entry has no '" + key + "'");
@@ -60,7 +62,7 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   const StoredDType* stored =
       dtype.is_string() ? find_stored_dtype(dtype.get<std::string>()) : nullptr;
   if (stored == nullptr)
-    throw Error(path, where + "unsupported dtype " + dtype.dump() +
+    throw Error(path, where + "unsupported dtype " + describe_json(dtype) +
                           "; kiln reads F32, F16, BF16, F64, I32, I64, BOOL");
 
   const json& shape = value["shape"];
@@ -68,7 +70,7 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   ir::Shape dims;
   for (const json& dim : shape) {
     if (!dim.is_number_unsigned())
-      throw Error(path, where + "'shape' " + shape.dump() + " must hold non-negative integers");
+      throw Error(path, where + "'shape' " + describe_json(shape) + " must hold non-negative integers");
     dims.push_back(static_cast<int64_t>(std::min<uint64_t>(dim.get<uint64_t>(), INT64_MAX)));
   }
   const std::optional<int64_t> count = ir::checked_num_elements(dims);
@@ -83,7 +85,7 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   const json& offsets = value["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
       !offsets[1].is_number_unsigned())
-    throw Error(path, where + "'data_offsets' " + offsets.dump() +
+    throw Error(path, where + "'data_offsets' " + describe_json(offsets) +
                           " must be two non-negative integers [begin, end]");
   SafetensorsEntry entry;
   entry.type = ir::TensorType{stored->dtype, dims};
@@ -122,7 +124,8 @@ void check_no_overlap(const std::string& path,
     const auto& [prev_name, prev] = *by_offset[i - 1];
     const auto& [name, entry] = *by_offset[i];
     if (entry.begin < prev.end)
-      throw Error(path, "tensors '" + prev_name + "' and '" + name + "' overlap: data_offsets " +
+      throw Error(path, "tensors '" + escape_for_message(prev_name) + "' and '" +
+                            escape_for_message(name) + "' overlap: data_offsets " +
                             range_text(prev.begin, prev.end) + " and " +
                             range_text(entry.begin, entry.end));
   }
@@ -131,6 +134,7 @@ void check_no_overlap(const std::string& path,
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  check_readable_file(path, "a safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path, "cannot open file (" + errno_text(errno) + ")");
   in.seekg(0, std::ios::end);
@@ -156,16 +160,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   in.read(header_text.data(), std::streamsize(header_size));
   if (static_cast<uint64_t>(in.gcount()) != header_size)
     throw Error(path, "read failed (" + errno_text(errno) + ")");
-  json header;
-  try {
-    header = json::parse(header_text);
-  } catch (const json::parse_error& error) {
-    // what() starts with "[json.exception.parse_error.101] ": keep only the description.
-    std::string what = error.what();
-    if (const size_t bracket = what.find("] "); bracket != std::string::npos)
-      what.erase(0, bracket + 2);
-    throw Error(path, "header is not valid JSON: " + what);
-  }
+  const json header =
+      parse_json_text(header_text, path, JsonLocation::ByteOffset, "header is not valid JSON");
   if (!header.is_object()) throw Error(path, "header is not a JSON object");
 
   SafetensorsFile file;
@@ -175,6 +171,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
       check_metadata(path, value);
+      for (const auto& item : value.items()) file.metadata_[item.key()] = item.value().get<std::string>();
       continue;
     }
     file.entries_.emplace(name, parse_entry(path, name, value, data_size));
@@ -190,7 +187,7 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
 
 ir::Tensor SafetensorsFile::read(const std::string& name) const {
   const SafetensorsEntry* entry = find(name);
-  if (entry == nullptr) throw Error(path_, "no tensor named '" + name + "'");
+  if (entry == nullptr) throw Error(path_, "no tensor named '" + escape_for_message(name) + "'");
   std::ifstream in(path_, std::ios::binary);
   if (!in) throw Error(path_, "cannot open file (" + errno_text(errno) + ")");
   const uint64_t size = entry->end - entry->begin;
@@ -198,14 +195,17 @@ ir::Tensor SafetensorsFile::read(const std::string& name) const {
   in.seekg(static_cast<std::streamoff>(data_start_ + entry->begin));
   in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(size));
   if (!in || static_cast<uint64_t>(in.gcount()) != size)
-    throw Error(path_, "tensor '" + name + "': the file changed since its header was read (" +
+    throw Error(path_, "tensor '" + escape_for_message(name) + "': the file changed since its header was read (" +
                            std::to_string(in.gcount() < 0 ? 0 : in.gcount()) + " of " +
                            std::to_string(size) + " bytes could be read)");
-  return tensor_from_stored_bytes(entry->type, entry->stored_dtype == "F64", std::move(bytes));
+  return tensor_from_stored_bytes(entry->type, entry->stored_dtype == "F64", std::move(bytes), path_,
+                                  "tensor '" + escape_for_message(name) + "': ");
 }
 
-void write_safetensors(const std::string& path, const std::map<std::string, ir::Tensor>& tensors) {
+void write_safetensors(const std::string& path, const std::map<std::string, ir::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   std::vector<std::string_view> data;
   for (const auto& [name, tensor] : tensors) {

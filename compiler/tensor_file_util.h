@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -58,15 +59,25 @@ inline std::string_view tensor_bytes_view(const ir::Tensor& tensor) {
 }
 
 // Builds a tensor from stored little-endian bytes. f64 data (`stored_f64`, 8 bytes an element)
-// narrows to the f32 `type`, since kiln has no f64 tensors; bools normalize to 0/1 because
-// Tensor treats any nonzero byte as true but kernels may compare bytes.
+// narrows to the f32 `type`, since kiln has no f64 tensors: a finite value beyond f32's range
+// would silently become infinity, so it is an error located at `path` (`what` names the tensor,
+// "tensor 'w': ", or is empty) naming the element. Bools normalize to 0/1 because Tensor treats
+// any nonzero byte as true but kernels may compare bytes.
 inline ir::Tensor tensor_from_stored_bytes(const ir::TensorType& type, bool stored_f64,
-                                           std::vector<std::byte> bytes) {
+                                           std::vector<std::byte> bytes, const std::string& path,
+                                           const std::string& what) {
   if (stored_f64) {
     ir::Tensor tensor(type);
     for (int64_t i = 0; i < tensor.num_elements(); ++i) {
       double value;
       std::memcpy(&value, bytes.data() + i * sizeof(double), sizeof(double));
+      if (!ir::fits_dtype(value, type.dtype)) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.17g", value);
+        throw Error(path, what + "f64 element " + std::to_string(i) + " (" + text +
+                              ") is beyond the range of " + std::string(ir::dtype_name(type.dtype)) +
+                              ", which kiln reads f64 data as");
+      }
       tensor.set(i, value);
     }
     return tensor;

@@ -1,6 +1,7 @@
 #include "compiler/trainer.h"
 
 #include <fmt/format.h>
+#include <cerrno>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "codegen/emit.h"
 #include "compiler/dataset_dir.h"
+#include "compiler/interrupt.h"
 #include "compiler/model_loader.h"
 #include "compiler/parameters.h"
 #include "compiler/progress_bar.h"
@@ -93,6 +95,37 @@ int64_t count_correct(const ir::Tensor& logits, const ir::Tensor& labels, int64_
 }
 
 // The model's input must take one sample of the dataset ([N, ...] minus N).
+// A label outside [0, classes) would pick a logit that does not exist: a data error naming the
+// first such sample (its index in the split) and the label.
+void check_labels(const data::Dataset& set, int64_t classes) {
+  for (int64_t i = 0; i < set.size(); ++i) {
+    const double label = set.labels.get(i);
+    if (label < 0 || label >= static_cast<double>(classes))
+      throw Error(set.source, fmt::format("sample {} has label {}, outside [0, {}): the model "
+                                          "has {} classes",
+                                          i, label, classes, classes));
+  }
+}
+
+// A checkpoint written by kiln train records its run's settings (kiln.batch_size, ...): resuming
+// with others would train on other batches than the ones the checkpoint's step counts, so a
+// difference is refused, naming it. Checkpoints without the records (older ones) resume as
+// before.
+void check_resume_settings(const SafetensorsFile& file,
+                           const std::map<std::string, std::string>& settings) {
+  static const std::map<std::string, std::string> kFlags = {
+      {"kiln.batch_size", "--batch-size"}, {"kiln.data", "--data"},
+      {"kiln.train_samples", "the number of training samples (--train-samples)"},
+      {"kiln.seed", "--seed"}};
+  for (const auto& [key, value] : settings) {
+    auto it = file.metadata().find(key);
+    if (it == file.metadata().end() || it->second == value) continue;
+    throw Error(file.path(), fmt::format("the checkpoint was trained with {} {}, this run has {}; "
+                                         "resume with the same settings",
+                                         kFlags.at(key), escape_for_message(it->second), value));
+  }
+}
+
 void check_sample_shape(const std::string& input_name, const ir::Shape& input,
                         const data::Dataset& dataset) {
   const ir::Shape& images = dataset.images.type().shape;
@@ -254,6 +287,9 @@ TrainingPrograms training_programs_from_package(const runtime::Package& package,
 }
 
 TrainSummary train(const TrainOptions& options, std::ostream& out) {
+  // Ctrl-C or SIGTERM: the checkpoint (if asked for) is written after the current step, temporary
+  // directories go with the unwinding stack, and the tool exits 130.
+  const InterruptScope interrupt_scope;
   if (options.epochs < 1) throw Error("--epochs", fmt::format("must be >= 1, got {}", options.epochs));
   const bool from_package = runtime::is_package_file(options.model);
   std::optional<runtime::Package> package;
@@ -282,6 +318,19 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     if (!dir.empty()) std::filesystem::create_directories(dir, ec);
     if (ec)
       throw Error(options.checkpoint, "cannot create the checkpoint's directory: " + ec.message());
+    // Writable now, not after the first epoch: a probe file next to it (checkpoints are
+    // written to a temporary file there and renamed).
+    if (std::filesystem::is_directory(options.checkpoint, ec))
+      throw Error(options.checkpoint, "is a directory; --checkpoint takes a file path");
+    const std::filesystem::path probe =
+        (dir.empty() ? std::filesystem::path(".") : dir) /
+        (".kiln-write-probe-" + std::to_string(::getpid()));
+    std::FILE* file = std::fopen(probe.c_str(), "wb");
+    if (file == nullptr)
+      throw Error(options.checkpoint, std::string("cannot write the checkpoint there: ") +
+                                          std::strerror(errno));
+    std::fclose(file);
+    std::filesystem::remove(probe, ec);
   }
 
   // Data first: a wrong --data fails before minutes of compilation.
@@ -307,6 +356,11 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     const ir::Graph model = load_model(options.model, import);
     input_name = model.inputs.at(0)->name;
     input_shape = model.inputs.at(0)->type.shape;
+    const ir::Shape& logits = model.outputs.at(0)->type.shape;
+    if (!logits.empty()) {
+      check_labels(train_set, logits.back());
+      check_labels(test_set, logits.back());
+    }
   }
   check_sample_shape(input_name, input_shape, train_set);
   check_sample_shape(input_name, input_shape, test_set);
@@ -342,8 +396,17 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     out << fmt::format("{} the training step ({} kernels) and the inference graph in {:.1f} s\n",
                        package ? "loaded" : "compiled", kernels_per_step, seconds_since(compile_start));
 
+  // What a checkpoint records of this run, and what --resume must match: the same batches in
+  // the same order need the same batch size, data, sample count and seed.
+  const std::map<std::string, std::string> settings = {
+      {"kiln.batch_size", std::to_string(batch_size)},
+      {"kiln.data", options.data},
+      {"kiln.train_samples", std::to_string(train_set.size())},
+      {"kiln.seed", std::to_string(options.seed)},
+  };
   if (!options.resume.empty()) {
     const SafetensorsFile file = SafetensorsFile::open(options.resume);
+    check_resume_settings(file, settings);
     std::map<std::string, ir::Tensor> state;
     for (const auto& [name, entry] : file.entries()) state.emplace(name, file.read(name));
     try {
@@ -359,6 +422,16 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   const bool draw = !options.quiet && (options.progress || isatty(fileno(stdout)));
   TrainSummary summary;
   summary.kernels_per_step = kernels_per_step;
+  if (!options.resume.empty() && !options.quiet) out << fmt::format("resumed from step {}\n", done);
+  if (!options.resume.empty() && done >= options.epochs * steps_per_epoch) {
+    // Nothing left to train: say so, and report the checkpoint's accuracy rather than none.
+    summary.test_accuracy = evaluate(executable, test_set, batch_size);
+    if (!options.quiet)
+      out << fmt::format("the checkpoint has finished all {} epochs ({} steps); nothing to "
+                         "train (give more --epochs to continue)\n",
+                         options.epochs, done);
+    return summary;
+  }
   double train_seconds = 0;
   for (int64_t epoch = done / steps_per_epoch; epoch < options.epochs; ++epoch) {
     // Resuming mid-epoch: the same shuffled order, from the first batch not yet trained on.
@@ -382,6 +455,18 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
                                     result.loss, done + 1, epoch + 1));
       ++summary.steps;
       ++done;
+      if (interrupted()) {
+        std::string saved;
+        if (!options.checkpoint.empty()) {
+          std::map<std::string, std::string> metadata = settings;
+          metadata["kiln.step"] = std::to_string(done);
+          write_safetensors(options.checkpoint, executable.state(), metadata);
+          saved = "; checkpoint " + options.checkpoint + " (--resume it to continue)";
+        }
+        bar.finish();
+        out << fmt::format("{}: stopped after step {}{}\n", interrupt_signal_name(), done, saved);
+        throw Interrupted();
+      }
       loss_sum += result.loss;
       correct += count_correct(result.logits, labels, batch_size);
       seen += batch_size;
@@ -392,7 +477,11 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     train_seconds += epoch_seconds;
     bar.finish();
     if (seen > 0) summary.final_loss = loss_sum * batch_size / seen;
-    if (!options.checkpoint.empty()) write_safetensors(options.checkpoint, executable.state());
+    if (!options.checkpoint.empty()) {
+      std::map<std::string, std::string> metadata = settings;
+      metadata["kiln.step"] = std::to_string(done);
+      write_safetensors(options.checkpoint, executable.state(), metadata);
+    }
     if (stopped && seen == 0) break;
     summary.test_accuracy = evaluate(executable, test_set, batch_size);
     if (!options.quiet)

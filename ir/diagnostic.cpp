@@ -10,6 +10,33 @@ std::string Diagnostic::render() const {
   return out;
 }
 
+std::string escape_for_message(std::string_view text, size_t max_size) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char raw : text) {
+    if (out.size() >= max_size) {
+      out += "...";
+      break;
+    }
+    const unsigned char c = static_cast<unsigned char>(raw);
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\0': out += "\\0"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += "\\x";
+          out += kHex[c >> 4];
+          out += kHex[c & 15];
+        } else {
+          out += raw;
+        }
+    }
+  }
+  return out;
+}
+
 Error::Error(Diagnostic diagnostic)
     : std::runtime_error(diagnostic.render()), diagnostic_(std::move(diagnostic)) {}
 

@@ -10,11 +10,17 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/error.h"  // Diagnostic and Error, public (ir/public/)
 
 namespace kiln {
+
+// `text` (a name, key or value from the user's file) for an error message: control characters
+// (NUL, newline, ...) escaped as \0, \n, \xNN, so that it cannot cut or split the error line, and
+// at most `max_size` bytes kept ("..." marks the cut).
+std::string escape_for_message(std::string_view text, size_t max_size = 120);
 
 // Thrown when kiln itself is wrong. Never caused by user input.
 class InternalError : public std::logic_error {

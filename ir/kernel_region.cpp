@@ -88,13 +88,16 @@ Node* make_kernel(Graph& graph, const std::vector<Node*>& members, const std::st
   }
 
   // Results: member results that something outside the group reads, or the graph returns.
+  // (One pass over the graph: asking graph.users() for each result would cost the graph's size
+  // per member.)
+  std::unordered_set<const Value*> read_outside;
+  for (const auto& node : graph.nodes())
+    if (!member_set.count(node.get()))
+      for (const Value* input : node->inputs) read_outside.insert(input);
   std::vector<Value*> escaping;
   for (Node* member : members)
-    for (Value* result : member->results) {
-      bool used_outside = graph.is_output(result);
-      for (const Node* user : graph.users(result)) used_outside |= !member_set.count(user);
-      if (used_outside) escaping.push_back(result);
-    }
+    for (Value* result : member->results)
+      if (graph.is_output(result) || read_outside.count(result)) escaping.push_back(result);
   KILN_CHECK(!escaping.empty()) << "make_kernel: the group's results are all unused";
 
   std::vector<std::pair<std::string, TensorType>> result_types;

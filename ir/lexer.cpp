@@ -1,5 +1,7 @@
 #include "ir/lexer.h"
 
+#include "ir/diagnostic.h"
+
 #include <cctype>
 
 namespace kiln::ir {
@@ -178,7 +180,12 @@ Token Lexer::next() {
     case ':': return make(Tok::Colon, ":", line, column);
     case '=': return make(Tok::Equal, "=", line, column);
   }
-  return make(Tok::Error, std::string("unexpected character '") + c + "'", line, column);
+  // A byte of a binary file or of a UTF-8 sequence prints as \xNN, not as half a character.
+  static constexpr char kHex[] = "0123456789abcdef";
+  const unsigned char byte = static_cast<unsigned char>(c);
+  const std::string shown = byte >= 0x80 ? std::string{'\\', 'x', kHex[byte >> 4], kHex[byte & 15]}
+                                         : escape_for_message(std::string_view(&c, 1));
+  return make(Tok::Error, "unexpected character '" + shown + "'", line, column);
 }
 
 }  // namespace kiln::ir

@@ -42,7 +42,7 @@ class Parser {
   }
 
   [[noreturn]] void fail(const Token& at, const std::string& message) const {
-    throw Error(loc_of(at).render(), message);
+    throw Error(loc_of(at).render(), escape_for_message(message, 1000));  // names may hold \n
   }
 
   SourceLoc loc_of(const Token& at) const { return SourceLoc{file_, "", at.line, at.column}; }
@@ -158,7 +158,13 @@ class Parser {
       expect(Tok::RBracket, "']' to close the list");
       if (any_float) {
         std::vector<double> values;
-        for (const Token& item : items) values.push_back(std::stod(item.text));
+        for (const Token& item : items) {
+          try {
+            values.push_back(std::stod(item.text));
+          } catch (const std::out_of_range&) {  // 1e999 (and 1e-999) are no double
+            fail(item, "number " + item.text + " is out of range");
+          }
+        }
         return values;
       }
       std::vector<int64_t> values;
@@ -195,8 +201,14 @@ class Parser {
       expect(Tok::LBracket, "'[' to open the values");
       InlineData data;
       if (token_.kind != Tok::RBracket) {
-        do data.values.push_back(parse_number("a number"));
-        while (accept(Tok::Comma));
+        do {
+          const Token at = token_;
+          const double value = parse_number("a number");
+          if (!fits_dtype(value, type.dtype))  // never a silent infinity or wrapped integer
+            fail(at, "parameter '" + name.text + "': " + at.text + " does not fit " +
+                         std::string(dtype_name(type.dtype)));
+          data.values.push_back(value);
+        } while (accept(Tok::Comma));
       }
       expect(Tok::RBracket, "']' to close the values");
       expect(Tok::Greater, "'>' to close dense<...>");

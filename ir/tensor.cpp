@@ -33,6 +33,43 @@ void store(std::byte* base, int64_t index, T value) {
   std::memcpy(base + index * sizeof(T), &value, sizeof(T));
 }
 
+#if defined(__FLT16_MAX__)
+uint16_t double_to_half_bits(double value) {
+  return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
+}
+float half_to_float(uint16_t bits) { return static_cast<float>(std::bit_cast<_Float16>(bits)); }
+#else
+// Compilers without _Float16 on this target (clang before 15 on x86-64, as the fuzz build's
+// clang-14): the same conversions in software, one round-to-nearest-even from the double.
+uint16_t double_to_half_bits(double value) {
+  const uint16_t sign = std::signbit(value) ? 0x8000 : 0;
+  if (std::isnan(value)) return sign | 0x7e00;
+  const double magnitude = std::fabs(value);
+  if (magnitude >= 65520.0) return sign | 0x7c00;  // rounds past 65504: infinity
+  if (magnitude < 0x1p-14)                          // subnormal: units of 2^-24
+    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 0x1p24));
+  int exponent = 0;
+  const double fraction = std::frexp(magnitude, &exponent);  // magnitude = fraction * 2^exponent
+  int mantissa = static_cast<int>(std::nearbyint(fraction * 2048.0));  // [1024, 2048]
+  --exponent;
+  if (mantissa == 2048) {
+    mantissa = 1024;
+    ++exponent;
+  }
+  return sign | static_cast<uint16_t>(((exponent + 15) << 10) | (mantissa - 1024));
+}
+float half_to_float(uint16_t bits) {
+  const float sign = (bits & 0x8000) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  if (exponent == 0x1f)
+    return mantissa ? std::numeric_limits<float>::quiet_NaN()
+                    : sign * std::numeric_limits<float>::infinity();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
+  return sign * std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+}
+#endif
+
 // Float-to-integer conversion that truncates toward zero and saturates instead of invoking
 // undefined behaviour on out-of-range values (NaN becomes 0).
 template <typename Int>
@@ -76,7 +113,7 @@ void Tensor::set(int64_t index, double value) {
   switch (type_.dtype) {
     case DType::F32: store<float>(base, index, static_cast<float>(value)); return;
     case DType::F16:  // one rounding, double straight to binary16
-      store<uint16_t>(base, index, std::bit_cast<uint16_t>(static_cast<_Float16>(value)));
+      store<uint16_t>(base, index, double_to_half_bits(value));
       return;
     case DType::BF16:
       store<uint16_t>(base, index, float_to_bfloat16_bits(round_to_odd_float(value)));
@@ -102,13 +139,9 @@ Tensor Tensor::from_doubles(TensorType type, const std::vector<double>& values) 
   return tensor;
 }
 
-uint16_t float_to_half_bits(float value) {
-  return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
-}
+uint16_t float_to_half_bits(float value) { return double_to_half_bits(value); }
 
-float half_bits_to_float(uint16_t bits) {
-  return static_cast<float>(std::bit_cast<_Float16>(bits));
-}
+float half_bits_to_float(uint16_t bits) { return half_to_float(bits); }
 
 uint16_t float_to_bfloat16_bits(float value) {
   uint32_t bits = std::bit_cast<uint32_t>(value);

@@ -12,6 +12,9 @@
 // (operands cleared) during a sweep and erased at its end, so no node is freed mid-sweep.
 // Sweeps repeat until one changes nothing (each rewrite removes a node, shortens a chain or
 // moves to a form no pattern matches, so this ends; kMaxSweeps only guards against a bug).
+// The rewriter keeps its own use lists (who reads each value), updated by every rewrite, so
+// that a rewrite costs time in its own operands and users, not in the size of the graph: a
+// sweep is linear (times log n for the maps), also on a chain of 100,000 nodes.
 //
 // Every rewrite is exact: the new graph gives bit-identical results for every input, NaN, ±0
 // and ±inf included, in the reference evaluator (ir/eval/) and in generated code
@@ -20,6 +23,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <set>
+#include <unordered_map>
 
 #include "ir/diagnostic.h"
 #include "ir/op_registry.h"
@@ -72,9 +76,18 @@ bool is_identity(const std::vector<int64_t>& perm) {
 
 class Rewriter {
  public:
-  Rewriter(ir::Graph& graph, PassContext& context) : graph_(graph), context_(context) {}
+  Rewriter(ir::Graph& graph, PassContext& context) : graph_(graph), context_(context) {
+    for (const auto& node : graph.nodes())
+      for (Value* input : node->inputs) ++uses_[input][node.get()];
+    for (const Value* output : graph.outputs) ++output_uses_[output];
+  }
 
   ir::Graph& graph() { return graph_; }
+  // Whether `value` has readers besides one node, or is a graph output.
+  bool shared(const Value* value) const {
+    auto it = uses_.find(value);
+    return (it != uses_.end() && it->second.size() > 1) || output_uses_.count(value) > 0;
+  }
   bool is_dead(const Node* node) const { return dead_.count(node) > 0; }
 
   // Asks for one unit of fuel for the rewrite described by `what` (logged when debugging).
@@ -97,7 +110,20 @@ class Rewriter {
   void replace(Node& node, Value* value) {
     KILN_CHECK(value->type == node.results[0]->type)
         << "canonicalize: " << label(node) << " replaced by a value of another type";
-    graph_.replace_all_uses(node.results[0], value);
+    Value* from = node.results[0];
+    if (auto it = uses_.find(from); it != uses_.end()) {
+      const std::unordered_map<Node*, int> readers = std::move(it->second);
+      uses_.erase(it);
+      for (const auto& [user, count] : readers) {
+        std::replace(user->inputs.begin(), user->inputs.end(), from, value);
+        uses_[value][user] += count;
+      }
+    }
+    if (auto it = output_uses_.find(from); it != output_uses_.end()) {
+      std::replace(graph_.outputs.begin(), graph_.outputs.end(), from, value);
+      output_uses_[value] += it->second;
+      output_uses_.erase(from);
+    }
     kill(node);
   }
 
@@ -117,14 +143,17 @@ class Rewriter {
         << "canonicalize: rewriting " << label(node) << " as " << op << " changes its type";
     node.op = op;
     node.def = def;
+    unhook(node);
     node.inputs = std::move(inputs);
+    for (Value* input : node.inputs) ++uses_[input][&node];
     node.attrs = std::move(attrs);
   }
 
   // Erases `node` (bypassed by a chain rewrite) if nothing reads its result any more.
   void erase_if_unused(Node& node) {
     const Value* result = node.results[0];
-    if (graph_.users(result).empty() && !graph_.is_output(result)) kill(node);
+    auto it = uses_.find(result);
+    if ((it == uses_.end() || it->second.empty()) && !output_uses_.count(result)) kill(node);
   }
 
   void erase_dead() {
@@ -136,14 +165,26 @@ class Rewriter {
  private:
   // Unhooks the node from its operands, so users() no longer counts it; erased by erase_dead.
   void kill(Node& node) {
+    unhook(node);
     node.inputs.clear();
     dead_.insert(&node);
+  }
+
+  // Takes `node` off the use lists of its operands.
+  void unhook(Node& node) {
+    for (Value* input : node.inputs) {
+      auto it = uses_.find(input);
+      if (it == uses_.end()) continue;
+      if (--it->second[&node] <= 0) it->second.erase(&node);
+    }
   }
 
   ir::Graph& graph_;
   PassContext& context_;
   std::set<const Node*> dead_;
   std::set<std::string> refused_;
+  std::unordered_map<const Value*, std::unordered_map<Node*, int>> uses_;  // value → reader → count
+  std::unordered_map<const Value*, int> output_uses_;                     // value → times an output
 };
 
 // ---- patterns: each returns whether it rewrote the node ---------------------------------------
@@ -169,7 +210,7 @@ bool simplify_reshape(Node& node, Rewriter& rw) {
   Node* inner = producer_of(x, ir::OpId::Reshape, ir::OpId::Flatten);
   if (inner == nullptr) return false;
   Value* source = inner->inputs[0];
-  const bool shared = rw.graph().users(x).size() > 1 || rw.graph().is_output(x);
+  const bool shared = rw.shared(x);
   const std::string kept =
       shared ? fmt::format("; {} stays, {} has other users", label(*inner), name_of(x)) : "";
   if (source->type == type) {
@@ -203,7 +244,7 @@ bool simplify_transpose(Node& node, Rewriter& rw) {
   const std::vector<int64_t> inner_perm = permutation(*inner);
   std::vector<int64_t> composed(outer.size());
   for (size_t i = 0; i < outer.size(); ++i) composed[i] = inner_perm[outer[i]];
-  const bool shared = rw.graph().users(x).size() > 1 || rw.graph().is_output(x);
+  const bool shared = rw.shared(x);
   const std::string kept =
       shared ? fmt::format("; {} stays, {} has other users", label(*inner), name_of(x)) : "";
   if (is_identity(composed)) {

@@ -29,7 +29,15 @@
 // Safety: every value inside a group except the group's result has its only user inside the
 // group, so no path leaves a group and comes back; make_kernel may place the kernel anywhere
 // its operands allow.
+//
+// Cost: sweep 1 grows loop groups without building kernels (each join appends to its first
+// producer's group, and the debug log and fuel see the same joins, named as the kernel built so
+// far would be), then makes one kernel per group; users are counted once per sweep. Building a
+// kernel at every join would copy the growing body each time: quadratic on a long chain.
 #include <fmt/format.h>
+
+#include <tuple>
+#include <unordered_map>
 
 #include "ir/kernel_region.h"
 #include "ir/op_registry.h"
@@ -76,22 +84,6 @@ std::string base_name(const ir::Node& node) {
   return node.is_kernel() ? node.name : ir::to_string(node.op);
 }
 
-// "add_relu", "sub_mul_exp_add", "sub_mul_etc_relu": the ops of a loop, in order.
-std::string loop_name(const std::vector<ir::Node*>& members) {
-  std::vector<std::string> ops;
-  for (const ir::Node* member : members) {
-    if (!member->is_kernel()) {
-      ops.push_back(ir::to_string(member->op));
-      continue;
-    }
-    for (const auto& inner : member->body->nodes()) ops.push_back(ir::to_string(inner->op));
-  }
-  if (ops.size() > 4) ops = {ops[0], ops[1], "etc", ops.back()};
-  std::string name;
-  for (const std::string& op : ops) name += (name.empty() ? "" : "_") + op;
-  return name;
-}
-
 std::string describe_members(const std::vector<ir::Node*>& members) {
   std::string text;
   for (const ir::Node* member : members) text += (text.empty() ? "" : ", ") + member->describe();
@@ -103,7 +95,11 @@ class ElementwiseFusion {
   ElementwiseFusion(ir::Graph& graph, PassContext& context) : graph_(graph), context_(context) {}
 
   bool run() {
+    count_users();
+    in_sweep1_ = true;
     for (ir::Node* node : snapshot()) fuse_into_producers(*node);
+    in_sweep1_ = false;
+    make_loop_kernels();
     for (ir::Node* node : snapshot())
       if (!node->is_kernel() && node->def && node->def->kind == ir::OpKind::Reduce)
         fuse_into_reduction(*node);
@@ -132,11 +128,139 @@ class ElementwiseFusion {
     return true;
   }
 
+  // A loop kernel of sweep 1 in the making: its members in the order make_kernel expands them
+  // (kernel members stand for their bodies), and enough of its op list to name it: "add_relu",
+  // "sub_mul_exp_add", "sub_mul_etc_relu" (the ops in order; past four, two, etc, the last).
+  struct Group {
+    std::vector<ir::Node*> members;
+    std::vector<std::string> head;  // the first ops, at most 4
+    std::string last;               // the last op
+    size_t ops = 0;
+    std::string name() const {
+      std::vector<std::string> shown = head;
+      if (ops > 4) shown = {head[0], head[1], "etc", last};
+      std::string text;
+      for (const std::string& op : shown) text += (text.empty() ? "" : "_") + op;
+      return text;
+    }
+    void append_ops(const std::vector<std::string>& ops_head, const std::string& ops_last,
+                    size_t count) {
+      for (const std::string& op : ops_head)
+        if (head.size() < 4) head.push_back(op);
+      last = ops_last;
+      ops += count;
+    }
+  };
+
+  // Users of every value (nodes that read it), counted once: graph.users() scans the graph.
+  void count_users() {
+    use_count_.clear();
+    for (const auto& node : graph_.nodes()) {
+      std::vector<const ir::Value*> seen;
+      for (const ir::Value* input : node->inputs) {
+        if (std::find(seen.begin(), seen.end(), input) != seen.end()) continue;
+        seen.push_back(input);
+        ++use_count_[input];
+      }
+    }
+  }
+
+  // fusion::stored_value_reason, from the counts.
+  std::optional<std::string> stored_reason(const ir::Value* value) const {
+    if (graph_.is_output(value)) return ref(value) + " is a graph output, so it is stored";
+    auto it = use_count_.find(value);
+    const size_t users = it == use_count_.end() ? 0 : it->second;
+    if (users != 1)
+      return fmt::format("producer has {} users (the value is stored once and each reads it)", users);
+    return std::nullopt;
+  }
+
+  // A producer of sweep 1 as the log names it: its pending group's kernel, or itself.
+  std::string describe_component(ir::Node* producer) const {
+    auto it = group_of_.find(producer);
+    if (it != group_of_.end()) return "kernel '" + groups_[it->second].name() + "'";
+    return producer->describe();
+  }
+
+  // Sweep 1's join of `producers` (in operand order) and `node` into one loop group.
+  void join_loop(const std::vector<ir::Node*>& producers, ir::Node& node) {
+    std::string text;
+    for (ir::Node* producer : producers) text += (text.empty() ? "" : ", ") + describe_component(producer);
+    text += ", " + node.describe();
+    // The group the first producer is in takes the others (or a new one starts).
+    size_t target;
+    if (auto it = group_of_.find(producers[0]); it != group_of_.end()) {
+      target = it->second;
+    } else {
+      target = groups_.size();
+      groups_.emplace_back();
+    }
+    Group preview = groups_[target].members.empty() ? Group{} : Group{{}, groups_[target].head,
+                                                                      groups_[target].last,
+                                                                      groups_[target].ops};
+    std::vector<std::pair<ir::Node*, size_t>> absorbed;  // producer, its group (or npos)
+    for (ir::Node* producer : producers) {
+      auto it = group_of_.find(producer);
+      const size_t group = it == group_of_.end() ? std::string::npos : it->second;
+      if (group == target && !groups_[target].members.empty()) continue;
+      absorbed.push_back({producer, group});
+      if (group != std::string::npos) {
+        const Group& other = groups_[group];
+        preview.append_ops(other.head, other.last, other.ops);
+      } else {
+        const auto [ops_head, ops_last, count] = ops_of(*producer);
+        preview.append_ops(ops_head, ops_last, count);
+      }
+    }
+    preview.append_ops({ir::to_string(node.op)}, ir::to_string(node.op), 1);
+    const std::string what = fmt::format("fuse {} into {} kernel {}", text, ir::kLoopKernel,
+                                         preview.name());
+    if (!context_.take_fuel(kPass, what)) {
+      if (groups_[target].members.empty()) groups_.pop_back();
+      return;
+    }
+    Group& into = groups_[target];
+    for (const auto& [producer, group] : absorbed) {
+      if (group == std::string::npos) {
+        into.members.push_back(producer);
+        group_of_[producer] = target;
+        continue;
+      }
+      for (ir::Node* member : groups_[group].members) {
+        into.members.push_back(member);
+        group_of_[member] = target;
+      }
+      groups_[group].members.clear();
+    }
+    into.members.push_back(&node);
+    group_of_[&node] = target;
+    into.head = preview.head;
+    into.last = preview.last;
+    into.ops = preview.ops;
+    changed_ = true;
+  }
+
+  // The op list of a single producer: itself, or a kernel's body.
+  static std::tuple<std::vector<std::string>, std::string, size_t> ops_of(const ir::Node& node) {
+    if (!node.is_kernel()) return {{ir::to_string(node.op)}, ir::to_string(node.op), 1};
+    std::vector<std::string> head;
+    for (const auto& inner : node.body->nodes())
+      if (head.size() < 4) head.push_back(ir::to_string(inner->op));
+    return {head, ir::to_string(node.body->nodes().back()->op), node.body->nodes().size()};
+  }
+
+  void make_loop_kernels() {
+    for (const Group& group : groups_)
+      if (group.members.size() >= 2) ir::make_kernel(graph_, group.members, group.name(), ir::kLoopKernel);
+    groups_.clear();
+    group_of_.clear();
+  }
+
   // The producer of `value` if it may pass `value` to `consumer` in registers.
   ir::Node* joinable_producer(const ir::Value* value, const ir::Node& consumer) {
     ir::Node* producer = value->producer;
     if (producer == nullptr) return nullptr;  // a graph input or parameter: read from memory
-    if (auto reason = fusion::stored_value_reason(graph_, value)) {
+    if (auto reason = in_sweep1_ ? stored_reason(value) : fusion::stored_value_reason(graph_, value)) {
       refuse(value, consumer, *reason);
       return nullptr;
     }
@@ -154,7 +278,9 @@ class ElementwiseFusion {
     for (const ir::Value* operand : node.inputs) {
       ir::Node* producer = joinable_producer(operand, node);
       if (!producer) continue;
-      if (std::find(loop_producers.begin(), loop_producers.end(), producer) != loop_producers.end())
+      if (std::find_if(loop_producers.begin(), loop_producers.end(), [&](ir::Node* other) {
+            return other == producer || same_group(other, producer);
+          }) != loop_producers.end())
         continue;
       if (ends_in_reshape(*producer)) {
         refuse(operand, node, producer->describe() + " ends in a reshape");
@@ -174,7 +300,7 @@ class ElementwiseFusion {
         }
         const std::string name =
             base_name(*producer) + "_" + fusion::epilogue_step_name(gemm, operand, node);
-        fuse({producer, &node}, name, ir::kEpilogueKernel);
+        if (fuse({producer, &node}, name, ir::kEpilogueKernel)) count_users();
         return;
       }
       if (is_kind(*producer, ir::kLoopKernel) || !not_loop_op(*producer)) {
@@ -184,9 +310,13 @@ class ElementwiseFusion {
       refuse(operand, node, producer->describe() + " is not elementwise, a loop or an epilogue");
     }
     if (loop_producers.empty()) return;
-    std::vector<ir::Node*> members = loop_producers;
-    members.push_back(&node);
-    fuse(members, loop_name(members), ir::kLoopKernel);
+    join_loop(loop_producers, node);
+  }
+
+  bool same_group(ir::Node* a, ir::Node* b) const {
+    auto ia = group_of_.find(a);
+    auto ib = group_of_.find(b);
+    return ia != group_of_.end() && ib != group_of_.end() && ia->second == ib->second;
   }
 
   // Sweep 2.
@@ -228,6 +358,10 @@ class ElementwiseFusion {
   ir::Graph& graph_;
   PassContext& context_;
   bool changed_ = false;
+  bool in_sweep1_ = false;
+  std::unordered_map<const ir::Value*, size_t> use_count_;
+  std::vector<Group> groups_;
+  std::unordered_map<const ir::Node*, size_t> group_of_;
 };
 
 }  // namespace

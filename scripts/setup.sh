@@ -3,7 +3,8 @@
 # run is quiet and fast. Usage: scripts/setup.sh [--tests]   (run as root on Debian 12)
 #   --tests  also installs what the test suite needs (PyTorch and NumPy as the oracle for the
 #            reference interpreter, jsonschema to check examples against the model schema,
-#            Chromium and playwright-core to load the HTML compile report in a browser).
+#            Chromium and playwright-core to load the HTML compile report in a browser,
+#            clang-14 with its runtimes for the libFuzzer harnesses of scripts/fuzz.sh).
 # graphviz: `kiln inspect --html` draws the kernel graph with dot. ccache: scripts/build.sh
 # compiles through it when present (rebuilds and second clones reuse objects).
 # libonnx-dev, libprotobuf-dev: the ONNX importer reads ModelProto with ONNX's protobuf classes.
@@ -16,7 +17,7 @@ build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
                 dataset-fashion-mnist graphviz ccache libonnx-dev libprotobuf-dev)
 test_packages=(python3-torch python3-numpy python3-jsonschema chromium libonnx-testdata
-               python3-onnx python3-torchvision)
+               python3-onnx python3-torchvision clang-14 libclang-rt-14-dev)
 
 wanted=("${build_packages[@]}")
 [ "${1:-}" = "--tests" ] && wanted+=("${test_packages[@]}")

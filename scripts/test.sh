@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, build kiln twice (release-with-debug-info, and with
 # AddressSanitizer + UndefinedBehaviorSanitizer; warnings are errors in both), run the unit and
-# lit tests in the sanitizer build, then the whole suite in the normal build (label mutation
+# lit tests in the sanitizer build, fuzz every parser for a bounded time (scripts/fuzz.sh), then
+# the whole suite in the normal build (label mutation
 # included: the error-path lit tests against a kiln that crashes or exits 0 after its
 # diagnostic). ctest's summary is the last line printed.
 set -euo pipefail
@@ -29,6 +30,11 @@ if ! (cd build-asan && ctest -L 'unit|lit' -j"$jobs" --output-on-failure --timeo
   exit 1
 fi
 grep -E 'tests passed|tests failed' build-asan/ctest.log
+
+# Every parser under libFuzzer (clang-14, ASan + UBSan) for a bounded time; any finding fails.
+# Builds only the libraries the harnesses need (build-fuzz/). tests/fuzz/README.md.
+echo "== fuzz (${KILN_FUZZ_SECONDS:-30} s per harness)"
+scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-30}"
 
 echo "== all tests"
 cd build

@@ -62,7 +62,7 @@ void add_elementwise_rules(OpRegistry& registry) {
     set_rule(registry, op,
              "da = unbroadcast(dy * " + share_name + "(a, b)), db = unbroadcast(dy * " +
                  share_name + "(b, a)); none for integers",
-             [share](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+             [share = share](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
       if (!is_floating(n.inputs[0]->type.dtype)) return {nullptr, nullptr};
       Value* to_a = b.op(OpId::Mul, {dy[0], b.op(share, {n.inputs[0], n.inputs[1]})});
       Value* to_b = b.op(OpId::Mul, {dy[0], b.op(share, {n.inputs[1], n.inputs[0]})});

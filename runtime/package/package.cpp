@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -189,6 +190,12 @@ std::string_view check_header(std::string_view bytes, const std::string& path) {
                                   "use a newer kiln, or recompile the model with this one",
                                   version, kPackageFormatVersion));
   if (version == 0) throw Error(path, "corrupt package: format version 0");
+  if (get<uint32_t>(bytes, 12) != kHeaderBytes)
+    throw Error(path, fmt::format("corrupt package: header size {}, expected {}",
+                                  get<uint32_t>(bytes, 12), kHeaderBytes));
+  for (size_t i = 40; i < kHeaderBytes; ++i)  // reserved: no checksum covers them
+    if (bytes[i] != '\0')
+      throw Error(path, fmt::format("corrupt package: reserved header byte {} is not zero", i));
   const uint64_t file_bytes = get<uint64_t>(bytes, 16);
   if (bytes.size() < file_bytes)
     throw Error(path, fmt::format("truncated package: the header says {} bytes, the file has {} "
@@ -205,6 +212,27 @@ std::string_view check_header(std::string_view bytes, const std::string& path) {
   return manifest;
 }
 
+// The checksums cover the header's first 36 bytes, the manifest and every section; what lies
+// between the manifest and the sections, and between sections, is alignment padding and must be
+// zero, so that every byte of a package is covered by a check.
+void check_padding(std::string_view bytes, size_t covered_to,
+                   std::vector<std::pair<size_t, size_t>> ranges, const std::string& path) {
+  std::sort(ranges.begin(), ranges.end());
+  auto zeros = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i)
+      if (bytes[i] != '\0')
+        throw Error(path, fmt::format("corrupt package: byte {} is padding between sections and "
+                                      "is not zero",
+                                      i));
+  };
+  size_t cursor = covered_to;
+  for (const auto& [offset, size] : ranges) {
+    if (offset > cursor) zeros(cursor, offset);
+    cursor = std::max(cursor, offset + size);
+  }
+  if (cursor < bytes.size()) zeros(cursor, bytes.size());
+}
+
 }  // namespace
 
 Package parse_package(std::string_view bytes, const std::string& path) {
@@ -219,6 +247,7 @@ Package parse_package(std::string_view bytes, const std::string& path) {
 
   // Sections: bounds and checksums first, so that nothing below reads damaged bytes.
   std::map<std::string, std::string_view> sections;
+  std::vector<std::pair<size_t, size_t>> section_ranges;  // offset, size
   const JsonAt list = manifest["sections"];
   for (size_t i = 0; i < list.size(); ++i) {
     const JsonAt s = list[i];
@@ -234,7 +263,9 @@ Package parse_package(std::string_view bytes, const std::string& path) {
                                     "offset {}: CRC-32 {:08x}, expected {:08x})",
                                     name, size, offset, actual, s["crc32"].integer()));
     sections.emplace(name, data);
+    section_ranges.push_back({static_cast<size_t>(offset), static_cast<size_t>(size)});
   }
+  check_padding(bytes, kHeaderBytes + manifest_text.size(), std::move(section_ranges), path);
   auto section = [&](const JsonAt& name) -> std::string_view {
     auto it = sections.find(name.string());
     if (it == sections.end()) name.fail("no section named '" + name.string() + "'");

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (tests/fuzz/, with clang-14; only the libraries they need) and
+# runs each for a bounded time. Any finding (crash, sanitizer report, uncaught exception,
+# timeout, out-of-memory) fails the script, with the input saved under BUILD_DIR/findings/ and
+# the command that reproduces it printed. Executions per harness are printed at the end.
+# Usage: scripts/fuzz.sh [SECONDS_PER_HARNESS (default 30)] [HARNESS...]
+#   env: KILN_FUZZ_BUILD (default build-fuzz), KILN_FUZZ_JOBS (parallel harnesses, default 1)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-30}
+shift || true
+harnesses=("$@")
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(model_json ir npy safetensors dataset)
+dir=${KILN_FUZZ_BUILD:-build-fuzz}
+jobs=${KILN_FUZZ_JOBS:-1}
+
+start=$(date +%s)
+mkdir -p "$dir"
+if [ ! -f "$dir/build.ninja" ]; then
+  if ! CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DKILN_FUZZ=ON \
+         -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$dir/configure.log" 2>&1; then
+    cat "$dir/configure.log" >&2
+    exit 1
+  fi
+fi
+if ! cmake --build "$dir" --target fuzzers -- -j"$(nproc)" >"$dir/build.log" 2>&1; then
+  tail -n 60 "$dir/build.log" >&2
+  echo "fuzz: build failed in $dir (full log: $dir/build.log)" >&2
+  exit 1
+fi
+echo "fuzz: harnesses built in $(( $(date +%s) - start ))s"
+
+# Seed corpora: the examples and the test files (split-file sections of lit tests one by one),
+# plus the binary seeds of tests/fuzz/seeds/. The IR dictionary is every op name of ir/ops.def.
+seeds=$dir/seeds
+rm -rf "$seeds"
+mkdir -p "$seeds"/{model_json,ir,npy,safetensors,dataset} "$dir/findings"
+cp examples/*.json tests/lit/Inputs/*.json "$seeds/model_json/"
+cp tests/lit/Inputs/*.ir "$seeds/ir/"
+for file in tests/lit/*/*.ir; do cp "$file" "$seeds/ir/$(basename "$(dirname "$file")")_$(basename "$file")"; done
+/usr/bin/python3 - "$seeds" tests/lit <<'PY'
+import pathlib, re, sys
+out, root = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for test in root.glob("*/*.test"):
+    for name, body in re.findall(r"^(?://|#)--- (\S+)\n(.*?)(?=^(?://|#)--- |\Z)", test.read_text(), re.S | re.M):
+        kind = "model_json" if name.endswith(".json") else "ir" if name.endswith(".ir") else None
+        if kind:
+            (out / kind / f"{test.stem}_{name}").write_text(body)
+PY
+cp examples/data/*.npy tests/fuzz/seeds/npy/* "$seeds/npy/"
+cp tests/fuzz/seeds/safetensors/* "$seeds/safetensors/"
+cp tests/fuzz/seeds/dataset/* "$seeds/dataset/"
+# Past findings stay in the corpus: each must keep running clean.
+cp tests/fuzz/regressions/model_json-* "$seeds/model_json/"
+{
+  echo '# generated from ir/ops.def by scripts/fuzz.sh'
+  grep -oE 'KILN_(OP|ACTIVATION|MATH)\([A-Za-z0-9]+, "[a-z0-9_]+"' ir/ops.def |
+    sed -E 's/.*"([a-z0-9_]+)"/"\1("/'
+  for word in graph params return loc kernel dense zeros ones uniform normal file '->' '%x' '@g' \
+              f32 f16 bf16 f64 i32 i64 bool '[1,2]' '{axis = 1}' ': f32[2,3]' '"to"'; do
+    printf '"%s"\n' "${word//\"/\\\"}"
+  done
+} >"$dir/ir.dict"
+
+declare -A dict=([model_json]=tests/fuzz/json.dict [safetensors]=tests/fuzz/json.dict
+                 [ir]=$dir/ir.dict [npy]=tests/fuzz/npy.dict)
+declare -A max_len=([model_json]=65536 [ir]=16384 [npy]=4096 [safetensors]=4096 [dataset]=4096)
+
+run_one() {
+  local harness=$1 corpus=$dir/corpus/$1 log=$dir/fuzz_$1.log
+  mkdir -p "$corpus"
+  local args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="${max_len[$harness]}"
+              -print_final_stats=1 -artifact_prefix="$dir/findings/$harness-")
+  [ -n "${dict[$harness]:-}" ] && args+=(-dict="${dict[$harness]}")
+  # ASan's and UBSan's reports are findings; leaks are findings too (detect_leaks is the default).
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$dir/fuzz_$harness" "${args[@]}" "$corpus" "$seeds/$harness" >"$log" 2>&1
+}
+
+status=0
+pids=()
+names=()
+for harness in "${harnesses[@]}"; do
+  run_one "$harness" &
+  pids+=($!)
+  names+=("$harness")
+  if [ ${#pids[@]} -ge "$jobs" ]; then
+    wait "${pids[0]}" || { echo "fuzz: FINDING in ${names[0]}"; status=1; }
+    pids=("${pids[@]:1}")
+    names=("${names[@]:1}")
+  fi
+done
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || { echo "fuzz: FINDING in ${names[$i]}"; status=1; }
+done
+
+for harness in "${harnesses[@]}"; do
+  log=$dir/fuzz_$harness.log
+  runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo "?")
+  printf 'fuzz: %-12s %12s executions in %ss\n' "$harness" "$runs" "$seconds"
+  if grep -qE '^==[0-9]+==ERROR|runtime error:|deadly signal|Test unit written' "$log"; then
+    grep -E 'ERROR|runtime error:|SUMMARY|Test unit written' "$log" | head -n 8
+    echo "fuzz: reproduce with: $dir/fuzz_$harness $dir/findings/$harness-*   (log: $log)"
+    status=1
+  fi
+done
+echo "fuzz: done in $(( $(date +%s) - start ))s"
+exit "$status"
