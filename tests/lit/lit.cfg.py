@@ -29,3 +29,8 @@ config.environment["PATH"] = os.pathsep.join(
 SANITIZER_EXITS = {"ASAN_OPTIONS": "exitcode=86", "UBSAN_OPTIONS": "halt_on_error=1:exitcode=87"}
 for name, required in SANITIZER_EXITS.items():
     config.environment[name] = ":".join(filter(None, [os.environ.get(name, ""), required]))
+
+# The sanitizer build (Debug, ASan + UBSan) runs kiln many times slower: tests of scale say
+# `UNSUPPORTED: sanitizer` and run in the normal build only.
+if config.kiln_sanitize.upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("sanitizer")
