@@ -1,7 +1,12 @@
 #include "compiler/json_text.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "ir/diagnostic.h"
 
@@ -11,32 +16,61 @@ namespace {
 struct ScanProblem {
   size_t offset;
   std::string message;
+  std::optional<size_t> earlier_offset = {};  // where a duplicate key first appeared
 };
 
 bool is_number_char(char c) {
   return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
 }
 
-// One pass over the text, tracking only whether we are inside a string; syntax errors are left
-// to the parser, which reports them with the same locations.
+// The keys seen so far in each object being scanned, for duplicate keys: nlohmann keeps the
+// last of them silently, so a model file with two "inputs" would mean whichever came second.
+// Keys compare as written (an escaped spelling of the same key is not caught).
+struct OpenContainer {
+  bool is_object;
+  std::unordered_map<std::string_view, size_t> key_offsets;
+};
+
+size_t skip_space(std::string_view text, size_t i) {
+  while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) ++i;
+  return i;
+}
+
+// One pass over the text, tracking only whether we are inside a string and the keys of the open
+// objects; syntax errors are left to the parser, which reports them with the same locations.
 std::optional<ScanProblem> scan(std::string_view text) {
-  int depth = 0;
+  std::vector<OpenContainer> open;
   bool in_string = false;
+  size_t string_start = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+        const size_t next = skip_space(text, i + 1);
+        if (!open.empty() && open.back().is_object && next < text.size() && text[next] == ':') {
+          const std::string_view key = text.substr(string_start + 1, i - string_start - 1);
+          const auto [seen, inserted] = open.back().key_offsets.emplace(key, string_start);
+          if (!inserted)
+            return ScanProblem{string_start,
+                               "duplicate key \"" + escape_for_message(key, 40) + "\" in one object",
+                               seen->second};
+        }
+      }
       continue;
     }
     if (c == '"') {
       in_string = true;
+      string_start = i;
     } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
+      if (open.size() >= static_cast<size_t>(kMaxJsonDepth))
         return ScanProblem{i, "nested more than " + std::to_string(kMaxJsonDepth) +
                                   " levels deep"};
+      open.push_back({c == '{', {}});
     } else if (c == ']' || c == '}') {
-      if (depth > 0) --depth;
+      if (!open.empty()) open.pop_back();
     } else if (c == '-' || (c >= '0' && c <= '9')) {
       size_t end = i;
       while (end < text.size() && is_number_char(text[end])) ++end;
@@ -53,9 +87,8 @@ std::optional<ScanProblem> scan(std::string_view text) {
   return std::nullopt;
 }
 
-std::string locate(std::string_view text, size_t offset, const std::string& file,
-                   JsonLocation location) {
-  if (location == JsonLocation::ByteOffset) return file;
+// 1-based line and column of a byte offset.
+std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
   offset = std::min(offset, text.size());
   size_t line = 1, column = 1;
   for (size_t i = 0; i < offset; ++i) {
@@ -66,6 +99,13 @@ std::string locate(std::string_view text, size_t offset, const std::string& file
       ++column;
     }
   }
+  return {line, column};
+}
+
+std::string locate(std::string_view text, size_t offset, const std::string& file,
+                   JsonLocation location) {
+  if (location == JsonLocation::ByteOffset) return file;
+  const auto [line, column] = line_column(text, offset);
   return file + ":" + std::to_string(line) + ":" + std::to_string(column);
 }
 
@@ -80,7 +120,16 @@ std::string locate(std::string_view text, size_t offset, const std::string& file
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& file,
                                JsonLocation location, std::string_view what) {
-  if (auto problem = scan(text)) fail(text, problem->offset, file, location, what, problem->message);
+  if (auto problem = scan(text)) {
+    if (const auto earlier = problem->earlier_offset) {
+      const auto [line, column] = line_column(text, *earlier);
+      problem->message += location == JsonLocation::ByteOffset
+                              ? " (first at byte " + std::to_string(*earlier) + ")"
+                              : " (first at line " + std::to_string(line) + ", column " +
+                                    std::to_string(column) + ")";
+    }
+    fail(text, problem->offset, file, location, what, problem->message);
+  }
   try {
     return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::parse_error& error) {

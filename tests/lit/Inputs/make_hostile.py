@@ -46,6 +46,14 @@ def safetensors(header_text, data=b""):
     ' "outputs": ["y"]}\n')
 # Found by fuzz_model_json: a number that overflows followed by more number characters.
 (out / "overflow_then_dot.json").write_text('{\n  "format": 1e999.mdel",\n  "version": 1}\n')
+# Duplicate keys: nlohmann would keep the last silently. A second "inputs" at the top; a node with
+# two "op"s; the same key in two different objects is fine.
+(out / "duplicate_key.json").write_text(
+    '{"format": "kiln.model", "version": 1,\n "inputs": [{"name": "x", "shape": [2]}],\n'
+    ' "nodes": [{"op": "relu", "name": "y", "inputs": ["x"]}],\n "inputs": [],\n "outputs": ["y"]}\n')
+(out / "duplicate_node_key.json").write_text(
+    '{"format": "kiln.model", "version": 1, "inputs": [{"name": "x", "shape": [2]}],\n'
+    ' "nodes": [{"op": "relu", "name": "y", "op": "tanh", "inputs": ["x"]}], "outputs": ["y"]}\n')
 (out / "bool_dim.json").write_text(json.dumps(model(inputs=[{"name": "x", "shape": [True]}])))
 (out / "huge_int_dim.json").write_text(json.dumps(model()).replace('"shape": [2]', '"shape": [18446744073709551616]'))
 (out / "minus_zero_dim.json").write_text(json.dumps(model()).replace('"shape": [2]', '"shape": [-0]'))
@@ -85,8 +93,9 @@ f4 = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }"
 # tensor name with a newline.
 (out / "huge_number.safetensors").write_bytes(safetensors('{"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}}', b"\0" * 4))
 (out / "f64_overflow.safetensors").write_bytes(safetensors('{"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}}', struct.pack("<2d", 2.0, -1e300)))
+(out / "duplicate.safetensors").write_bytes(safetensors('{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', b"\0" * 8))
 (out / "newline.safetensors").write_bytes(safetensors('{"w\\nx":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}', b"\0" * 4))
-for name in ("huge_number", "f64_overflow", "newline"):
+for name in ("huge_number", "f64_overflow", "newline", "duplicate"):
     (out / f"uses_{name}.json").write_text(json.dumps(model(
         nodes=[{"op": "add", "name": "y", "inputs": ["x", "w"]}],
         parameters=[{"name": "w", "dtype": "f32", "shape": [2], "file": f"{name}.safetensors"}])))
