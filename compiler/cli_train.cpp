@@ -88,6 +88,10 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("-q,--quiet", t.quiet, "print only the final test accuracy");
   cmd->add_flag("--progress", t.progress,
                 "draw the progress bar even when stdout is not a terminal");
+  cmd->add_flag("--check-numerics", t.check_numerics,
+                "when a step's loss or state is not finite, replay it op by op on the reference "
+                "evaluator and name the first op whose output is not finite (slower: copies the "
+                "training state every step)");
   cmd->add_flag("--print-plan", t.print_plan,
                 "print the training step's kernel count and activation arena");
   options->cache.add_to(*cmd);

@@ -11,12 +11,14 @@
 #include <filesystem>
 #include <iostream>
 #include <ostream>
+#include <optional>
 #include <set>
 
 #include "codegen/emit.h"
 #include "compiler/dataset_dir.h"
 #include "compiler/interrupt.h"
 #include "compiler/model_loader.h"
+#include "compiler/numerics_check.h"
 #include "compiler/parameters.h"
 #include "compiler/progress_bar.h"
 #include "compiler/safetensors.h"
@@ -49,6 +51,13 @@ void run_pipeline(ir::Graph& graph, const std::vector<std::string>& passes,
   passes::PassManager manager(options, std::cerr);
   manager.add_all(passes);
   manager.run(graph);
+}
+
+// A non-finite loss as people write it: NaN (never "-nan"), +inf, -inf.
+std::string loss_text(double loss) {
+  if (std::isnan(loss)) return "NaN";
+  if (std::isinf(loss)) return loss > 0 ? "+inf" : "-inf";
+  return fmt::format("{}", loss);
 }
 
 void add_weights(const ir::Graph& graph, std::map<std::string, ir::Tensor>& weights) {
@@ -310,6 +319,9 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   const std::string optimizer =
       package ? std::string() : optimizer_spec(options.optimizer, options.lr, options.momentum, options.weight_decay);
   const runtime::Backend backend = resolve_backend(options.backend, options.verbose);
+  if (options.check_numerics && package)
+    throw Error("--check-numerics", "needs the model file to replay a step op by op, not a "
+                                    "package (train the model itself with it)");
 
   // The checkpoint's directory now, so that an epoch's work is never lost to a missing one.
   if (!options.checkpoint.empty()) {
@@ -432,6 +444,13 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
                          options.epochs, done);
     return summary;
   }
+  // --check-numerics keeps the state before each step, to replay a step that goes non-finite.
+  std::optional<NumericsReplay> replay;
+  std::map<std::string, ir::Tensor> state_before_step;
+  if (options.check_numerics) {
+    replay.emplace(options.model, batch_size, options.seed, optimizer);
+    state_before_step = executable.state();
+  }
   double train_seconds = 0;
   for (int64_t epoch = done / steps_per_epoch; epoch < options.epochs; ++epoch) {
     // Resuming mid-epoch: the same shuffled order, from the first batch not yet trained on.
@@ -450,9 +469,27 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
         break;
       }
       const runtime::TrainingExecutable::StepResult result = executable.train_step({images, labels});
-      if (!std::isfinite(result.loss))
-        throw Error("", fmt::format("the loss is {} at step {} (epoch {}); lower --lr?",
-                                    result.loss, done + 1, epoch + 1));
+      if (replay) {
+        std::map<std::string, ir::Tensor> state_after_step = executable.state();
+        std::string bad_state;
+        for (const auto& [name, tensor] : state_after_step)
+          if (bad_state.empty() && !NumericsReplay::all_finite(tensor)) bad_state = name;
+        if (!std::isfinite(result.loss) || !bad_state.empty()) {
+          const std::string what = std::isfinite(result.loss)
+                                       ? fmt::format("'{}' is not finite after", bad_state)
+                                       : fmt::format("the loss is {} at", loss_text(result.loss));
+          throw Error("--check-numerics",
+                      fmt::format("{} step {} (epoch {}); replayed on the reference evaluator: {}",
+                                  what, done + 1, epoch + 1,
+                                  replay->explain(state_before_step, {{input_name, images},
+                                                                      {programs.info.label_input, labels}})));
+        }
+        state_before_step = std::move(state_after_step);
+      } else if (!std::isfinite(result.loss)) {
+        throw Error("", fmt::format("the loss is {} at step {} (epoch {}); lower --lr? "
+                                    "(--check-numerics names the first op that went non-finite)",
+                                    loss_text(result.loss), done + 1, epoch + 1));
+      }
       ++summary.steps;
       ++done;
       if (interrupted()) {

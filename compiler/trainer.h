@@ -32,6 +32,10 @@ struct TrainOptions {
   bool quiet = false;
   bool progress = false;           // draw the progress bar even when stdout is no terminal
   bool print_plan = false;         // print the training step's kernels and memory plan
+  // When a step's loss or state is not finite, replay it on the reference evaluator and name
+  // the first op whose output is not finite (compiler/numerics_check.h). Costs a copy of the
+  // training state per step.
+  bool check_numerics = false;
   runtime::KernelCache* cache = nullptr;
   bool verbose = false;
   // Flags a package has already decided (--batch-size, --optimizer, --lr, ...) that were given

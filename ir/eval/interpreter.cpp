@@ -115,8 +115,9 @@ void check_no_unknown_inputs(const ir::Graph& graph,
 using Environment = std::map<const ir::Value*, std::shared_ptr<const ir::Tensor>>;
 
 // Runs the graph's nodes in order; `env` holds its inputs and parameters and receives every
-// node result.
-void evaluate_nodes(const ir::Graph& graph, Environment& env) {
+// node result. `observe` (may be null) sees each node's results; false from it stops the run,
+// and evaluate_nodes returns false.
+bool evaluate_nodes(const ir::Graph& graph, Environment& env, const NodeObserver* observe = nullptr) {
   for (const auto& node : graph.nodes()) {
     const ReferenceKernel* kernel = find_reference_kernel(node->op);
     if (kernel == nullptr)
@@ -141,7 +142,13 @@ void evaluate_nodes(const ir::Graph& graph, Environment& env) {
           << node->results[i]->type.to_string();
       env[node->results[i]] = std::make_shared<const ir::Tensor>(std::move(results[i]));
     }
+    if (observe != nullptr) {
+      std::vector<const ir::Tensor*> observed;
+      for (const ir::Value* result : node->results) observed.push_back(env.at(result).get());
+      if (!(*observe)(*node, observed)) return false;
+    }
   }
+  return true;
 }
 
 // A fused kernel computes what its body's nodes compute, one after the other.
@@ -167,6 +174,14 @@ const ReferenceKernel* find_reference_kernel(ir::OpId op) {
 
 std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
                                       const std::map<std::string, ir::Tensor>& inputs) {
+  return run_reference(graph, inputs, [](const ir::Node&, const std::vector<const ir::Tensor*>&) {
+    return true;
+  });
+}
+
+std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
+                                      const std::map<std::string, ir::Tensor>& inputs,
+                                      const NodeObserver& observe) {
   check_no_unknown_inputs(graph, inputs);
 
   // Every value's tensor. Shared pointers let parameters be used without copying their data.
@@ -188,7 +203,7 @@ std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
     env[param] = param->data;
   }
 
-  evaluate_nodes(graph, env);
+  if (!evaluate_nodes(graph, env, &observe)) return {};
 
   std::vector<ir::Tensor> outputs;
   for (const ir::Value* output : graph.outputs) {

@@ -31,4 +31,14 @@ const ReferenceKernel* find_reference_kernel(ir::OpId op);
 std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
                                       const std::map<std::string, ir::Tensor>& inputs);
 
+// Called after each node of the graph (fused kernels as one node) with its results; returning
+// false stops the run. `kiln train --check-numerics` finds the first non-finite op with it.
+using NodeObserver =
+    std::function<bool(const ir::Node& node, const std::vector<const ir::Tensor*>& results)>;
+
+// run_reference, calling `observe` after every node. Returns no outputs when it stopped the run.
+std::vector<ir::Tensor> run_reference(const ir::Graph& graph,
+                                      const std::map<std::string, ir::Tensor>& inputs,
+                                      const NodeObserver& observe);
+
 }  // namespace kiln::eval
