@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Time per pass on a chain of 10,000 and 100,000 nodes (listed in order and consumers first).
+"""Time per pass on a chain of 10,000 and 100,000 nodes (listed in order and consumers first),
+and on a chain of as many nodes where every node is rewritten (folds, merges, batch norms).
 
 Runs `kiln opt -O1 --time-passes` (which prints each pass's time) and `kiln run
 --backend=reference` on models written by tests/lit/Inputs/make_chain.py, and prints the pass
@@ -41,11 +42,12 @@ def main():
     make_chain = ROOT / "tests" / "lit" / "Inputs" / "make_chain.py"
     with tempfile.TemporaryDirectory() as tmp:
         for n in [int(s) for s in args.sizes.split(",")]:
-            for order in ("in order", "consumers first"):
+            for order in ("in order", "consumers first", "rewrites"):
                 model = pathlib.Path(tmp) / f"chain{n}.json"
                 x = pathlib.Path(tmp) / "x.npy"
+                flags = {"in order": [], "consumers first": ["--reverse"], "rewrites": ["--rewrites"]}
                 subprocess.run([sys.executable, str(make_chain), str(n), str(model), "--input", str(x)]
-                               + (["--reverse"] if order != "in order" else []), check=True)
+                               + flags[order], check=True)
                 out, opt_s, opt_mb = run([args.kiln, "opt", str(model), "-O1", "--time-passes",
                                           "-o", os.devnull])
                 print(f"== {n} nodes, {order}: kiln opt -O1 {opt_s:.2f} s, peak {opt_mb:.0f} MiB")

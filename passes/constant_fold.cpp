@@ -18,6 +18,7 @@
 #include "ir/diagnostic.h"
 #include "ir/eval/interpreter.h"
 #include "passes/pass.h"
+#include "passes/rewrite_util.h"
 
 namespace kiln::passes {
 namespace {
@@ -76,8 +77,11 @@ bool ConstantFold::run(ir::Graph& graph, PassContext& context) {
   for (const auto& node : graph.nodes()) nodes.push_back(node.get());
 
   std::unordered_set<const ir::Node*> folded;
+  Replacements replacements;  // folded results → their parameters, applied as the sweep goes
+  NameTable names(graph);
   for (ir::Node* node : nodes) {
-    // Folded operands are parameters already: replace_all_uses rewired their users.
+    // Folded operands are parameters already once their replacements are read.
+    rewrite_operands(*node, replacements);
     if (!all_operands_are_parameters(*node)) continue;
     if (std::string why = refusal(*node); !why.empty()) {
       context.debug(kPass, fmt::format("not folding {}: {}", who(*node), why));
@@ -108,17 +112,19 @@ bool ConstantFold::run(ir::Graph& graph, PassContext& context) {
       // The parameter takes over the result's name, so a folded graph output keeps its name.
       const std::string base =
           !result->name.empty() ? result->name : !node->name.empty() ? node->name : ir::to_string(node->op);
+      names.release(result->name);
       result->name.clear();
-      const std::string name = graph.unique_name(base);
+      const std::string name = names.take(base);
       auto data = std::make_shared<const ir::Tensor>(std::move(results[i]));
       ir::Value* param =
           graph.add_parameter(name, result->type, ir::InlineData{data->to_doubles()}, result->loc);
       param->data = std::move(data);
-      graph.replace_all_uses(result, param);
+      replacements.emplace(result, param);
     }
     folded.insert(node);
   }
   if (folded.empty()) return false;
+  rewrite_outputs(graph, replacements);
   graph.erase_nodes([&](const ir::Node& node) { return folded.count(&node) > 0; });
   return true;
 }

@@ -5,6 +5,7 @@
 // types), as in MLIR's CSE (mlir/lib/Transforms/CSE.cpp). Because nodes are in topological order
 // and a merge rewrites the uses at once, a node's operands are already merged when it is reached:
 // after a' folds into a, b(a') reads a and matches b(a), so chains collapse in the same sweep.
+// The uses are rewritten as the sweep reaches them (passes/rewrite_util.h): linear in the graph.
 // Operand order matters: add(x, y) and add(y, x) are not merged here (canonicalize orders the
 // operands of commutative ops first). Every op is a function of its operands and
 // attributes; training dropout too: its mask is Philox(seed, step), so two dropouts merge only
@@ -16,6 +17,7 @@
 
 #include "ir/op_registry.h"
 #include "passes/pass.h"
+#include "passes/rewrite_util.h"
 
 namespace kiln::passes {
 
@@ -56,18 +58,21 @@ std::string describe(const ir::Node& node) {
 bool CommonSubexpressionElimination::run(ir::Graph& graph, PassContext& context) {
   std::unordered_map<std::string, const ir::Node*> first_with_key;
   std::unordered_set<const ir::Node*> merged;
+  Replacements replacements;  // results of merged nodes → the first node's
   for (const auto& node_ptr : graph.nodes()) {
-    const ir::Node& node = *node_ptr;
+    ir::Node& node = *node_ptr;
+    rewrite_operands(node, replacements);
     auto [it, inserted] = first_with_key.emplace(cse_key(node), &node);
     if (inserted) continue;
     const ir::Node& first = *it->second;
     if (!context.take_fuel(kPass, fmt::format("merge {} into {}", describe(node), describe(first))))
       continue;
     for (size_t i = 0; i < node.results.size(); ++i)
-      graph.replace_all_uses(node.results[i], first.results[i]);
+      replacements.emplace(node.results[i], first.results[i]);
     merged.insert(&node);
   }
   if (merged.empty()) return false;
+  rewrite_outputs(graph, replacements);
   graph.erase_nodes([&](const ir::Node& node) { return merged.count(&node) > 0; });
   return true;
 }

@@ -6,15 +6,20 @@
 // torch.nn.utils.fusion.fuse_conv_bn_weights):
 //   W'[o, ...] = W[o, ...] * s[o]         (output channel o: axis 0 of conv [O,C/g,KH,KW] and
 //   b'[o]      = (b[o] - mean[o]) * s[o] + bias[o]           of dense [N,K]; b = 0 if absent)
-// Everything is computed in double and rounded once to the parameter dtype. The folded node
-// keeps the conv's name and location, always has a bias, and its result takes over the
-// batch_norm result's name, so graph outputs keep theirs. The old parameters are left unused
-// for dce.
-#include <cmath>
+// Everything is computed in double and rounded once to the parameter dtype. The conv or dense
+// is rewritten in place: it keeps its name and location, always has a bias, and its result takes
+// over the batch_norm result's name, so graph outputs keep theirs. The old parameters are left
+// unused for dce. One sweep, linear in the graph (passes/rewrite_util.h).
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 #include <optional>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "passes/pass.h"
+#include "passes/rewrite_util.h"
 
 namespace kiln::passes {
 namespace {
@@ -51,7 +56,9 @@ std::optional<std::vector<double>> parameter_values(const ir::Node& node, const 
 }
 
 // The conv2d or dense `bn` can fold into, or nullptr with the reason in `why`.
-ir::Node* foldable_producer(const ir::Graph& graph, const ir::Node& bn, std::string& why) {
+ir::Node* foldable_producer(const ir::Graph& graph, const ir::Node& bn,
+                            const std::unordered_map<const ir::Value*, size_t>& use_counts,
+                            std::string& why) {
   auto training = bn.attrs.find("training");
   if (training != bn.attrs.end() && std::get<bool>(training->second)) {
     why = "it is in training mode (it normalizes with batch statistics)";
@@ -75,7 +82,7 @@ ir::Node* foldable_producer(const ir::Graph& graph, const ir::Node& bn, std::str
                       x->name, x->type.to_string(), x->type.rank());
     return nullptr;
   }
-  if (graph.users(x).size() != 1 || graph.is_output(x)) {
+  if (use_counts.at(x) != 1 || graph.is_output(x)) {
     why = fmt::format("the result '{}' of {} has another user{}", x->name, who(*producer),
                       graph.is_output(x) ? " (it is a graph output)" : "");
     return nullptr;
@@ -87,9 +94,23 @@ std::string base_name(const ir::Node& node) {
   return node.name.empty() ? node.results[0]->name : node.name;
 }
 
+// What the folds of one run share, so the pass stays linear (passes/rewrite_util.h).
+struct FoldRewrite {
+  explicit FoldRewrite(const ir::Graph& graph) : names(graph) {
+    for (const auto& node : graph.nodes())
+      for (const ir::Value* operand : node->inputs) ++use_counts[operand];
+    for (const auto& value : graph.values()) use_counts.emplace(value.get(), 0);
+  }
+  NameTable names;
+  Replacements replacements;                              // batch_norm results → folded results
+  std::unordered_map<const ir::Value*, size_t> use_counts;  // operand slots reading each value
+  std::unordered_set<const ir::Node*> dead;                 // the folded batch_norms
+};
+
 // Folds `bn` into `producer`; returns false (with a debug reason) when an operand's data is
 // unusable or fuel is out, leaving the graph untouched.
-bool fold(ir::Graph& graph, PassContext& context, ir::Node& bn, ir::Node& producer) {
+bool fold(ir::Graph& graph, PassContext& context, FoldRewrite& rewrite, ir::Node& bn,
+          ir::Node& producer) {
   const auto refuse = [&](const std::string& why) {
     context.debug(kPass, fmt::format("not folding {}: {}", who(bn), why));
     return false;
@@ -145,7 +166,7 @@ bool fold(ir::Graph& graph, PassContext& context, ir::Node& bn, ir::Node& produc
                                  const std::vector<double>& values, const ir::SourceLoc& loc) {
     auto data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(type, values));
     ir::Value* param =
-        graph.add_parameter(graph.unique_name(name), type, ir::InlineData{data->to_doubles()}, loc);
+        graph.add_parameter(rewrite.names.take(name), type, ir::InlineData{data->to_doubles()}, loc);
     param->data = std::move(data);
     return param;
   };
@@ -158,43 +179,44 @@ bool fold(ir::Graph& graph, PassContext& context, ir::Node& bn, ir::Node& produc
       add_parameter(base + ".weight.folded", old_weight->type, new_weight, old_weight->loc);
   ir::Value* bias_param = add_parameter(base + ".bias.folded", bias_type, new_bias, bias_loc);
 
-  // The folded result takes the batch_norm result's name (names are unique, so it moves).
+  // The producer takes the folded weight and bias in place, and its result takes over the
+  // batch_norm result's name and location (names are unique, so the name moves); the
+  // batch_norm's users read it once the sweep reaches them.
+  producer.inputs[1] = weight_param;
+  if (producer.inputs.size() == 3) producer.inputs[2] = bias_param;
+  else producer.inputs.push_back(bias_param);
   ir::Value* bn_result = bn.results[0];
-  const std::string result_name = bn_result->name;
-  const ir::SourceLoc result_loc = bn_result->loc;
+  ir::Value* folded = producer.results[0];
+  rewrite.names.release(folded->name);
+  folded->name = bn_result->name;
+  folded->loc = bn_result->loc;
   bn_result->name.clear();
-  ir::Node* folded = graph.insert_node_before(
-      &bn, producer.op, producer.name, {producer.inputs[0], weight_param, bias_param},
-      producer.attrs, {{result_name, bn_result->type}}, producer.loc);
-  folded->def = producer.def;
-  folded->results[0]->loc = result_loc;
-  graph.replace_all_uses(bn_result, folded->results[0]);
-  const ir::Node* dead_bn = &bn;
-  const ir::Node* dead_producer = &producer;
-  graph.erase_nodes(
-      [&](const ir::Node& node) { return &node == dead_bn || &node == dead_producer; });
+  rewrite.replacements.emplace(bn_result, folded);
+  rewrite.use_counts[folded] = rewrite.use_counts.at(bn_result);
+  std::replace(graph.outputs.begin(), graph.outputs.end(), bn_result, folded);
+  rewrite.dead.insert(&bn);
   return true;
 }
 
 }  // namespace
 
 bool FoldBatchNorm::run(ir::Graph& graph, PassContext& context) {
-  // Node pointers stay valid while other nodes are erased; each fold erases only its own pair.
-  std::vector<ir::Node*> batch_norms;
-  for (const auto& node : graph.nodes())
-    if (node->op == ir::OpId::BatchNorm) batch_norms.push_back(node.get());
-
-  bool changed = false;
-  for (ir::Node* bn : batch_norms) {
+  FoldRewrite rewrite(graph);
+  for (const auto& node : graph.nodes()) {
+    rewrite_operands(*node, rewrite.replacements);
+    if (node->op != ir::OpId::BatchNorm) continue;
+    ir::Node& bn = *node;
     std::string why;
-    ir::Node* producer = foldable_producer(graph, *bn, why);
+    ir::Node* producer = foldable_producer(graph, bn, rewrite.use_counts, why);
     if (producer == nullptr) {
-      context.debug(kPass, fmt::format("not folding {}: {}", who(*bn), why));
+      context.debug(kPass, fmt::format("not folding {}: {}", who(bn), why));
       continue;
     }
-    changed |= fold(graph, context, *bn, *producer);
+    fold(graph, context, rewrite, bn, *producer);
   }
-  return changed;
+  if (rewrite.dead.empty()) return false;
+  graph.erase_nodes([&](const ir::Node& node) { return rewrite.dead.count(&node) > 0; });
+  return true;
 }
 
 }  // namespace kiln::passes

@@ -5,7 +5,11 @@ of reshape, relu of relu) and ops they keep (add of a parameter, sigmoid), so ca
 CSE, DCE and fusion all see N nodes. --reverse lists the nodes consumers first, so the frontend
 must sort them. Also writes the chain's input as .npy when --input is given.
 
-Usage: make_chain.py N OUT.json [--reverse] [--input OUT.npy]
+--rewrites makes every node a rewrite of a pass that once cost a scan of the graph per rewrite:
+blocks of seven nodes, each with a parameter-only neg (constant-fold), two identical sigmoids
+(cse), and a dense followed by an inference batch_norm (fold-batch-norm).
+
+Usage: make_chain.py N OUT.json [--reverse] [--rewrites] [--input OUT.npy]
 """
 import argparse
 import json
@@ -24,11 +28,23 @@ def main():
     parser.add_argument("n", type=int)
     parser.add_argument("out")
     parser.add_argument("--reverse", action="store_true")
+    parser.add_argument("--rewrites", action="store_true")
     parser.add_argument("--input")
     args = parser.parse_args()
     nodes = []
     previous = "x"
-    for i in range(args.n):
+    for i in range(args.n // 7 if args.rewrites else 0):
+        nodes += [
+            {"op": "neg", "name": f"c{i}", "inputs": ["b"]},
+            {"op": "add", "name": f"a{i}", "inputs": [previous, f"c{i}"]},
+            {"op": "sigmoid", "name": f"s{i}", "inputs": [f"a{i}"]},
+            {"op": "sigmoid", "name": f"t{i}", "inputs": [f"a{i}"]},
+            {"op": "add", "name": f"m{i}", "inputs": [f"s{i}", f"t{i}"]},
+            {"op": "dense", "name": f"d{i}", "inputs": [f"m{i}", "w", "wb"]},
+            {"op": "batch_norm", "name": f"n{i}", "inputs": [f"d{i}", "g", "beta", "mean", "var"]},
+        ]
+        previous = f"n{i}"
+    for i in range(0 if args.rewrites else args.n):
         op, attrs = CYCLE[i % len(CYCLE)]
         node = {"op": op, "name": f"n{i}", "inputs": [previous] + (["b"] if op == "add" else [])}
         if attrs:
@@ -40,7 +56,13 @@ def main():
     model = {
         "format": "kiln.model", "version": 1, "name": f"chain{args.n}",
         "inputs": [{"name": "x", "dtype": "f32", "shape": [1, 8]}],
-        "parameters": [{"name": "b", "shape": [1, 8], "init": {"kind": "constant", "value": 0.001}}],
+        "parameters": [{"name": "b", "shape": [1, 8], "init": {"kind": "constant", "value": 0.001}}]
+        + ([{"name": "w", "shape": [8, 8], "init": {"kind": "glorot_uniform", "seed": 1}},
+            {"name": "wb", "shape": [8], "init": {"kind": "zeros"}},
+            {"name": "g", "shape": [8], "init": {"kind": "ones"}},
+            {"name": "beta", "shape": [8], "init": {"kind": "zeros"}},
+            {"name": "mean", "shape": [8], "init": {"kind": "zeros"}},
+            {"name": "var", "shape": [8], "init": {"kind": "ones"}}] if args.rewrites else []),
         "nodes": nodes,
         "outputs": [previous],
     }

@@ -1,0 +1,28 @@
+#include "passes/rewrite_util.h"
+
+namespace kiln::passes {
+
+void rewrite_operands(ir::Node& node, const Replacements& replacements) {
+  if (replacements.empty()) return;
+  for (ir::Value*& operand : node.inputs)
+    if (auto it = replacements.find(operand); it != replacements.end()) operand = it->second;
+}
+
+void rewrite_outputs(ir::Graph& graph, const Replacements& replacements) {
+  for (ir::Value*& output : graph.outputs)
+    if (auto it = replacements.find(output); it != replacements.end()) output = it->second;
+}
+
+NameTable::NameTable(const ir::Graph& graph) {
+  for (const auto& value : graph.values())
+    if (!value->name.empty()) taken_.insert(value->name);
+}
+
+std::string NameTable::take(const std::string& base) {
+  std::string name = base;
+  for (int i = 1; taken_.count(name) > 0; ++i) name = base + "." + std::to_string(i);
+  taken_.insert(name);
+  return name;
+}
+
+}  // namespace kiln::passes
