@@ -25,15 +25,6 @@
 
 namespace kiln::codegen {
 
-std::string_view library_activation_name(LibraryActivation activation) {
-  switch (activation) {
-    case LibraryActivation::None: return "none";
-    case LibraryActivation::Relu: return "relu";
-    case LibraryActivation::GeluTanh: return "gelu_tanh";
-  }
-  return "?";
-}
-
 namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(model_json ir npy safetensors dataset onnx)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(model_json ir npy safetensors dataset onnx package)
 dir=${KILN_FUZZ_BUILD:-build-fuzz}
 jobs=${KILN_FUZZ_JOBS:-1}
 
@@ -34,7 +34,7 @@ echo "fuzz: harnesses built in $(( $(date +%s) - start ))s"
 # plus the binary seeds of tests/fuzz/seeds/. The IR dictionary is every op name of ir/ops.def.
 seeds=$dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{model_json,ir,npy,safetensors,dataset,onnx} "$dir/findings"
+mkdir -p "$seeds"/{model_json,ir,npy,safetensors,dataset,onnx,package} "$dir/findings"
 cp examples/*.json tests/lit/Inputs/*.json "$seeds/model_json/"
 cp tests/lit/Inputs/*.ir "$seeds/ir/"
 for file in tests/lit/*/*.ir; do cp "$file" "$seeds/ir/$(basename "$(dirname "$file")")_$(basename "$file")"; done
@@ -51,9 +51,31 @@ cp examples/data/*.npy tests/fuzz/seeds/npy/* "$seeds/npy/"
 cp tests/fuzz/seeds/safetensors/* "$seeds/safetensors/"
 cp tests/fuzz/seeds/dataset/* "$seeds/dataset/"
 # ONNX: the models of ONNX's own node tests (libonnx-testdata), when installed.
-for model in /usr/share/libonnx-testdata/data/node/*/model.onnx; do
-  [ -f "$model" ] && cp "$model" "$seeds/onnx/$(basename "$(dirname "$model")").onnx"
-done
+/usr/bin/python3 -c '
+import pathlib, shutil, sys
+for model in pathlib.Path("/usr/share/libonnx-testdata/data/node").glob("*/model.onnx"):
+    shutil.copyfile(model, pathlib.Path(sys.argv[1]) / (model.parent.name + ".onnx"))
+' "$seeds/onnx"
+# Packages: small ones compiled by the normal build's kiln (CI builds it before fuzzing), one
+# with PTX and one with only a cubin, and a tiny classifier's with its training step.
+kiln=${KILN_BIN:-build/kiln}
+if [ -x "$kiln" ]; then
+  /usr/bin/python3 tests/lit/Inputs/make_chain.py 4 "$seeds/package/chain.json"
+  cat >"$seeds/package/classifier.json" <<'JSON'
+{"format": "kiln.model", "version": 1, "inputs": [{"name": "x", "shape": [1, 4]}],
+ "parameters": [{"name": "w", "shape": [3, 4], "init": {"kind": "glorot_uniform", "seed": 1}},
+                {"name": "b", "shape": [3], "init": {"kind": "zeros"}}],
+ "nodes": [{"op": "dense", "name": "fc", "inputs": ["x", "w", "b"]},
+           {"op": "softmax", "name": "probs", "inputs": ["fc"]}], "outputs": ["probs"]}
+JSON
+  "$kiln" compile "$seeds/package/chain.json" --arch sm_80 -o "$seeds/package/chain.kiln" >/dev/null
+  "$kiln" compile "$seeds/package/chain.json" --arch sm_90 --no-ptx -o "$seeds/package/chain_cubin.kiln" >/dev/null
+  "$kiln" compile "$seeds/package/classifier.json" --arch sm_80 --no-ptx --train --batch-size 2 \
+      -o "$seeds/package/classifier_train.kiln" >/dev/null
+  rm "$seeds/package/"*.json
+else
+  echo "fuzz: no $kiln (build it first): the package harness starts from an empty corpus" >&2
+fi
 # Past findings stay in the corpus: each must keep running clean.
 cp tests/fuzz/regressions/model_json-* "$seeds/model_json/"
 {
@@ -69,7 +91,7 @@ cp tests/fuzz/regressions/model_json-* "$seeds/model_json/"
 declare -A dict=([model_json]=tests/fuzz/json.dict [safetensors]=tests/fuzz/json.dict
                  [ir]=$dir/ir.dict [npy]=tests/fuzz/npy.dict)
 declare -A max_len=([model_json]=65536 [ir]=16384 [npy]=4096 [safetensors]=4096 [dataset]=4096
-                 [onnx]=16384)
+                 [onnx]=16384 [package]=131072)
 
 run_one() {
   local harness=$1 corpus=$dir/corpus/$1 log=$dir/fuzz_$1.log
