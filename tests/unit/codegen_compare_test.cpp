@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "codegen_test_util.h"
+#include "ir/diagnostic.h"
 #include "ir/printer.h"
 #include "passes/pass_manager.h"
 
@@ -246,7 +247,7 @@ TEST(CodegenCompare, GatherElements) {
   EXPECT_EQ(got[0].get(4), x[0]);
   // An index outside [-dim, dim) is a located run-time error in the reference.
   named["i"] = tensor(DType::I64, {2, 4}, {0, 0, 0, 3, 0, 0, 0, 0});
-  EXPECT_THROW(eval::run_reference(graph, named), Error);
+  EXPECT_THROW(eval::run_reference(graph, named), kiln::Error);
 }
 
 // An attention-style mask through -O1: the comparison, where and the math around them fuse
