@@ -145,7 +145,26 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::Clip:
     case OpId::BiasAdd:
     case OpId::Scale:
-    case OpId::AbsGrad: return per_result<1>;
+    case OpId::AbsGrad:
+    // Comparisons, logic, selections and the float predicates: one operation per element.
+    case OpId::Equal:
+    case OpId::Less:
+    case OpId::LessEqual:
+    case OpId::Greater:
+    case OpId::GreaterEqual:
+    case OpId::LogicalAnd:
+    case OpId::LogicalOr:
+    case OpId::LogicalXor:
+    case OpId::LogicalNot:
+    case OpId::Where:
+    case OpId::IsNan:
+    case OpId::IsInf: return per_result<1>;
+    // pow (exp and log) and the remainder with its sign fix-up: a few operations per element.
+    case OpId::Power: return per_result<4>;
+    case OpId::Mod: return per_result<3>;
+    // One comparison per element of x.
+    case OpId::Argmax:
+    case OpId::Argmin: return reduce_flops;
 #define KILN_OP(...)
 #define KILN_ACTIVATION(Id, ...) case OpId::Id##Grad:
 #include "ir/ops.def"
@@ -158,7 +177,8 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::Concat:
     case OpId::Slice:
     case OpId::BroadcastTo:
-    case OpId::SliceGrad: return no_flops;
+    case OpId::SliceGrad:
+    case OpId::GatherElements: return no_flops;
     case OpId::Dropout: return dropout_flops;
     // Products: a multiply-add (2) per weight and result element.
     case OpId::Conv2d: return conv2d_flops;

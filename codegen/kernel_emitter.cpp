@@ -11,7 +11,17 @@ namespace kiln::codegen {
 namespace {
 
 // The registration hooks of codegen/kernels/, each a family of ops with its own table.
-enum class EmitterFamily { Elementwise, Shape, Reduce, Nn, NormTrain, Optimizer, Grad, Fused };
+enum class EmitterFamily {
+  Elementwise,
+  Index,
+  Shape,
+  Reduce,
+  Nn,
+  NormTrain,
+  Optimizer,
+  Grad,
+  Fused
+};
 
 // Which family emits `op`'s kernel. A switch without a default: a new row in ir/ops.def does
 // not compile (-Wswitch; an error with -Werror, as CI builds) until it is placed here, and the
@@ -28,7 +38,26 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Maximum:
     case OpId::Minimum: case OpId::Neg: case OpId::Abs: case OpId::Clip: case OpId::Cast:
     case OpId::Dropout:
+    case OpId::Power:
+    case OpId::Mod:
+    case OpId::Equal:
+    case OpId::Less:
+    case OpId::LessEqual:
+    case OpId::Greater:
+    case OpId::GreaterEqual:
+    case OpId::LogicalAnd:
+    case OpId::LogicalOr:
+    case OpId::LogicalXor:
+    case OpId::LogicalNot:
+    case OpId::Where:
+    case OpId::IsNan:
+    case OpId::IsInf:
       return EmitterFamily::Elementwise;
+    // index.cpp
+    case OpId::Argmax:
+    case OpId::Argmin:
+    case OpId::GatherElements:
+      return EmitterFamily::Index;
     case OpId::Reshape: case OpId::Flatten: case OpId::Transpose: case OpId::Concat:
     case OpId::Slice:
       return EmitterFamily::Shape;
@@ -67,6 +96,7 @@ EmitterTable make_table(void (*add_emitters)(EmitterTable&)) {
 
 const EmitterTable& family_table(EmitterFamily family) {
   static const EmitterTable elementwise = make_table(add_elementwise_emitters);
+  static const EmitterTable index = make_table(add_index_emitters);
   static const EmitterTable shape = make_table(add_shape_emitters);
   static const EmitterTable reduce = make_table(add_reduce_emitters);
   static const EmitterTable nn = make_table(add_nn_emitters);
@@ -76,6 +106,7 @@ const EmitterTable& family_table(EmitterFamily family) {
   static const EmitterTable fused = make_table(add_fused_emitters);
   switch (family) {
     case EmitterFamily::Elementwise: return elementwise;
+    case EmitterFamily::Index: return index;
     case EmitterFamily::Shape: return shape;
     case EmitterFamily::Reduce: return reduce;
     case EmitterFamily::Nn: return nn;

@@ -74,6 +74,7 @@ void add_optimizer_emitters(EmitterTable& table);  // sgd_update, adam_update, a
 void add_grad_emitters(EmitterTable& table);       // backward ops of ir/ops/grad_ops.cpp
 void add_grad_shape_emitters(EmitterTable& table); // slice_grad; add_grad_emitters calls it
 void add_fused_emitters(EmitterTable& table);      // "kernel" nodes (ir/kernel_region.h)
+void add_index_emitters(EmitterTable& table);      // argmax, argmin, gather_elements
 
 // The parameter name of operand `i` in an op's own kernel: the registry's input name, numbered
 // when the op is variadic ("x", "weight", "x0", "x1").

@@ -98,9 +98,66 @@ Statements integer_div(DType dtype) {
   return with_limits(dtype, std::move(body));
 }
 
+// The remainder with the divisor's sign (fmod = false) or the dividend's (fmod = true).
+Statements mod_statements(DType dtype, bool fmod) {
+  Statements body;
+  if (ir::is_floating(dtype)) {
+    body.push_back("T r = fmod(lhs, rhs);");
+  } else {
+    body.push_back("// Modulo by zero is a run-time error in the reference; on the GPU it gives 0.");
+    body.push_back("// x % -1 is 0 (and kMin % -1 would overflow).");
+    body.push_back("if (rhs == 0 || rhs == -1) return 0;");
+    body.push_back("T r = lhs % rhs;");
+  }
+  if (!fmod) {
+    body.push_back("// The remainder takes the divisor's sign (Python's %).");
+    body.push_back("if (r != 0 && ((r < 0) != (rhs < 0))) r += rhs;");
+  }
+  body.push_back("return r;");
+  body.insert(body.begin(), fmt::format("using T = {};", compute_type(dtype)));
+  return body;
+}
+
+// Comparisons, logic on bool and the float predicates: bool results (int in compute type).
+std::optional<ElementFn> predicate_fn(const ir::Node& node) {
+  using ir::OpId;
+  const char* symbol = nullptr;
+  switch (node.op) {
+    case OpId::Equal: symbol = "=="; break;
+    case OpId::Less: symbol = "<"; break;
+    case OpId::LessEqual: symbol = "<="; break;
+    case OpId::Greater: symbol = ">"; break;
+    case OpId::GreaterEqual: symbol = ">="; break;
+    case OpId::LogicalAnd: return ElementFn{"logical_and of two bools", {"return lhs && rhs;"}};
+    case OpId::LogicalOr: return ElementFn{"logical_or of two bools", {"return lhs || rhs;"}};
+    case OpId::LogicalXor:
+      return ElementFn{"logical_xor of two bools", {"return (lhs != 0) != (rhs != 0);"}};
+    case OpId::LogicalNot: return ElementFn{"logical_not of a bool", {"return value == 0;"}};
+    // Written as a comparison (no fast-math on either compiler keeps it): NaN is unequal to itself.
+    case OpId::IsNan: return ElementFn{"is_nan", {"return value != value;"}};
+    case OpId::IsInf: {
+      const bool positive = attr<bool>(node, "detect_positive");
+      const bool negative = attr<bool>(node, "detect_negative");
+      std::string test = positive && negative ? "value == INFINITY || value == -INFINITY"
+                         : positive           ? "value == INFINITY"
+                         : negative           ? "value == -INFINITY"
+                                              : "";
+      const std::string summary = fmt::format(
+          "is_inf (detect_positive = {}, detect_negative = {})", positive, negative);
+      if (test.empty()) return ElementFn{summary, {"(void)value;", "return false;"}};
+      return ElementFn{summary, {"return " + test + ";"}};
+    }
+    default: return std::nullopt;
+  }
+  return ElementFn{fmt::format("{} of one element pair, in {}; NaN compares false", node.op,
+                               compute_type(node.inputs[0]->type.dtype)),
+                   {fmt::format("return lhs {} rhs;", symbol)}};
+}
+
 ElementFn binary_fn(ir::OpId op, DType dtype) {
   const bool is_float = ir::is_floating(dtype);
   const std::string summary = fmt::format("{} of one element pair, in {}", op, compute_type(dtype));
+  if (op == ir::OpId::Power) return {summary, {"return pow(lhs, rhs);"}};
   if (op == ir::OpId::Maximum || op == ir::OpId::Minimum) {
     if (is_float)
       return {summary + "; NaN propagates as in torch." + ir::to_string(op),
@@ -257,7 +314,17 @@ std::optional<ElementFn> element_fn(const ir::Node& node) {
   using ir::OpId;
   if (!node.def->forward_expr.empty()) return scalar_row_fn(node);
   const DType dtype = node.inputs[0]->type.dtype;
+  if (std::optional<ElementFn> fn = predicate_fn(node)) return fn;
   switch (node.op) {
+    case OpId::Power: return binary_fn(node.op, dtype);
+    case OpId::Mod: {
+      const bool fmod = attr<bool>(node, "fmod");
+      return ElementFn{fmt::format("mod of one element pair, in {} (fmod = {})", compute_type(dtype),
+                                   fmod),
+                       mod_statements(dtype, fmod)};
+    }
+    case OpId::Where:
+      return ElementFn{"where: a where the condition holds, else b", {"return cond ? lhs : rhs;"}};
     case OpId::Add:
     case OpId::Sub:
     case OpId::Mul:
@@ -289,6 +356,13 @@ void add_elementwise_emitters(EmitterTable& table) {
     return emit_map_kernel(request, clip_fn(request.node));
   });
   table.emplace_back(OpId::Cast, emit_cast);
+  // Power, mod, comparisons, logic, where, is_nan, is_inf: map kernels of their element_fn.
+  for (const OpId op : {OpId::Power, OpId::Mod, OpId::Equal, OpId::Less, OpId::LessEqual,
+                        OpId::Greater, OpId::GreaterEqual, OpId::LogicalAnd, OpId::LogicalOr,
+                        OpId::LogicalXor, OpId::LogicalNot, OpId::Where, OpId::IsNan, OpId::IsInf})
+    table.emplace_back(op, [](const KernelRequest& request) {
+      return emit_map_kernel(request, *element_fn(request.node));
+    });
   table.emplace_back(OpId::Dropout, emit_dropout);
 }
 

@@ -9,16 +9,13 @@ namespace {
 constexpr int64_t kVectorWidth = 4;
 constexpr int64_t kVectorBytes = 16;
 
-const char* const kUnaryParams[] = {"value"};
-const char* const kBinaryParams[] = {"lhs", "rhs"};
-
 void emit_apply_lambda(BodyWriter& w, const ir::Node& node, const ElementFn& fn) {
   const size_t arity = node.inputs.size();
-  KILN_CHECK(arity == 1 || arity == 2) << node.describe() << ": map kernels take 1 or 2 operands";
+  KILN_CHECK(arity >= 1 && arity <= 3) << node.describe() << ": map kernels take 1 to 3 operands";
   std::string params;
   for (size_t i = 0; i < arity; ++i)
     params += fmt::format("{}{} {}", i ? ", " : "", compute_type(node.inputs[i]->type.dtype),
-                          arity == 1 ? kUnaryParams[i] : kBinaryParams[i]);
+                          element_param_name(arity, i));
   w.comment(fn.summary);
   w.open("const auto apply = []({}) -> {}", params, compute_type(node.results[0]->type.dtype));
   for (const std::string& statement : fn.statements) w.line(statement);
@@ -47,6 +44,14 @@ void emit_vector_loop(BodyWriter& w, const KernelRequest& request, std::string_v
 }
 
 }  // namespace
+
+const char* element_param_name(size_t arity, size_t i) {
+  static const char* const kUnary[] = {"value"};
+  static const char* const kBinary[] = {"lhs", "rhs"};
+  static const char* const kTernary[] = {"cond", "lhs", "rhs"};
+  KILN_CHECK(arity >= 1 && arity <= 3 && i < arity) << "element functions take 1 to 3 operands";
+  return arity == 1 ? kUnary[i] : arity == 2 ? kBinary[i] : kTernary[i];
+}
 
 KernelSpec emit_map_kernel(const KernelRequest& request, const ElementFn& fn) {
   const ir::Node& node = request.node;

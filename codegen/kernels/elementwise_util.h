@@ -20,11 +20,15 @@
 namespace kiln::codegen {
 
 // What `apply` computes: its body statements, in the operands' compute types (parameter
-// names `value` for one operand, `lhs` and `rhs` for two), returning the result's compute type.
+// names: element_param_name), returning the result's compute type.
 struct ElementFn {
   std::string summary;                  // comment above the lambda
   std::vector<std::string> statements;  // one per line, the last one a return
 };
+
+// The name of operand `i` of an element function with `arity` operands: `value`; `lhs`, `rhs`;
+// `cond`, `lhs`, `rhs` (where).
+const char* element_param_name(size_t arity, size_t i);
 
 // What `apply` computes for one elementwise or broadcast node (binary arithmetic, bias_add,
 // activations, unary math, clip, cast, dropout at inference), for fused kernels to compose;

@@ -141,12 +141,10 @@ void emit_element_lambda(BodyWriter& w, const ir::Node& node, const Names& names
   if (!fn)
     throw Error(node.loc.render(), node.describe() + ": codegen cannot fuse op '" + ir::to_string(node.op) +
                                        "' into a kernel's element computation");
-  static const char* const kUnary[] = {"value"};
-  static const char* const kBinary[] = {"lhs", "rhs"};
   std::string params;
   for (size_t i = 0; i < node.inputs.size(); ++i)
     params += fmt::format("{}{} {}", i ? ", " : "", compute_type(node.inputs[i]->type.dtype),
-                          node.inputs.size() == 1 ? kUnary[i] : kBinary[i]);
+                          element_param_name(node.inputs.size(), i));
   // Summaries often start with the op's name ("relu: ..."): don't say it twice.
   const std::string prefix = ir::to_string(node.op) + ": ";
   w.comment(node.describe() + ": " +

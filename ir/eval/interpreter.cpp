@@ -16,7 +16,18 @@ std::vector<ir::Tensor> run_kernel_body(const ir::Node& node,
                                         const std::vector<const ir::Tensor*>& operands);
 
 // The kernels_*.cpp files, each a family of ops with its own table.
-enum class KernelFamily { Elementwise, Nn, NnGrad, Shape, Reduce, Grad, Optimizer, NormTrain, Fused };
+enum class KernelFamily {
+  Elementwise,
+  Index,
+  Nn,
+  NnGrad,
+  Shape,
+  Reduce,
+  Grad,
+  Optimizer,
+  NormTrain,
+  Fused
+};
 
 // Which family evaluates `op`. A switch without a default: a new row in ir/ops.def does not
 // compile (-Wswitch; an error with -Werror, as CI builds) until it is placed here, and the
@@ -33,7 +44,25 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Maximum:
     case OpId::Minimum: case OpId::Neg: case OpId::Abs: case OpId::Clip: case OpId::Cast:
     case OpId::Dropout:
+    case OpId::Power:
+    case OpId::Mod:
       return KernelFamily::Elementwise;
+    case OpId::Equal:
+    case OpId::Less:
+    case OpId::LessEqual:
+    case OpId::Greater:
+    case OpId::GreaterEqual:
+    case OpId::LogicalAnd:
+    case OpId::LogicalOr:
+    case OpId::LogicalXor:
+    case OpId::LogicalNot:
+    case OpId::Where:
+    case OpId::IsNan:
+    case OpId::IsInf:
+    case OpId::Argmax:
+    case OpId::Argmin:
+    case OpId::GatherElements:
+      return KernelFamily::Index;
     case OpId::Conv2d: case OpId::Matmul: case OpId::Dense: case OpId::BiasAdd:
     case OpId::MaxPool2d: case OpId::AvgPool2d: case OpId::GlobalAvgPool: case OpId::BatchNorm:
     case OpId::LayerNorm: case OpId::Softmax: case OpId::LogSoftmax:
@@ -70,6 +99,7 @@ KernelTable make_table(void (*add_kernels)(KernelTable&)) {
 
 const KernelTable& family_table(KernelFamily family) {
   static const KernelTable elementwise = make_table(add_elementwise_kernels);
+  static const KernelTable index = make_table(add_index_kernels);
   static const KernelTable nn = make_table(add_nn_kernels);
   static const KernelTable nn_grad = make_table(add_nn_grad_kernels);
   static const KernelTable shape = make_table(add_shape_kernels);
@@ -80,6 +110,7 @@ const KernelTable& family_table(KernelFamily family) {
   static const KernelTable fused = {{ir::OpId::Kernel, run_kernel_body}};
   switch (family) {
     case KernelFamily::Elementwise: return elementwise;
+    case KernelFamily::Index: return index;
     case KernelFamily::Nn: return nn;
     case KernelFamily::NnGrad: return nn_grad;
     case KernelFamily::Shape: return shape;

@@ -32,6 +32,8 @@ void add_grad_kernels(KernelTable& table);  // backward ops (kernels_grad*.cpp)
 void add_optimizer_kernels(KernelTable& table);
 void add_norm_train_kernels(KernelTable& table);  // kernels_norm_train.cpp
 void add_nn_grad_kernels(KernelTable& table);  // kernels_nn_grad.cpp (conv2d, pools)
+// kernels_index.cpp: comparisons, logic, where, is_nan/is_inf, argmax/argmin, gather_elements
+void add_index_kernels(KernelTable& table);
 
 namespace ref {
 

@@ -1,7 +1,9 @@
 // Reference kernels for elementwise and broadcasting ops: arithmetic, activations, unary math,
 // cast and dropout. Semantics follow docs/ops.md (PyTorch's, computed in double).
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <numbers>
 
 #include "ir/op_registry.h"
@@ -116,6 +118,50 @@ Results integer_div(const ir::Node& node, const Inputs& in) {
   });
 }
 
+// The remainder of a / b. With fmod it takes a's sign (C's % and fmod); without, b's (Python's
+// %, ONNX Mod's integer default).
+template <typename T>
+T remainder_of(T a, T b, bool fmod) {
+  T r;
+  if constexpr (std::is_integral_v<T>) {
+    // kI64Min % -1 overflows in C; the remainder is 0.
+    r = b == -1 ? T(0) : a % b;
+  } else {
+    r = std::fmod(a, b);
+  }
+  if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+// Integers exactly (i64 through its bits, not a double); floats in double.
+Results mod(const ir::Node& node, const Inputs& in) {
+  const bool fmod = ref::attr_bool(node, "fmod");
+  if (in[0]->dtype() != ir::DType::I64) {
+    const bool integer = ir::is_integer(in[0]->dtype());
+    return map_binary(node, in, [&](double a, double b) {
+      if (!integer) return remainder_of(a, b, fmod);
+      if (b == 0) ref::node_error(node, "integer modulo by zero");
+      return static_cast<double>(
+          remainder_of(static_cast<int64_t>(a), static_cast<int64_t>(b), fmod));
+    });
+  }
+  ir::Tensor out(ref::result_type(node));
+  auto get = [](const ir::Tensor& t, int64_t i) {
+    int64_t value;
+    std::memcpy(&value, t.data() + i * sizeof(int64_t), sizeof(int64_t));
+    return value;
+  };
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    const std::vector<int64_t> index = ref::unravel(i, out.shape());
+    const int64_t a = get(*in[0], ref::broadcast_source(index, in[0]->shape()));
+    const int64_t b = get(*in[1], ref::broadcast_source(index, in[1]->shape()));
+    if (b == 0) ref::node_error(node, "integer modulo by zero");
+    const int64_t r = remainder_of(a, b, fmod);
+    std::memcpy(out.data() + i * sizeof(int64_t), &r, sizeof(int64_t));
+  }
+  return {std::move(out)};
+}
+
 }  // namespace
 
 void add_elementwise_kernels(KernelTable& table) {
@@ -128,6 +174,8 @@ void add_elementwise_kernels(KernelTable& table) {
     return map_binary(node, in, [](double a, double b) { return a / b; });
   };
   table[ir::OpId::Maximum] = binary(maximum);
+  table[ir::OpId::Power] = binary([](double a, double b) { return std::pow(a, b); });
+  table[ir::OpId::Mod] = mod;
   table[ir::OpId::Minimum] = binary(minimum);
 
   table[ir::OpId::Neg] = unary([](double x) { return -x; });

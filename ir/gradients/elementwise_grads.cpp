@@ -27,6 +27,62 @@ GradFn unary_backward_op(OpId op, bool saves_result, std::vector<std::string> at
   };
 }
 
+// The derivatives of the trigonometric and hyperbolic functions, written with the ops
+// themselves (no constants needed): the inverse functions' derivatives read the result y, as
+// 1 / sqrt(1 - x^2) = 1 / cos(asin x), 1 / (1 + x^2) = cos(atan x)^2, and so on.
+void add_trigonometric_rules(OpRegistry& registry) {
+  auto unary = [](OpId op) {
+    return [op](GradBuilder& b, Value* v) { return b.op(op, {v}); };
+  };
+  auto sin = unary(OpId::Sin), cos = unary(OpId::Cos), sinh = unary(OpId::Sinh),
+       cosh = unary(OpId::Cosh);
+  auto square = [](GradBuilder& b, Value* v) { return b.op(OpId::Mul, {v, v}); };
+  set_rule(registry, OpId::Sin, "dy * cos(x)",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Mul, {dy[0], cos(b, x_of(n))})};
+  });
+  set_rule(registry, OpId::Cos, "-(dy * sin(x))",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Neg, {b.op(OpId::Mul, {dy[0], sin(b, x_of(n))})})};
+  });
+  set_rule(registry, OpId::Tan, "dy / cos(x)^2",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Div, {dy[0], square(b, cos(b, x_of(n)))})};
+  });
+  set_rule(registry, OpId::Asin, "dy / cos(y)",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Div, {dy[0], cos(b, y_of(n))})};
+  });
+  set_rule(registry, OpId::Acos, "-(dy / sin(y))",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Neg, {b.op(OpId::Div, {dy[0], sin(b, y_of(n))})})};
+  });
+  set_rule(registry, OpId::Atan, "dy * cos(y)^2",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Mul, {dy[0], square(b, cos(b, y_of(n)))})};
+  });
+  set_rule(registry, OpId::Sinh, "dy * cosh(x)",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Mul, {dy[0], cosh(b, x_of(n))})};
+  });
+  set_rule(registry, OpId::Cosh, "dy * sinh(x)",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Mul, {dy[0], sinh(b, x_of(n))})};
+  });
+  set_rule(registry, OpId::Asinh, "dy / cosh(y)",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Div, {dy[0], cosh(b, y_of(n))})};
+  });
+  set_rule(registry, OpId::Acosh, "dy / sinh(y)",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Div, {dy[0], sinh(b, y_of(n))})};
+  });
+  set_rule(registry, OpId::Atanh, "dy * cosh(y)^2",
+           [=](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    return {b.op(OpId::Mul, {dy[0], square(b, cosh(b, y_of(n)))})};
+  });
+}
+
 }  // namespace
 
 void add_elementwise_rules(OpRegistry& registry) {
@@ -115,6 +171,15 @@ void add_elementwise_rules(OpRegistry& registry) {
     if (p == 1.0) return {dy[0]};
     Value* power = b.op(OpId::Pow, {x_of(n)}, {{"exponent", p - 1.0}});
     return {b.scale(b.op(OpId::Mul, {dy[0], power}), p)};
+  });
+  add_trigonometric_rules(registry);
+  // The condition selects which operand each element of dy goes to; it has no gradient.
+  set_rule(registry, OpId::Where,
+           "da = unbroadcast(where(condition, dy, 0)), db = unbroadcast(where(condition, 0, dy))",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    Value* zeros = b.scale(dy[0], 0.0);
+    return {nullptr, b.sum_to(b.op(OpId::Where, {n.inputs[0], dy[0], zeros}), shape_of(n, 1)),
+            b.sum_to(b.op(OpId::Where, {n.inputs[0], zeros, dy[0]}), shape_of(n, 2))};
   });
   // A float-to-float cast's gradient is cast back; integer operands get none.
   set_rule(registry, OpId::Cast,

@@ -28,6 +28,13 @@ Types infer_binary(const InferContext& ctx) {
   return {TensorType{ctx.inputs[0].dtype, *out}};
 }
 
+Types infer_float_binary(const InferContext& ctx) {
+  require_float(ctx, 0);
+  require_float(ctx, 1);
+  require_same_dtype(ctx, 0, 1);
+  return infer_binary(ctx);
+}
+
 Types infer_float_unary(const InferContext& ctx) {
   require_float(ctx, 0);
   return {ctx.inputs[0]};

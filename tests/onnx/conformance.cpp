@@ -4,6 +4,12 @@
 // (rtol 1e-3, atol 1e-7). Nothing is skipped: a test that cannot pass is listed with the reason
 // (the importer's or evaluator's error message, shortened).
 //
+// A fixed sample of the node tests that pass on the evaluator also runs on the host backend:
+// the imported graph emitted as CUDA C++ (one kernel per op, no passes), compiled by the host
+// C++ compiler with the host prelude and run on the CPU, compared the same way. Every host
+// program costs a compile of about a second, so the sample is kHostSample tests, every k-th
+// passing node test in name order.
+//
 //   onnx_conformance DATA_DIR --write docs/onnx-support.md   regenerate the table
 //   onnx_conformance DATA_DIR --check docs/onnx-support.md   fail when the pass count dropped
 //                                                            below the doc's, or the doc is stale
@@ -19,12 +25,15 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/emit.h"
 #include "compiler/import/onnx/onnx_context.h"
 #include "compiler/import/onnx/onnx_importer.h"
 #include "compiler/import/onnx/onnx_tensor.h"
 #include "ir/diagnostic.h"
 #include "ir/eval/interpreter.h"
 #include "ir/op_registry.h"
+#include "runtime/executor/host_executor.h"
+#include "runtime/host/host_module.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -34,6 +43,7 @@ namespace {
 constexpr double kRtol = 1e-3;
 constexpr double kAtol = 1e-7;
 const char* const kCategories[] = {"node", "pytorch-converted", "pytorch-operator", "simple", "real"};
+constexpr size_t kHostSample = 20;
 
 struct Result {
   std::string category;
@@ -41,6 +51,7 @@ struct Result {
   std::string op;  // the op a node test exercises ("" for model tests)
   bool pass = false;
   std::string why;
+  fs::path dir;
 };
 
 std::string read_file(const fs::path& path) {
@@ -90,7 +101,7 @@ std::string compare(const ir::Tensor& got, const ir::Tensor& want) {
 }
 
 Result run_test(const std::string& category, const fs::path& dir) {
-  Result result{category, dir.filename().string(), "", false, ""};
+  Result result{category, dir.filename().string(), "", false, "", dir};
   const fs::path model_path = dir / "model.onnx";
   if (!fs::exists(model_path)) {
     result.why = "model not shipped: the package has only its download URL (data.json)";
@@ -169,6 +180,75 @@ Result run_test(const std::string& category, const fs::path& dir) {
   return result;
 }
 
+// The test's first data set on the host backend; `result` passed on the evaluator, so the
+// model parses and its inputs are tensors.
+Result run_on_host(const Result& reference) {
+  Result result = reference;
+  result.pass = false;
+  const std::string bytes = read_file(reference.dir / "model.onnx");
+  onnx::ModelProto model;
+  model.ParseFromString(bytes);
+  std::set<std::string> initializers;
+  for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
+  std::vector<std::string> inputs;
+  for (const auto& input : model.graph().input())
+    if (!initializers.count(input.name())) inputs.push_back(input.name());
+  const fs::path data_set = reference.dir / "test_data_set_0";
+  try {
+    std::map<std::string, ir::Tensor> feeds;
+    compiler::ImportOptions options;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const fs::path file = data_set / ("input_" + std::to_string(i) + ".pb");
+      if (!fs::exists(file)) continue;
+      ir::Tensor tensor = read_tensor(file);
+      options.input_shapes[inputs[i]] = tensor.shape();
+      options.input_values[inputs[i]] = tensor;
+      feeds.emplace(inputs[i], std::move(tensor));
+    }
+    const ir::Graph graph = compiler::import_onnx(bytes, "model.onnx", reference.dir.string(), options);
+    const codegen::Program program = codegen::emit_program(graph);
+    const runtime::host::HostModule module =
+        runtime::host::HostModule::compile(program.source, reference.test, nullptr);
+    std::vector<ir::Tensor> input_tensors, parameters;
+    for (const ir::Value* input : graph.inputs) input_tensors.push_back(feeds.at(input->name));
+    for (const ir::Value* param : graph.parameters) parameters.push_back(*param->data);
+    runtime::host::HostOptions host_options;
+    host_options.strict = true;
+    const std::vector<ir::Tensor> got =
+        runtime::host::run_program(program, module, input_tensors, parameters, host_options);
+    for (int i = 0; i < model.graph().output_size(); ++i) {
+      const ir::Tensor want = read_tensor(data_set / ("output_" + std::to_string(i) + ".pb"));
+      const std::string mismatch = compare(got.at(static_cast<size_t>(i)), want);
+      if (!mismatch.empty()) {
+        result.why = "output '" + model.graph().output(i).name() + "': " + mismatch;
+        return result;
+      }
+    }
+    result.pass = true;
+    result.why = "";
+  } catch (const Error& error) {
+    result.why = shorten(error.what());
+  } catch (const InternalError& error) {
+    result.why = "internal error: " + shorten(error.what());
+  } catch (const std::exception& error) {
+    result.why = "exception: " + shorten(error.what());
+  }
+  return result;
+}
+
+// Every k-th node test that passes on the evaluator, kHostSample of them, in name order.
+std::vector<Result> host_sample(const std::vector<Result>& results) {
+  std::vector<const Result*> passing;
+  for (const Result& r : results)
+    if (r.category == "node" && r.pass) passing.push_back(&r);
+  std::vector<Result> sample;
+  if (passing.empty()) return sample;
+  const size_t step = std::max<size_t>(1, passing.size() / kHostSample);
+  for (size_t i = 0; i < passing.size() && sample.size() < kHostSample; i += step)
+    sample.push_back(run_on_host(*passing[i]));
+  return sample;
+}
+
 // A broad class of failure reasons, for the summary table.
 std::string failure_class(const std::string& why) {
   const auto has = [&](const char* text) { return why.find(text) != std::string::npos; };
@@ -188,7 +268,7 @@ std::string failure_class(const std::string& why) {
   return "other (see the test list)";
 }
 
-std::string render(const std::vector<Result>& results) {
+std::string render(const std::vector<Result>& results, const std::vector<Result>& host) {
   std::ostringstream out;
   out << "# ONNX support\n\n"
       << "<!-- Generated by `cmake --build build --target onnx-support` (tests/onnx/conformance.cpp);\n"
@@ -214,6 +294,18 @@ std::string render(const std::vector<Result>& results) {
   out << "| **all** | " << all << " | " << all_pass << " | " << all - all_pass << " | "
       << (all ? 100 * all_pass / all : 0) << " % |\n\n"
       << "Passing tests: " << all_pass << "\n\n";
+
+  int host_pass = 0;
+  for (const Result& r : host) host_pass += r.pass;
+  out << "## Host backend sample\n\n"
+      << "A fixed sample of the node tests that pass on the evaluator (every k-th in name order,\n"
+      << host.size() << " tests), also emitted as CUDA C++ (one kernel per op, no passes),\n"
+      << "compiled for the CPU with the host prelude and run there on the first data set: "
+      << host_pass << " of " << host.size() << " pass.\n\n"
+      << "| test | host backend | why |\n|---|---|---|\n";
+  for (const Result& r : host)
+    out << "| " << r.test << " | " << (r.pass ? "pass" : "fail") << " | " << r.why << " |\n";
+  out << "\n";
 
   // Why tests fail, in broad classes: what is out of scope (strings, sequences, training ops)
   // is counted here, never hidden.
@@ -287,7 +379,7 @@ int main(int argc, char** argv) {
     std::sort(tests.begin(), tests.end());
     for (const fs::path& test : tests) results.push_back(run_test(category, test));
   }
-  const std::string text = render(results);
+  const std::string text = render(results, host_sample(results));
   const int passing = doc_pass_count(text);
   std::cout << "onnx conformance: " << passing << " of " << results.size() << " tests pass\n";
   if (mode == "--write") {

@@ -276,6 +276,82 @@ def activation_row_cases():
                      lambda d, s, x=x, fn=fn: vjp(fn, x.double(), d))
 
 
+def compare_index_cases():
+    """Comparisons, logic, where, the float predicates, the trigonometric and rounding rows,
+    power, mod, the arg reductions and gather_elements.
+
+    Generated after every earlier family, so that their random inputs stay what they were."""
+    compare = {"equal": torch.eq, "less": torch.lt, "less_equal": torch.le,
+               "greater": torch.gt, "greater_equal": torch.ge}
+    for op, fn in compare.items():
+        a, b = randn(3, 4), randn(4)
+        b[1] = a[0, 1]  # a tie
+        add_case(f"{op}_f32_bcast", op, {}, [a, b], fn, out_dtype="bool")
+        add_case(f"{op}_i64", op, {}, [randint(-3, 3, 2, 5, dtype=torch.int64),
+                                       randint(-3, 3, 5, dtype=torch.int64)], fn, out_dtype="bool")
+    p, q = randn(2, 3, 4) > 0, randn(3, 1) > 0
+    for op, fn in (("logical_and", torch.logical_and), ("logical_or", torch.logical_or),
+                   ("logical_xor", torch.logical_xor)):
+        add_case(f"{op}_bcast", op, {}, [p, q], fn)
+    add_case("logical_not", "logical_not", {}, [p], torch.logical_not)
+    add_case("where_f32_bcast", "where", {}, [randn(3, 1) > 0, randn(3, 4), randn(4)],
+             torch.where, out_dtype="f32")
+    add_case("where_i32", "where", {}, [randn(6) > 0, randint(-9, 9, 6), randint(-9, 9, 1)],
+             torch.where, out_dtype="i32")
+    special = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -2.5, 3.0])
+    add_case("is_nan", "is_nan", {}, [special], torch.isnan, out_dtype="bool")
+    add_case("is_inf", "is_inf", {}, [special], torch.isinf, out_dtype="bool")
+    add_case("is_inf_positive", "is_inf", {"detect_negative": False}, [special], torch.isposinf,
+             out_dtype="bool")
+    add_case("is_inf_negative", "is_inf", {"detect_positive": False}, [special], torch.isneginf,
+             out_dtype="bool")
+
+    unit = lambda *s: torch.rand(s) * 1.8 - 0.9  # inside (-1, 1)
+    above_one = lambda *s: torch.rand(s) * 5 + 1.05
+    wide = lambda *s: randn(*s, scale=3)
+    math_rows = {"sin": (wide, torch.sin), "cos": (wide, torch.cos), "tan": (unit, torch.tan),
+                 "asin": (unit, torch.asin), "acos": (unit, torch.acos), "atan": (wide, torch.atan),
+                 "sinh": (wide, torch.sinh), "cosh": (wide, torch.cosh),
+                 "asinh": (wide, torch.asinh), "acosh": (above_one, torch.acosh),
+                 "atanh": (unit, torch.atanh), "floor": (wide, torch.floor),
+                 "ceil": (wide, torch.ceil), "sign": (wide, torch.sign)}
+    for op, (make, fn) in math_rows.items():
+        for shape in [(7,), (2, 3, 5), ()]:
+            add_case(f"{op}_{shape_tag(shape)}", op, {}, [make(*shape)], fn)
+    halves = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49, 3.7, -3.7])
+    add_case("round_halves_to_even", "round", {}, [halves], torch.round)
+
+    add_case("power_bcast", "power", {}, [positive(3, 4), randn(4)], torch.pow)
+    add_case("power_signed_integral", "power", {},
+             [randn(6), torch.tensor([0.0, 1.0, 2.0, 3.0, -1.0, -2.0])], torch.pow)
+    for dtype in (torch.int32, torch.int64):
+        tag = kiln_dtype(torch.empty(0, dtype=dtype))
+        a = randint(-50, 50, 3, 4, dtype=dtype)
+        b = randint(1, 9, 4, dtype=dtype) * torch.tensor([1, -1, 1, -1], dtype=dtype)
+        add_case(f"mod_{tag}", "mod", {}, [a, b], torch.remainder)
+        add_case(f"mod_{tag}_fmod", "mod", {"fmod": True}, [a, b], torch.fmod)
+    add_case("mod_f32_fmod", "mod", {"fmod": True}, [randn(3, 4, scale=5), positive(4)], torch.fmod)
+    add_case("mod_f32_python", "mod", {}, [randn(3, 4, scale=5), randn(4) + 3.0],
+             torch.remainder)
+
+    x = randn(3, 4, 5)
+    for op, fn in (("argmax", torch.argmax), ("argmin", torch.argmin)):
+        for axis in (0, 1, -1):
+            for keep in (True, False):
+                add_case(f"{op}_axis{axis}_keep{int(keep)}".replace("-", "m"), op,
+                         {"axis": axis, "keepdims": keep}, [x],
+                         lambda t, axis=axis, keep=keep, fn=fn: fn(t, dim=axis, keepdim=keep),
+                         out_dtype="i64")
+    for axis in (0, 1, -1):
+        index = randint(-3, 3, 2, 4, 5, dtype=torch.int64) if axis == 0 else \
+            randint(0, 4, 3, 2, 5, dtype=torch.int64) if axis == 1 else \
+            randint(-5, 5, 3, 4, 3, dtype=torch.int64)
+        dim = x.shape[axis]
+        add_case(f"gather_elements_axis{axis}".replace("-", "m"), "gather_elements",
+                 {"axis": axis}, [x, index],
+                 lambda t, i, axis=axis, dim=dim: torch.gather(t, axis, torch.where(i < 0, i + dim, i)))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="directory for cases.json and .npy files")
@@ -283,7 +359,8 @@ def main():
     torch.manual_seed(0)
     for generate in (elementwise_cases, conv_cases, matmul_cases, pool_cases, norm_cases,
                      shape_cases, reduce_cases, loss_cases, f16_cases, optimizer_cases,
-                     backward_op_cases, norm_train_cases, conv_pool_grad_cases, activation_row_cases):
+                     backward_op_cases, norm_train_cases, conv_pool_grad_cases, activation_row_cases,
+                     compare_index_cases):
         generate()
     count = case_writer.finish()
     print(f"wrote {count} cases to {case_writer.OUT_DIR}", file=sys.stderr)

@@ -27,7 +27,8 @@ using ir::Shape;
 using ir::TensorType;
 
 // Distinct: a shuffled grid of values 0.1 apart, so no two are within a finite-difference step.
-enum class Fill { Normal, Positive, AwayFromZero, Labels, Distinct };
+// Unit: in (-0.8, 0.8) (asin, acos, atanh, tan); AboveOne: in (1.2, 3) (acosh); Mask: bool.
+enum class Fill { Normal, Positive, AwayFromZero, Labels, Distinct, Unit, AboveOne, Mask };
 struct Operand {
   Shape shape;
   Fill fill = Fill::Normal;
@@ -42,7 +43,8 @@ struct Case {
 
 ir::Tensor random_tensor(const Operand& operand, std::mt19937& rng, int64_t classes) {
   const bool labels = operand.fill == Fill::Labels;
-  ir::Tensor t(TensorType{labels ? DType::I64 : DType::F64, operand.shape});
+  const bool mask = operand.fill == Fill::Mask;
+  ir::Tensor t(TensorType{labels ? DType::I64 : mask ? DType::Bool : DType::F64, operand.shape});
   std::normal_distribution<double> normal;
   std::uniform_real_distribution<double> uniform(0.2, 3.0);
   std::vector<double> grid(static_cast<size_t>(t.num_elements()));
@@ -53,6 +55,9 @@ ir::Tensor random_tensor(const Operand& operand, std::mt19937& rng, int64_t clas
     if (operand.fill == Fill::Positive) v = uniform(rng);
     if (operand.fill == Fill::AwayFromZero) v = std::copysign(0.15 + std::abs(v), v);
     if (operand.fill == Fill::Distinct) v = grid[static_cast<size_t>(i)];
+    if (operand.fill == Fill::Unit) v = std::uniform_real_distribution<double>(-0.8, 0.8)(rng);
+    if (operand.fill == Fill::AboveOne) v = std::uniform_real_distribution<double>(1.2, 3.0)(rng);
+    if (mask) v = static_cast<double>(rng() % 2);
     if (labels) v = static_cast<double>(rng() % classes);
     t.set(i, v);
   }
@@ -163,6 +168,10 @@ std::vector<Case> cases() {
                            "softplus", "mish", "hard_swish", "hard_sigmoid", "elu", "selu", "erf"})
       all.push_back({op, {{s, Z}}});
     for (const char* op : {"log", "sqrt", "rsqrt"}) all.push_back({op, {{s, P}}});
+    for (const char* op : {"sin", "cos", "atan", "sinh", "cosh", "asinh"})
+      all.push_back({op, {{s}}});
+    for (const char* op : {"tan", "asin", "acos", "atanh"}) all.push_back({op, {{s, Fill::Unit}}});
+    all.push_back({"acosh", {{s, Fill::AboveOne}}});
     all.push_back({"leaky_relu", {{s, Z}}, {{"alpha", 0.2}}});
     all.push_back({"gelu", {{s}}, {{"approximate", std::string("tanh")}}});
     all.push_back({"pow", {{s, P}}, {{"exponent", 2.5}}});
@@ -172,6 +181,9 @@ std::vector<Case> cases() {
     all.push_back({"cast", {{s}}, {{"to", std::string("f64")}}});
     all.push_back({"cast", {{s}}, {{"to", std::string("f32")}}, 1e-3, 2e-3});  // rounds to f32
   }
+  const Fill M = Fill::Mask;
+  all.push_back({"where", {{{3, 4}, M}, {{3, 4}}, {{3, 4}}}});
+  all.push_back({"where", {{{2, 1, 4}, M}, {{3, 1}}, {{}}}});
   using Ints = std::vector<int64_t>;
   all.push_back({"reshape", {{{2, 3, 4}}}, {{"shape", Ints{4, -1}}}});
   all.push_back({"flatten", {{{2, 3, 4}}}});

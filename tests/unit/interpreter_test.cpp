@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "ir/diagnostic.h"
 #include "ir/eval/interpreter.h"
@@ -55,6 +56,39 @@ TEST(ReferenceInterpreter, EveryRegisteredOpHasAKernel) {
   EXPECT_FALSE(ops.empty());
   for (const ir::OpDef& def : ops)
     EXPECT_NE(find_reference_kernel(def.id), nullptr) << "no reference kernel for " << def.name;
+}
+
+// round halves to even (ONNX Round, numpy.round); sign keeps zero; is_inf reads its attrs.
+TEST(ReferenceInterpreter, RoundingAndPredicatesKnownAnswers) {
+  const double inf = std::numeric_limits<double>::infinity();
+  expect_values(run_unary("round", f32({6}, {0.5, 1.5, 2.5, -0.5, -2.5, 2.6})),
+                {0, 2, 2, -0.0, -2, 3}, 0);
+  expect_values(run_unary("floor", f32({3}, {-1.5, 1.5, 2})), {-2, 1, 2}, 0);
+  expect_values(run_unary("ceil", f32({3}, {-1.5, 1.5, 2})), {-1, 2, 2}, 0);
+  expect_values(run_unary("sign", f32({3}, {-3, 0, 0.25})), {-1, 0, 1}, 0);
+  expect_values(run_unary("is_inf", f32({3}, {inf, -inf, 1}), {{"detect_negative", false}}),
+                {1, 0, 0}, 0);
+  expect_values(run_unary("logical_not", Tensor::from_doubles({DType::Bool, {2}}, {1, 0})),
+                {0, 1}, 0);
+}
+
+// mod: the remainder takes the divisor's sign, or the dividend's with fmod (ONNX Mod).
+TEST(ReferenceInterpreter, ModKnownAnswers) {
+  for (DType dtype : {DType::I32, DType::I64, DType::F32}) {
+    for (bool fmod : {false, true}) {
+      if (dtype == DType::F32 && !fmod) continue;
+      ir::Graph graph;
+      ir::Value* a = graph.add_input("a", TensorType{dtype, {4}});
+      ir::Value* b = graph.add_input("b", TensorType{dtype, {4}});
+      graph.outputs = add_op(graph, "mod", "m", {a, b}, {{"fmod", fmod}})->results;
+      const auto out = run_reference(
+          graph, {{"a", Tensor::from_doubles({dtype, {4}}, {7, -7, 7, -7})},
+                  {"b", Tensor::from_doubles({dtype, {4}}, {3, 3, -3, -3})}});
+      expect_values(out[0], fmod ? std::vector<double>{1, -1, 1, -1}
+                                 : std::vector<double>{1, 2, -2, -1},
+                    0);
+    }
+  }
 }
 
 // 3x3 all-ones kernel with padding 1 over 1..9: each output is the sum of its neighbourhood.

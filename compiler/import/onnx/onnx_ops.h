@@ -31,10 +31,16 @@ struct OpRule {
 std::span<const OpRule> math_rules();   // onnx_ops_math.cpp: elementwise, activations, reductions
 std::span<const OpRule> nn_rules();     // onnx_ops_nn.cpp: conv, pooling, norms, gemm, softmax
 std::span<const OpRule> shape_rules();  // onnx_ops_shape.cpp: shape arithmetic, layout, constants
+std::span<const OpRule> loss_rules();   // onnx_ops_loss.cpp: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+std::span<const OpRule> index_rules();  // onnx_ops_index.cpp: OneHot, EyeLike, Compress
 
 // The rule for `op_type` at `opset`, or nullptr; `why` then says whether the op is unknown or
 // which opsets it is supported at.
 const OpRule* find_rule(std::string_view op_type, int opset, std::string& why);
+
+// data gathered along `axis` at `indices` (run-time or constant; Gather's semantics, the
+// indices' shape replacing the axis), through gather_elements (onnx_ops_shape.cpp).
+Operand gather_along(NodeContext& node, const Operand& data, const Operand& indices, int axis);
 
 // Exact integer values of a constant (INT64_MAX stays exact).
 std::vector<int64_t> tensor_ints(const ir::Tensor& tensor);

@@ -78,6 +78,27 @@ Outputs celu(NodeContext& node) {
   return {node.emit(OpId::Scale, {e}, {{"factor", alpha}})};
 }
 
+// x where x > alpha, else 0.
+Outputs thresholded_relu(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const ir::DType dtype = x.type().dtype;
+  const Operand above = node.emit(OpId::Greater, {x, node.scalar(dtype, node.attr_float("alpha", 1.0))});
+  return {node.emit(OpId::Where, {above, x, node.scalar(dtype, 0.0)})};
+}
+
+// x + bias below -lambd, x - bias above lambd, 0 between.
+Outputs shrink(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const ir::DType dtype = x.type().dtype;
+  const double lambd = node.attr_float("lambd", 0.5);
+  const double bias = node.attr_float("bias", 0.0);
+  const Operand below = node.emit(OpId::Less, {x, node.scalar(dtype, -lambd)});
+  const Operand above = node.emit(OpId::Greater, {x, node.scalar(dtype, lambd)});
+  const Operand outer = node.emit(OpId::Where, {above, node.emit(OpId::Sub, {x, node.scalar(dtype, bias)}),
+                                                node.scalar(dtype, 0.0)});
+  return {node.emit(OpId::Where, {below, node.emit(OpId::Add, {x, node.scalar(dtype, bias)}), outer})};
+}
+
 Outputs hard_sigmoid(NodeContext& node) {
   return {node.emit(OpId::HardSigmoid, {node.input(0)},
                     {{"alpha", node.attr_float("alpha", 0.2)}, {"beta", node.attr_float("beta", 0.5)}})};
@@ -116,17 +137,64 @@ Outputs reciprocal(NodeContext& node) {
   return {node.emit(OpId::Div, {node.scalar(x.type().dtype, 1.0), x})};
 }
 
-// Pow with a scalar exponent known at import maps to kiln's pow; a run-time exponent is refused
-// (exp(b * log(a)) would give NaN for negative bases where pow has a value).
+Operand cast_to(NodeContext& node, const Operand& x, ir::DType dtype) {
+  if (x.type().dtype == dtype) return x;
+  return node.emit(OpId::Cast, {x}, {{"to", std::string(ir::dtype_name(dtype))}});
+}
+
+// A float base with a scalar exponent known at import maps to kiln's pow (x * x for 2, sqrt for
+// 0.5); any other exponent to power, the exponent cast to the base's dtype (ONNX lets them
+// differ). An integer base computes in f32 and truncates back, as numpy's power of the cast
+// operands (exact while the result stays below 2^24).
 Outputs pow(NodeContext& node) {
   const Operand& base = node.input(0);
   const Operand& exponent = node.input(1);
-  if (exponent.type().shape.size() > 0 && ir::num_elements(exponent.type().shape) != 1)
-    node.fail("only a scalar exponent known at import is supported");
-  const double value = node.const_doubles(1, "exponent").at(0);
-  if (value == 1.0) return {base};
-  if (value == 0.5) return {node.emit(OpId::Sqrt, {base})};
-  return {node.emit(OpId::Pow, {base}, {{"exponent", value}})};
+  const ir::DType dtype = base.type().dtype;
+  const bool float_base = ir::is_floating(dtype);
+  const bool scalar_exponent = ir::num_elements(exponent.type().shape) == 1 &&
+                               exponent.type().rank() <= base.type().rank();
+  if (float_base && scalar_exponent && exponent.is_constant()) {
+    const double value = node.const_doubles(1, "exponent").at(0);
+    if (value == 1.0) return {base};
+    if (value == 0.5) return {node.emit(OpId::Sqrt, {base})};
+    return {node.emit(OpId::Pow, {base}, {{"exponent", value}})};
+  }
+  const ir::DType compute = float_base ? dtype : ir::DType::F32;
+  const Operand widened = cast_to(node, legacy_broadcast_operand(node, base, exponent), compute);
+  const Operand result = node.emit(OpId::Power, {cast_to(node, base, compute), widened});
+  return {cast_to(node, result, dtype)};
+}
+
+// Mod: fmod = 0 (the default) is Python's remainder, defined by ONNX for integers only.
+Outputs mod(NodeContext& node) {
+  const bool fmod = node.attr_int("fmod", 0) != 0;
+  if (!fmod && ir::is_floating(node.input(0).type().dtype))
+    node.fail("fmod = 0 is only defined for integer inputs (ONNX Mod)");
+  return {node.emit(OpId::Mod, {node.input(0), node.input(1)}, {{"fmod", fmod}})};
+}
+
+Outputs where(NodeContext& node) {
+  return {node.emit(OpId::Where, {node.input(0), node.input(1), node.input(2)})};
+}
+
+Outputs is_inf(NodeContext& node) {
+  return {node.emit(OpId::IsInf, {node.input(0)},
+                    {{"detect_positive", node.attr_int("detect_positive", 1) != 0},
+                     {"detect_negative", node.attr_int("detect_negative", 1) != 0}})};
+}
+
+// ArgMax / ArgMin: select_last_index from opset 12 (before it, ties resolve to the first).
+template <OpId Op>
+Outputs arg_reduce(NodeContext& node) {
+  return {node.emit(Op, {node.input(0)},
+                    {{"axis", node.attr_int("axis", 0)},
+                     {"keepdims", node.attr_int("keepdims", 1) != 0},
+                     {"select_last_index", node.attr_int("select_last_index", 0) != 0}})};
+}
+
+Outputs gather_elements(NodeContext& node) {
+  return {node.emit(OpId::GatherElements, {node.input(0), node.input(1)},
+                    {{"axis", node.attr_int("axis", 0)}})};
 }
 
 Outputs clip_attrs(NodeContext& node) {  // opset 1-10: min and max are attributes
@@ -241,6 +309,26 @@ Outputs reduce_log_sum_exp(NodeContext& node) {
   return {result};
 }
 
+// prod(x) = exp(sum(log|x|)) with the sign of (-1)^(number of negative elements): a zero
+// gives exp(-inf) = 0, NaN and inf * 0 give NaN as the product would. The relative error grows
+// with |sum(log|x|)| times the dtype's epsilon (about 1e-13 for f64, 1e-5 for f32 at typical
+// sizes). Integers are refused: this form would round them.
+Outputs reduce_prod(NodeContext& node) {
+  const ReduceArgs args = reduce_args(node, 18);
+  const Operand& x = node.input(0);
+  const ir::DType dtype = x.type().dtype;
+  if (!ir::is_floating(dtype)) node.fail("ReduceProd of " + x.type().to_string() + " is not supported (float only)");
+  if (args.identity) return {x};
+  const Operand log_magnitude = node.emit(OpId::Log, {node.emit(OpId::Abs, {x})});
+  const Operand magnitude = node.emit(OpId::Exp, {reduce(node, OpId::ReduceSum, log_magnitude, args)});
+  const Operand negative = node.emit(OpId::Cast, {node.emit(OpId::Less, {x, node.scalar(dtype, 0.0)})},
+                                     {{"to", std::string(ir::dtype_name(dtype))}});
+  const Operand negatives = reduce(node, OpId::ReduceSum, negative, args);
+  const Operand odd = node.emit(OpId::Mod, {negatives, node.scalar(dtype, 2.0)}, {{"fmod", true}});
+  const Operand sign = node.emit(OpId::Sub, {node.scalar(dtype, 1.0), node.emit(OpId::Scale, {odd}, {{"factor", 2.0}})});
+  return {node.emit(OpId::Mul, {magnitude, sign})};
+}
+
 constexpr int kLast = kMaxOpset;
 
 const OpRule kRules[] = {
@@ -253,6 +341,37 @@ const OpRule kRules[] = {
     {"Sum", 1, kLast, variadic<OpId::Add>},
     {"Mean", 1, kLast, mean},
     {"Pow", 1, kLast, pow},
+    {"Mod", 10, kLast, mod},
+    {"Equal", 1, kLast, binary<OpId::Equal>},
+    {"Less", 1, kLast, binary<OpId::Less>},
+    {"LessOrEqual", 12, kLast, binary<OpId::LessEqual>},
+    {"Greater", 1, kLast, binary<OpId::Greater>},
+    {"GreaterOrEqual", 12, kLast, binary<OpId::GreaterEqual>},
+    {"And", 1, kLast, binary<OpId::LogicalAnd>},
+    {"Or", 1, kLast, binary<OpId::LogicalOr>},
+    {"Xor", 1, kLast, binary<OpId::LogicalXor>},
+    {"Not", 1, kLast, unary<OpId::LogicalNot>},
+    {"Where", 9, kLast, where},
+    {"IsNaN", 9, kLast, unary<OpId::IsNan>},
+    {"IsInf", 10, kLast, is_inf},
+    {"Sin", 7, kLast, unary<OpId::Sin>},
+    {"Cos", 7, kLast, unary<OpId::Cos>},
+    {"Tan", 7, kLast, unary<OpId::Tan>},
+    {"Asin", 7, kLast, unary<OpId::Asin>},
+    {"Acos", 7, kLast, unary<OpId::Acos>},
+    {"Atan", 7, kLast, unary<OpId::Atan>},
+    {"Sinh", 9, kLast, unary<OpId::Sinh>},
+    {"Cosh", 9, kLast, unary<OpId::Cosh>},
+    {"Asinh", 9, kLast, unary<OpId::Asinh>},
+    {"Acosh", 9, kLast, unary<OpId::Acosh>},
+    {"Atanh", 9, kLast, unary<OpId::Atanh>},
+    {"Floor", 1, kLast, unary<OpId::Floor>},
+    {"Ceil", 1, kLast, unary<OpId::Ceil>},
+    {"Round", 11, kLast, unary<OpId::Round>},
+    {"Sign", 9, kLast, unary<OpId::Sign>},
+    {"ArgMax", 1, kLast, arg_reduce<OpId::Argmax>},
+    {"ArgMin", 1, kLast, arg_reduce<OpId::Argmin>},
+    {"GatherElements", 11, kLast, gather_elements},
     {"Identity", 1, kLast, identity},
     {"Relu", 1, kLast, unary<OpId::Relu>},
     {"Sigmoid", 1, kLast, unary<OpId::Sigmoid>},
@@ -273,6 +392,8 @@ const OpRule kRules[] = {
     {"Selu", 1, kLast, selu},
     {"Celu", 12, kLast, celu},
     {"HardSigmoid", 1, kLast, hard_sigmoid},
+    {"ThresholdedRelu", 10, kLast, thresholded_relu},
+    {"Shrink", 9, kLast, shrink},
     {"Gelu", 20, kLast, gelu},
     {"PRelu", 1, kLast, prelu},
     {"Clip", 1, 10, clip_attrs},
@@ -287,6 +408,7 @@ const OpRule kRules[] = {
     {"ReduceL2", 1, kLast, reduce_l2},
     {"ReduceLogSum", 1, kLast, reduce_log_sum},
     {"ReduceLogSumExp", 1, kLast, reduce_log_sum_exp},
+    {"ReduceProd", 1, kLast, reduce_prod},
 };
 }  // namespace
 

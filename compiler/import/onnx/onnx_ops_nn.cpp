@@ -401,6 +401,52 @@ Outputs softmax(NodeContext& node) {
   return {node.emit(Op, {node.input(0)}, {{"axis", node.attr_int("axis", -1)}})};
 }
 
+// Hardmax: 1 at the first maximum along the axis, 0 elsewhere, as argmax compared with the
+// positions along the axis (a constant) and cast to x's dtype.
+Operand hardmax_along(NodeContext& node, const Operand& x, int axis) {
+  const ir::Shape& shape = x.type().shape;
+  const Operand index = node.emit(OpId::Argmax, {x}, {{"axis", int64_t{axis}}, {"keepdims", true}});
+  ir::Shape positions_shape(shape.size(), 1);
+  positions_shape[axis] = shape[axis];
+  std::vector<double> positions(static_cast<size_t>(shape[axis]));
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<double>(i);
+  const Operand iota = node.constant(
+      ir::Tensor::from_doubles(ir::TensorType{ir::DType::I64, positions_shape}, positions), "positions");
+  const Operand hot = node.emit(OpId::Equal, {index, iota});
+  return node.emit(OpId::Cast, {hot}, {{"to", std::string(ir::dtype_name(x.type().dtype))}});
+}
+
+// Opsets 1-12 coerce the input to 2-D at `axis` (default 1); 13+ work along one axis (default -1).
+Outputs hardmax_legacy(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const int rank = x.type().rank();
+  const int axis = normalize_axis_or_fail(node, node.attr_int("axis", 1), std::max(rank, 1), "axis");
+  const int64_t rows = ir::num_elements(x.type().shape, 0, axis);
+  const int64_t cols = ir::num_elements(x.type().shape, axis, rank);
+  const Operand flat = node.reshape(x, {rows, cols});
+  return {node.reshape(hardmax_along(node, flat, 1), x.type().shape)};
+}
+
+Outputs hardmax(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const int axis = normalize_axis_or_fail(node, node.attr_int("axis", -1), x.type().rank(), "axis");
+  return {hardmax_along(node, x, axis)};
+}
+
+// MeanVarianceNormalization: (x - mean) / (sqrt(variance) + 1e-9) over `axes` (default N, H,
+// W), as the op's ONNX function (which forms the variance as E[x^2] - E[x]^2; E[(x - mean)^2]
+// here, the same value without the cancellation).
+Outputs mean_variance_normalization(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const std::vector<int64_t> axes = node.attr_ints("axes", {0, 2, 3});
+  const ir::AttrMap reduce = {{"axes", axes}, {"keepdims", true}};
+  const Operand mean = node.emit(OpId::ReduceMean, {x}, reduce);
+  const Operand centered = node.emit(OpId::Sub, {x, mean});
+  const Operand variance = node.emit(OpId::ReduceMean, {node.emit(OpId::Mul, {centered, centered})}, reduce);
+  const Operand deviation = node.emit(OpId::Add, {node.emit(OpId::Sqrt, {variance}), node.scalar(x.type().dtype, 1e-9)});
+  return {node.emit(OpId::Div, {centered, deviation})};
+}
+
 // Inference: Dropout passes its input through; the mask, when asked for, is all true.
 Outputs dropout(NodeContext& node) {
   if (node.opset() >= 12 && node.has_input(2)) {
@@ -436,6 +482,9 @@ const OpRule kRules[] = {
     {"LogSoftmax", 1, 12, softmax_legacy<OpId::LogSoftmax>},
     {"LogSoftmax", 13, kLast, softmax<OpId::LogSoftmax>},
     {"Dropout", 1, kLast, dropout},
+    {"Hardmax", 1, 12, hardmax_legacy},
+    {"Hardmax", 13, kLast, hardmax},
+    {"MeanVarianceNormalization", 9, kLast, mean_variance_normalization},
 };
 }  // namespace
 

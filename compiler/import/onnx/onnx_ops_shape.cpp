@@ -249,6 +249,9 @@ Operand gather_constant(NodeContext& node, const ir::Tensor& data, const Ints& i
 Outputs gather(NodeContext& node) {
   const Operand& data = node.input(0);
   const int axis = normalize_axis_or_fail(node, node.attr_int("axis", 0), data.type().rank(), "axis");
+  const Operand& index_operand = node.input(1);
+  if (!index_operand.is_constant() && !index_operand.given)
+    return {gather_along(node, data, index_operand, axis)};
   const Ints indices = node.const_ints(1, "indices");
   const ir::Shape& index_shape = node.input(1).type().shape;
   if (data.is_constant()) return {gather_constant(node, *data.constant, indices, index_shape, axis)};
@@ -263,6 +266,23 @@ Outputs gather(NodeContext& node) {
   out.insert(out.end(), index_shape.begin(), index_shape.end());
   out.insert(out.end(), s.begin() + axis + 1, s.end());
   return {node.reshape(joined, out)};
+}
+
+// Trilu keeps the upper (j - i >= k) or lower (j - i <= k) triangle of the last two dims: a
+// where against a mask computed at import.
+Outputs trilu(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const ir::Shape& shape = x.type().shape;
+  if (shape.size() < 2) node.fail("input must have rank >= 2, got " + x.type().to_string());
+  const bool upper = node.attr_int("upper", 1) != 0;
+  const int64_t k = node.has_input(1) ? node.const_ints(1, "k").at(0) : 0;
+  const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  std::vector<double> keep(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) keep[i * cols + j] = upper ? j - i >= k : j - i <= k;
+  const Operand mask =
+      node.constant(ir::Tensor::from_doubles(ir::TensorType{ir::DType::Bool, {rows, cols}}, keep), "mask");
+  return {node.emit(OpId::Where, {mask, x, node.scalar(x.type().dtype, 0.0)})};
 }
 
 Outputs expand(NodeContext& node) {
@@ -395,6 +415,7 @@ const OpRule kRules[] = {
     {"Slice", 1, kLast, slice},
     {"Split", 1, kLast, split},
     {"Gather", 1, kLast, gather},
+    {"Trilu", 14, kLast, trilu},
     {"Expand", 8, kLast, expand},
     {"Tile", 6, kLast, tile},
     {"Range", 11, kLast, range},
@@ -403,6 +424,24 @@ const OpRule kRules[] = {
     {"SpaceToDepth", 1, kLast, space_to_depth},
 };
 }  // namespace
+
+// Gather as gather_elements on data viewed as [outer, dim, inner], the indices flattened and
+// broadcast to [outer, count, inner]: run-time indices (an embedding lookup) need nothing else.
+Operand gather_along(NodeContext& node, const Operand& data, const Operand& indices, int axis) {
+  const ir::Shape& s = data.type().shape;
+  const ir::Shape& index_shape = indices.type().shape;
+  const int64_t outer = ir::num_elements(s, 0, axis), inner = ir::num_elements(s, axis + 1, s.size());
+  const int64_t count = ir::num_elements(index_shape);
+  const Operand view = node.reshape(data, {outer, s[axis], inner});
+  Operand positions = node.reshape(indices, {1, count, 1});
+  if (outer != 1 || inner != 1)
+    positions = node.emit(ir::OpId::BroadcastTo, {positions}, {{"shape", ir::Shape{outer, count, inner}}});
+  const Operand picked = node.emit(ir::OpId::GatherElements, {view, positions}, {{"axis", int64_t{1}}});
+  ir::Shape out(s.begin(), s.begin() + axis);
+  out.insert(out.end(), index_shape.begin(), index_shape.end());
+  out.insert(out.end(), s.begin() + axis + 1, s.end());
+  return node.reshape(picked, out);
+}
 
 std::span<const OpRule> shape_rules() { return kRules; }
 

@@ -61,7 +61,7 @@ def unsupported(directory):
     """Three nodes kiln cannot import (an unknown op, a run-time shape, another domain) and a
     good one between them: all three are reported at once."""
     nodes = [
-        helper.make_node("Sin", ["x"], ["a"], name="sin_0"),
+        helper.make_node("Det", ["x"], ["a"], name="det_0"),
         helper.make_node("Relu", ["x"], ["b"], name="relu_1"),
         helper.make_node("Reshape", ["b", "x_shape"], ["c"], name="reshape_2"),
         helper.make_node("Shape", ["x"], ["x_shape_unused"], name="shape_3"),

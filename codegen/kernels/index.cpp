@@ -1,0 +1,118 @@
+// Kernel emitters for the arg reductions (argmax, argmin) and gather_elements.
+//
+//   - argmax / argmin: x viewed as [outer, dim, inner] around the axis; one thread per output
+//     element walks its dim elements (stride inner) keeping the best so far. Strict comparisons
+//     keep the first extremum, non-strict ones (select_last_index) the last; for floats a NaN
+//     beats everything and nothing beats a NaN, as numpy.argmax and the reference. x is read
+//     through load_input: fuse-elementwise may compute it in the kernel (a reduce kernel);
+//   - gather_elements: one thread per output element (the indices' shape) unravels its flat
+//     index, reads its index (negative counts from the end) and copies x's element, so every
+//     dtype moves exactly. An index out of range reads element 0 of the axis (the reference
+//     reports it as an error; a kernel has no way to).
+#include <algorithm>
+
+#include "codegen/kernels/elementwise_util.h"
+
+namespace kiln::codegen {
+namespace {
+
+KernelSpec emit_arg_reduce(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::TensorType& x = node.inputs[0]->type;
+  const int rank = static_cast<int>(x.shape.size());
+  const int64_t axis_attr = attr<int64_t>(node, "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  const bool is_max = node.op == ir::OpId::Argmax;
+  const bool last = attr<bool>(node, "select_last_index");
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (int d = axis + 1; d < rank; ++d) inner *= x.shape[d];
+  const int64_t dim = x.shape[axis];
+  const std::string type = index_type(ir::num_elements(x.shape));
+  const std::string value_type(compute_type(x.dtype));
+  const std::string& out = request.output_params[0];
+
+  std::string better = fmt::format("v {}{} best_value", is_max ? ">" : "<", last ? "=" : "");
+  if (ir::is_floating(x.dtype)) better = "best_value == best_value && (v != v || " + better + ")";
+
+  BodyWriter w;
+  w.comment(fmt::format("x is [kOuter, kDim, kInner] around axis {}; out[o, i] is the {} index "
+                        "of the {} of x[o, :, i].",
+                        axis, last ? "last" : "first", is_max ? "maximum" : "minimum"));
+  w.line("constexpr {} kOuter = {};", type, int_literal(outer, type));
+  w.line("constexpr {} kDim = {};", type, int_literal(dim, type));
+  w.line("constexpr {} kInner = {};", type, int_literal(inner, type));
+  w.line("constexpr {} kCount = kOuter * kInner;", type);
+  open_grid_stride_loop(w, "i", type, "kCount");
+  w.line("const {} first = i / kInner * kDim * kInner + i % kInner;", type);
+  w.line("{} best_value = {};", value_type, load_input(request, 0, "first"));
+  w.line("long long best = 0;");
+  w.open("for ({} k = 1; k < kDim; ++k)", type);
+  w.line("const {} v = {};", value_type, load_input(request, 0, "first + k * kInner"));
+  if (ir::is_floating(x.dtype)) w.comment("NaN beats every number; nothing beats the first NaN.");
+  w.open("if ({})", better);
+  w.line("best_value = v;");
+  w.line("best = k;");
+  w.close();
+  w.close();
+  w.line("{}[i] = best;", out);
+  w.close();
+  KernelSpec spec = grid_stride_spec(outer * inner);
+  spec.body = w.take();
+  spec.note = "grid-stride, one output element per thread scanning its axis";
+  return spec;
+}
+
+KernelSpec emit_gather_elements(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& x_shape = node.inputs[0]->type.shape;
+  const ir::Shape& shape = node.inputs[1]->type.shape;
+  const int rank = static_cast<int>(shape.size());
+  const int64_t axis_attr = attr<int64_t>(node, "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  const int64_t count = ir::num_elements(shape);
+  const std::string type = index_type(std::max(count, ir::num_elements(x_shape)));
+  std::vector<int64_t> x_strides(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) x_strides[d] = x_strides[d + 1] * x_shape[d + 1];
+  const std::string& x = request.input_params[0];
+  const std::string& indices = request.input_params[1];
+  const std::string& out = request.output_params[0];
+
+  BodyWriter w;
+  w.comment(fmt::format("out has the indices' shape; along axis {} it reads x at the index, "
+                        "elsewhere at its own coordinate.",
+                        axis));
+  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  w.line("constexpr int kRank = {};", rank);
+  w.line("constexpr int kAxis = {};", axis);
+  w.line("constexpr {} kDims[kRank] = {};", type, array_literal(shape, type));
+  w.line("constexpr {} kXStrides[kRank] = {};", type, array_literal(x_strides, type));
+  w.line("constexpr long long kAxisDim = {}LL;", x_shape[axis]);
+  open_grid_stride_loop(w, "i", type, "kCount");
+  w.line("{} rest = i;", type);
+  w.line("{} offset = 0;", type);
+  w.open("for (int d = kRank - 1; d >= 0; --d)");
+  w.line("if (d != kAxis) offset += rest % kDims[d] * kXStrides[d];");
+  w.line("rest /= kDims[d];");
+  w.close();
+  w.line("long long index = {}[i];", indices);
+  w.line("if (index < 0) index += kAxisDim;");
+  w.comment("Out of range (an error in the reference): read element 0 rather than stray memory.");
+  w.line("if (index < 0 || index >= kAxisDim) index = 0;");
+  w.line("{}[i] = {}[offset + static_cast<{}>(index) * kXStrides[kAxis]];", out, x, type);
+  w.close();
+  KernelSpec spec = grid_stride_spec(count);
+  spec.body = w.take();
+  spec.note = "grid-stride gather, one output element per thread";
+  return spec;
+}
+
+}  // namespace
+
+void add_index_emitters(EmitterTable& table) {
+  table.emplace_back(ir::OpId::Argmax, emit_arg_reduce);
+  table.emplace_back(ir::OpId::Argmin, emit_arg_reduce);
+  table.emplace_back(ir::OpId::GatherElements, emit_gather_elements);
+}
+
+}  // namespace kiln::codegen
