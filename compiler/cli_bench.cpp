@@ -151,9 +151,9 @@ Prepared prepare_package(const Options& options, PhaseTimer& timer,
 }
 
 Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::KernelCache* cache) {
-  // An ONNX model's symbolic dims take their sizes from --input-shape or the inputs given.
+  // An imported (ONNX, Keras) model's symbolic dims take their sizes from --input-shape or the inputs given.
   compiler::ImportOptions import = options.input_shapes.options(options.model);
-  if (options.model != "-" && compiler::is_onnx_file(options.model))
+  if (options.model != "-" && compiler::is_imported_model(options.model))
     for (const auto& [name, tensor] : read_input_flags(options.inputs))
       import.input_shapes.emplace(name, tensor.shape());
   auto graph = std::make_shared<ir::Graph>(
