@@ -18,7 +18,7 @@ if [ ! -d "$npm_modules/@tensorflow/tfjs-layers" ]; then
 fi
 rm -rf "$work"
 mkdir -p "$work"
-NODE_PATH="$npm_modules" node "$here/make_models.js" "$work" | grep -v -e '^=*$' -e 'Hi, looks like' -e '^$' || true
+NODE_PATH="$npm_modules" node "$here/make_models.js" "$work" 2>&1 | grep -v -e '^=*$' -e 'Hi, looks like' -e '^$' || true
 
 compare() {  # compare.py EXPECTED ACTUAL
   /usr/bin/python3 - "$1" "$2" <<'PY'
@@ -39,7 +39,7 @@ run() {
   while read -r kind name file; do
     [ "$kind" = input ] && inputs+=(-i "$name=$dir/$file")
   done <"$dir/io.txt"
-  echo "$(basename "$dir") on $backend:"
+  echo "$(basename "$dir") (${model#"$work"/}) on $backend:"
   "$kiln" run "$model" --backend="$backend" "${inputs[@]}" --output-dir "$out" >/dev/null
   while read -r kind name file; do
     [ "$kind" = output ] && compare "$dir/$file" "$out/$name.npy"
@@ -58,7 +58,9 @@ for model in seq_cnn branches; do
   run "$work/$model" reference "$work/$model/keras3/model.json"
 done
 
-# kiln import writes kiln JSON + safetensors that run to the same result.
-"$kiln" import "$work/seq_cnn/model.json" -o "$work/seq_cnn/imported.json" >/dev/null
+# kiln import writes kiln JSON + safetensors that run to the same result (the batch fixed by
+# --input-shape, NHWC as the model's input).
+"$kiln" import "$work/seq_cnn/model.json" --input-shape conv_a_input=2x12x12x3 \
+    -o "$work/seq_cnn/imported.json" >/dev/null
 run "$work/seq_cnn" reference "$work/seq_cnn/imported.json"
 echo "check_keras: all models match TensorFlow.js"
