@@ -256,20 +256,34 @@ KTensor LayerContext::apply_pad(const KTensor& t) {
   return out;
 }
 
+// A transpose, or a reshape when the permutation moves only dims of size 1 (a one-channel image:
+// NHWC and NCHW hold the same bytes), which costs no kernel.
+static ir::Value* permute(LayerContext& c, ir::Value* x, const std::vector<int64_t>& perm) {
+  const ir::Shape& shape = x->type.shape;
+  ir::Shape permuted;
+  std::vector<int64_t> moved;  // the axes of size > 1, in their new order
+  for (int64_t axis : perm) {
+    permuted.push_back(shape[axis]);
+    if (shape[axis] > 1) moved.push_back(axis);
+  }
+  if (std::is_sorted(moved.begin(), moved.end())) return c.emit(ir::OpId::Reshape, {x}, {{"shape", permuted}});
+  return c.emit(ir::OpId::Transpose, {x}, {{"perm", perm}});
+}
+
 ir::Value* LayerContext::keras_order(const KTensor& tensor) {
   const KTensor t = apply_pad(tensor);
-  if (t.channels_first) return emit(ir::OpId::Transpose, {t.value}, {{"perm", std::vector<int64_t>{0, 2, 3, 1}}});
+  if (t.channels_first) return permute(*this, t.value, {0, 2, 3, 1});
   if (t.flattened_from.empty()) return t.value;
   const ir::Shape& chw = t.flattened_from;
   const int64_t n = t.value->type.shape[0];
   ir::Value* x = emit(ir::OpId::Reshape, {t.value}, {{"shape", ir::Shape{n, chw[0], chw[1], chw[2]}}});
-  x = emit(ir::OpId::Transpose, {x}, {{"perm", std::vector<int64_t>{0, 2, 3, 1}}});
+  x = permute(*this, x, {0, 2, 3, 1});
   return emit(ir::OpId::Reshape, {x}, {{"shape", ir::Shape{n, chw[0] * chw[1] * chw[2]}}});
 }
 
 KTensor LayerContext::from_keras_order(ir::Value* value) {
   if (value->type.rank() != 4) return KTensor{value};
-  KTensor t{emit(ir::OpId::Transpose, {value}, {{"perm", std::vector<int64_t>{0, 3, 1, 2}}})};
+  KTensor t{permute(*this, value, {0, 3, 1, 2})};
   t.channels_first = true;
   return t;
 }

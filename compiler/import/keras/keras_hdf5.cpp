@@ -146,9 +146,9 @@ herr_t visit_layer(hid_t layers, const char* name, const H5L_info_t*, void* data
   return 0;
 }
 
-void read_keras3_weights(hid_t file, WeightStore& store) {
-  Handle layers(H5Gopen2(file, "layers", H5P_DEFAULT), H5Gclose);
-  if (!layers.ok()) fail("cannot open the group 'layers'");
+void read_keras3_weights(hid_t file, const char* group, WeightStore& store) {
+  Handle layers(H5Gopen2(file, group, H5P_DEFAULT), H5Gclose);
+  if (!layers.ok()) fail(std::string("cannot open the group '") + group + "'");
   std::string error;
   std::pair<WeightStore*, std::string*> data{&store, &error};
   hsize_t index = 0;
@@ -177,7 +177,10 @@ KerasHdf5 read_keras_hdf5(const std::string& path) {
   } else if (has_attribute(file.get(), "layer_names")) {
     read_keras2_weights(file.get(), result.weights);
   } else if (H5Lexists(file.get(), "layers", H5P_DEFAULT) > 0) {
-    read_keras3_weights(file.get(), result.weights);
+    read_keras3_weights(file.get(), "layers", result.weights);
+  } else if (H5Lexists(file.get(), "_layer_checkpoint_dependencies", H5P_DEFAULT) > 0) {
+    // The same layout in TensorFlow 2.12-2.15's Keras (its first .keras format).
+    read_keras3_weights(file.get(), "_layer_checkpoint_dependencies", result.weights);
   } else if (result.model_config.empty()) {
     fail("neither a Keras model (attribute model_config) nor Keras weights (model_weights, layer_names or layers/)");
   }
