@@ -297,7 +297,7 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time a model or package: preparation, latency percentiles, throughput, memory");
   cmd->add_option("FILE", options->model,
-                  "model file (.json, .onnx, textual IR, or - for stdin), or a package from kiln "
+                  "model file (.json, .onnx, Keras (.json, .h5), textual IR, or - for stdin), or a package from kiln "
                   "compile")
       ->required();
   cmd->add_option("--backend", options->backend,

@@ -1,4 +1,4 @@
-// `kiln import MODEL.onnx -o model.json`: write an imported model as kiln JSON with its weights
+// `kiln import MODEL.onnx -o model.json` (or a Keras model): write an imported model as kiln JSON with its weights
 // in a safetensors file beside it, for people to read and edit (docs/import.md).
 #include <filesystem>
 #include <fmt/format.h>
@@ -24,7 +24,7 @@ struct Options {
 int run(const Options& options) {
   if (options.model != "-" && !compiler::is_imported_model(options.model))
     throw Error(options.model, "is not an ONNX or Keras model (kiln import reads .onnx files, Keras "
-                               "model JSON and TensorFlow.js model.json; kiln JSON and textual IR "
+                               "model JSON, TensorFlow.js model.json and Keras .h5; kiln JSON and textual IR "
                                "need no import)");
   const ir::Graph graph = compiler::load_model(options.model, options.input_shapes.options(options.model));
   std::filesystem::path weights = options.weights;

@@ -274,7 +274,7 @@ Command add_run_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
   cmd->add_option("FILE", options->model,
-                  "model file (.json, .onnx, textual IR, or - for stdin), or a package from kiln compile")
+                  "model file (.json, .onnx, Keras (.json, .h5), textual IR, or - for stdin), or a package from kiln compile")
       ->required();
   cmd->add_option("--backend", options->backend,
                   "auto: cuda when a GPU is available, else host; host: the generated CUDA "
