@@ -55,7 +55,7 @@ for model in /usr/share/libonnx-testdata/data/node/*/model.onnx; do
   [ -f "$model" ] && cp "$model" "$seeds/onnx/$(basename "$(dirname "$model")").onnx"
 done
 # Keras: the example and the error-path models of the lit tests.
-cp examples/mnist_cnn_keras.json tests/lit/Inputs/keras/*.json "$seeds/keras/"
+cp examples/mnist_cnn_keras.json tests/keras/inputs/*.json "$seeds/keras/"
 # Past findings stay in the corpus: each must keep running clean.
 cp tests/fuzz/regressions/model_json-* "$seeds/model_json/"
 {
