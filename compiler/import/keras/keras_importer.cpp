@@ -334,7 +334,8 @@ class Importer {
 
 KerasFormat detect_keras(std::string_view text) {
   const std::set<std::string> keys = top_level_keys(text);
-  if (keys.count("modelTopology") && keys.count("weightsManifest")) return KerasFormat::TfjsLayers;
+  // modelTopology alone: TensorFlow.js's model.toJSON() (no weights: initializers).
+  if (keys.count("modelTopology")) return KerasFormat::TfjsLayers;
   if (keys.count("class_name") && keys.count("config") && !keys.count("nodes")) return KerasFormat::ModelJson;
   return KerasFormat::None;
 }

@@ -29,8 +29,8 @@ namespace kiln::compiler {
 enum class KerasFormat { None, ModelJson, TfjsLayers };
 
 // What `text` is: a Keras model JSON, a TensorFlow.js layers model.json, or neither (checked by
-// content: a JSON object with modelTopology and weightsManifest, or with class_name Sequential,
-// Functional or Model and a config). Cheap: only the top-level keys are looked at.
+// content: a JSON object with modelTopology (and weightsManifest, when it has weights), or with
+// class_name and config). Cheap: only the top-level keys are looked at.
 KerasFormat detect_keras(std::string_view text);
 
 // Parses and converts. `display_name` appears in diagnostics; weight shards resolve against
