@@ -151,9 +151,9 @@ Prepared prepare_package(const Options& options, PhaseTimer& timer,
 }
 
 Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::KernelCache* cache) {
-  // An ONNX model's symbolic dims take their sizes from --input-shape or the inputs given.
+  // An imported (ONNX, Keras) model's symbolic dims take their sizes from --input-shape or the inputs given.
   compiler::ImportOptions import = options.input_shapes.options(options.model);
-  if (options.model != "-" && compiler::is_onnx_file(options.model))
+  if (options.model != "-" && compiler::is_imported_model(options.model))
     for (const auto& [name, tensor] : read_input_flags(options.inputs))
       import.input_shapes.emplace(name, tensor.shape());
   auto graph = std::make_shared<ir::Graph>(
@@ -297,7 +297,7 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time a model or package: preparation, latency percentiles, throughput, memory");
   cmd->add_option("FILE", options->model,
-                  "model file (.json, .onnx, textual IR, or - for stdin), or a package from kiln "
+                  "model file (.json, .onnx, Keras (.json, .h5), textual IR, or - for stdin), or a package from kiln "
                   "compile")
       ->required();
   cmd->add_option("--backend", options->backend,

@@ -115,8 +115,8 @@ namespace kiln::cli {
 
 void InputShapeFlag::add_to(CLI::App& command) {
   command.add_option("--input-shape", specs,
-                     "ONNX models: the shape of an input whose dims the model leaves symbolic, as "
-                     "NAME=2x3x224x224 (repeatable)");
+                     "ONNX and Keras models: the shape of an input whose dims the model leaves "
+                     "symbolic, as NAME=2x3x224x224 (Keras: NHWC) (repeatable)");
 }
 
 compiler::ImportOptions InputShapeFlag::options(const std::string& model) const {
@@ -142,8 +142,8 @@ compiler::ImportOptions InputShapeFlag::options(const std::string& model) const 
     if (!options.input_shapes.emplace(spec.substr(0, equals), shape).second)
       throw Error(flag, "input '" + spec.substr(0, equals) + "' is given twice");
   }
-  if (!specs.empty() && model != "-" && !compiler::is_onnx_file(model))
-    throw Error("--input-shape", model + " is not an ONNX model; its input shapes are fixed");
+  if (!specs.empty() && model != "-" && !compiler::is_imported_model(model))
+    throw Error("--input-shape", model + " is not an ONNX or Keras model; its input shapes are fixed");
   return options;
 }
 

@@ -123,7 +123,7 @@ Command add_compile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "compile", "Compile a model ahead of time into a package (.kiln) that run, train and "
                  "inspect take; loading it on the GPU needs no compiler");
-  cmd->add_option("MODEL", options->model, "model file: .json, .onnx or textual IR")->required();
+  cmd->add_option("MODEL", options->model, "model file: .json, .onnx, Keras (.json, .h5) or textual IR")->required();
   cmd->add_option("-o,--output", options->output,
                   "the package to write (model.kiln), or the program with --emit=exe")
       ->required();

@@ -57,7 +57,7 @@ int run(const Options& options) {
 Command add_emit_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("emit", "Generate CUDA C++ for a model, its PTX, or its kernel table");
-  cmd->add_option("FILE", options->model, "model file: .json, .onnx, textual IR, or - for stdin")->required();
+  cmd->add_option("FILE", options->model, "model file: .json, .onnx, Keras (.json, .h5), textual IR, or - for stdin")->required();
   cmd->add_option("--emit", options->emit,
                   "cuda: the translation unit; ptx: NVRTC's PTX for the lowest --arch; "
                   "kernels: the kernel table with registers, spills, shared memory and occupancy")

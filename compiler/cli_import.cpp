@@ -1,4 +1,4 @@
-// `kiln import MODEL.onnx -o model.json`: write an imported model as kiln JSON with its weights
+// `kiln import MODEL.onnx -o model.json` (or a Keras model): write an imported model as kiln JSON with its weights
 // in a safetensors file beside it, for people to read and edit (docs/import.md).
 #include <filesystem>
 #include <fmt/format.h>
@@ -22,9 +22,10 @@ struct Options {
 };
 
 int run(const Options& options) {
-  if (options.model != "-" && !compiler::is_onnx_file(options.model))
-    throw Error(options.model, "is not an ONNX model (kiln import reads .onnx files; kiln JSON and "
-                               "textual IR need no import)");
+  if (options.model != "-" && !compiler::is_imported_model(options.model))
+    throw Error(options.model, "is not an ONNX or Keras model (kiln import reads .onnx files, Keras "
+                               "model JSON, TensorFlow.js model.json and Keras .h5; kiln JSON and textual IR "
+                               "need no import)");
   const ir::Graph graph = compiler::load_model(options.model, options.input_shapes.options(options.model));
   std::filesystem::path weights = options.weights;
   if (weights.empty()) weights = std::filesystem::path(options.output).replace_extension(".safetensors");
@@ -39,8 +40,8 @@ int run(const Options& options) {
 Command add_import_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
-      "import", "Convert an ONNX model to kiln JSON with its weights in a safetensors file");
-  cmd->add_option("MODEL", options->model, "the ONNX model (.onnx; detected by content)")->required();
+      "import", "Convert an ONNX or Keras model to kiln JSON with its weights in a safetensors file");
+  cmd->add_option("MODEL", options->model, "the ONNX or Keras model (.onnx, Keras JSON, TensorFlow.js model.json; detected by content)")->required();
   cmd->add_option("-o,--output", options->output, "the kiln JSON model to write (model.json)")->required();
   cmd->add_option("--weights", options->weights,
                   "the safetensors file to write (default: the output's name with .safetensors)");

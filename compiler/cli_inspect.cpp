@@ -94,7 +94,7 @@ Command add_inspect_command(CLI::App& app) {
       "inspect", "Per kernel: source nodes, launch, modeled FLOPs and bytes, registers, occupancy "
                  "and a roofline time; totals before and after fusion; the memory plan");
   cmd->add_option("FILE", options->model,
-                  "model file (.json, .onnx, textual IR, or - for stdin), or a package from kiln compile")
+                  "model file (.json, .onnx, Keras (.json, .h5), textual IR, or - for stdin), or a package from kiln compile")
       ->required();
   cmd->add_option("--program", options->program,
                   "of a package: inference or train_step (default: train_step when there is one)")

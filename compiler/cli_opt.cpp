@@ -158,8 +158,8 @@ int run(const Options& options) {
 Command add_opt_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* opt = app.add_subcommand(
-      "opt", "Parse and verify a model (.json, .onnx, textual IR, or - for stdin), run passes, print it as textual IR");
-  opt->add_option("FILE", options->input, "model file: .json, .onnx, textual IR, or - for stdin");
+      "opt", "Parse and verify a model (.json, .onnx, Keras (.json, .h5), textual IR, or - for stdin), run passes, print it as textual IR");
+  opt->add_option("FILE", options->input, "model file: .json, .onnx, Keras (.json, .h5), textual IR, or - for stdin");
   opt->add_option("-o,--output", options->output, "write the IR to this file instead of stdout");
   opt->add_flag("--split-input-file", options->split_input_file,
                 "treat '// -----' lines as separators between independent graphs (textual IR)");

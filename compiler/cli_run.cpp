@@ -226,9 +226,9 @@ int run(const Options& options, const CLI::App& command) {
   if (runtime::is_package_file(options.model)) {
     outputs = run_package(options, command, inputs, output_names, timer);
   } else {
-    // An ONNX model's symbolic dims take their sizes from the inputs given (or --input-shape).
+    // An imported (ONNX, Keras) model's symbolic dims take their sizes from the inputs given (or --input-shape).
     compiler::ImportOptions import = options.input_shapes.options(options.model);
-    if (options.model != "-" && compiler::is_onnx_file(options.model))
+    if (options.model != "-" && compiler::is_imported_model(options.model))
       for (const auto& [name, tensor] : inputs) {
         import.input_shapes.emplace(name, tensor.shape());
         import.input_values.emplace(name, tensor);
@@ -274,7 +274,7 @@ Command add_run_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
   cmd->add_option("FILE", options->model,
-                  "model file (.json, .onnx, textual IR, or - for stdin), or a package from kiln compile")
+                  "model file (.json, .onnx, Keras (.json, .h5), textual IR, or - for stdin), or a package from kiln compile")
       ->required();
   cmd->add_option("--backend", options->backend,
                   "auto: cuda when a GPU is available, else host; host: the generated CUDA "

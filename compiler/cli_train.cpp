@@ -46,7 +46,7 @@ Command add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a classifier (a model ending in softmax) and report its test accuracy");
   cmd->add_option("MODEL", t.model,
-                  "model file (.json, .onnx or textual IR), or a package from `kiln compile --train`")
+                  "model file (.json, .onnx, Keras (.json, .h5) or textual IR), or a package from `kiln compile --train`")
       ->required();
   cmd->add_option("--data", t.data,
                   "mnist, fashion-mnist, or a directory with train.x.npy, train.y.npy, "

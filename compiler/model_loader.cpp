@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "compiler/file_kind.h"
+#include "compiler/import/keras/keras_importer.h"
 #include "compiler/json_frontend.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
@@ -31,6 +32,22 @@ bool is_onnx_file(const std::string& path) {
   return in.read(head, 2) && looks_like_onnx(std::string_view(head, 2));
 }
 
+bool is_keras_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  char head[8] = {};
+  if (in.read(head, 8) && looks_like_keras_hdf5(std::string_view(head, 8))) return true;
+  in.clear();
+  in.seekg(0);
+  // The top-level keys of a model.json come first; a weights manifest may follow a long
+  // topology, so the whole file is scanned (it is JSON text, read again by the import).
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return detect_keras(buffer.str()) != KerasFormat::None;
+}
+
+bool is_imported_model(const std::string& path) { return is_onnx_file(path) || is_keras_file(path); }
+
 ir::Graph load_model(const std::string& path, const ImportOptions& options) {
   std::string text;
   std::string display = path;
@@ -53,6 +70,12 @@ ir::Graph load_model(const std::string& path, const ImportOptions& options) {
   if (looks_like_onnx(text) || (path.ends_with(".onnx") && !looks_like_json(text)))
     return import_onnx(text, display, base_dir, options,
                        path == "-" ? std::string() : std::filesystem::absolute(path).lexically_normal().string());
+  if (looks_like_json(text) && detect_keras(text) != KerasFormat::None)
+    return import_keras(text, display, base_dir, options, path == "-" ? std::string() : path);
+  if (looks_like_keras_hdf5(text)) {
+    if (path == "-") throw Error(display, "a Keras HDF5 model must be given as a file, not on standard input");
+    return import_keras_hdf5(path, display, options);
+  }
   if (!looks_like_json(text)) {
     if (auto foreign = detect_foreign_format(text, path)) {
       std::string message = "this looks like " + foreign->description +

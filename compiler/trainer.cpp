@@ -146,6 +146,25 @@ void check_sample_shape(const std::string& input_name, const ir::Shape& input,
                                       input_name, ir::shape_to_string(sample_in)));
 }
 
+// A Keras model takes images channels_last ([H, W, C] per sample) where the image datasets are
+// [C, H, W]: the images are transposed once, here, rather than in every step.
+void to_channels_last_if_needed(const ir::Shape& input, data::Dataset& dataset) {
+  const ir::Shape& images = dataset.images.type().shape;
+  if (input.size() != 4 || images.size() != 4 || dataset.images.dtype() != ir::DType::F32) return;
+  const int64_t c = images[1], h = images[2], w = images[3];
+  if (input[1] != h || input[2] != w || input[3] != c || ir::Shape(input.begin() + 1, input.end()) ==
+                                                         ir::Shape(images.begin() + 1, images.end()))
+    return;
+  const int64_t n = images[0];
+  ir::Tensor nhwc(ir::TensorType{dataset.images.dtype(), {n, h, w, c}});
+  const auto* src = reinterpret_cast<const float*>(dataset.images.data());
+  auto* dst = reinterpret_cast<float*>(nhwc.data());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t p = 0; p < h * w; ++p) dst[(i * h * w + p) * c + ch] = src[(i * c + ch) * h * w + p];
+  dataset.images = std::move(nhwc);
+}
+
 // Accuracy of the inference program over `dataset`; a last partial batch is padded with
 // zeros and its padding ignored, so every sample counts.
 double evaluate(runtime::TrainingExecutable& executable, const data::Dataset& dataset,
@@ -346,10 +365,10 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   }
 
   // Data first: a wrong --data fails before minutes of compilation.
-  const data::Dataset train_set = load_split(options, data::Split::Train, options.train_samples,
-                                             "--train-samples");
-  const data::Dataset test_set = load_split(options, data::Split::Test, options.test_samples,
-                                            "--test-samples");
+  data::Dataset train_set = load_split(options, data::Split::Train, options.train_samples,
+                                       "--train-samples");
+  data::Dataset test_set = load_split(options, data::Split::Test, options.test_samples,
+                                      "--test-samples");
   if (train_set.size() < batch_size)
     throw Error("--batch-size", fmt::format("{} is larger than the {} training samples",
                                             batch_size, train_set.size()));
@@ -374,6 +393,8 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       check_labels(test_set, logits.back());
     }
   }
+  to_channels_last_if_needed(input_shape, train_set);
+  to_channels_last_if_needed(input_shape, test_set);
   check_sample_shape(input_name, input_shape, train_set);
   check_sample_shape(input_name, input_shape, test_set);
   TrainingPrograms programs =

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(model_json ir npy safetensors dataset onnx package)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(model_json ir npy safetensors dataset onnx package keras)
 dir=${KILN_FUZZ_BUILD:-build-fuzz}
 jobs=${KILN_FUZZ_JOBS:-1}
 
@@ -34,7 +34,7 @@ echo "fuzz: harnesses built in $(( $(date +%s) - start ))s"
 # plus the binary seeds of tests/fuzz/seeds/. The IR dictionary is every op name of ir/ops.def.
 seeds=$dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{model_json,ir,npy,safetensors,dataset,onnx,package} "$dir/findings"
+mkdir -p "$seeds"/{model_json,ir,npy,safetensors,dataset,onnx,package,keras} "$dir/findings"
 cp examples/*.json tests/lit/Inputs/*.json "$seeds/model_json/"
 cp tests/lit/Inputs/*.ir "$seeds/ir/"
 for file in tests/lit/*/*.ir; do cp "$file" "$seeds/ir/$(basename "$(dirname "$file")")_$(basename "$file")"; done
@@ -76,6 +76,8 @@ JSON
 else
   echo "fuzz: no $kiln (build it first): the package harness starts from an empty corpus" >&2
 fi
+# Keras: the example and the error-path models of the lit tests.
+cp examples/mnist_cnn_keras.json tests/keras/inputs/*.json "$seeds/keras/"
 # Past findings stay in the corpus: each must keep running clean.
 cp tests/fuzz/regressions/model_json-* "$seeds/model_json/"
 {
@@ -88,10 +90,10 @@ cp tests/fuzz/regressions/model_json-* "$seeds/model_json/"
   done
 } >"$dir/ir.dict"
 
-declare -A dict=([model_json]=tests/fuzz/json.dict [safetensors]=tests/fuzz/json.dict
+declare -A dict=([model_json]=tests/fuzz/json.dict [safetensors]=tests/fuzz/json.dict [keras]=tests/fuzz/json.dict
                  [ir]=$dir/ir.dict [npy]=tests/fuzz/npy.dict)
 declare -A max_len=([model_json]=65536 [ir]=16384 [npy]=4096 [safetensors]=4096 [dataset]=4096
-                 [onnx]=16384 [package]=131072)
+                 [onnx]=16384 [package]=131072 [keras]=65536)
 
 run_one() {
   local harness=$1 corpus=$dir/corpus/$1 log=$dir/fuzz_$1.log

