@@ -79,7 +79,10 @@ fi
 # Keras: the example and the error-path models of the lit tests.
 cp examples/mnist_cnn_keras.json tests/keras/inputs/*.json "$seeds/keras/"
 # Past findings stay in the corpus: each must keep running clean.
-cp tests/fuzz/regressions/model_json-* "$seeds/model_json/"
+for file in tests/fuzz/regressions/*; do
+  name=${file##*/}
+  cp "$file" "$seeds/${name%%-*}/"
+done
 {
   echo '# generated from ir/ops.def by scripts/fuzz.sh'
   grep -oE 'KILN_(OP|ACTIVATION|MATH)\([A-Za-z0-9]+, "[a-z0-9_]+"' ir/ops.def |

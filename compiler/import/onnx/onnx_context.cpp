@@ -162,6 +162,13 @@ Operand NodeContext::reshape(const Operand& x, const ir::Shape& shape) {
   return emit(ir::OpId::Reshape, {x}, {{"shape", shape}});
 }
 
+void NodeContext::check_fold_size(const ir::TensorType& type, const std::string& what) const {
+  const std::optional<int64_t> elements = ir::checked_num_elements(type.shape);
+  if (!elements || *elements > kMaxFoldedBytes / static_cast<int64_t>(ir::dtype_size(type.dtype)))
+    fail(what + " would be " + type.to_string() + ", over the " + std::to_string(kMaxFoldedBytes >> 20) +
+         " MiB that import builds constants up to");
+}
+
 Operand NodeContext::fold(ir::OpId op, const std::vector<Operand>& operands, const ir::AttrMap& attrs,
                           const ir::TensorType& result) {
   ir::Graph scratch;
@@ -197,7 +204,9 @@ Operand NodeContext::emit(ir::OpId op, const std::vector<Operand>& operands, ir:
     fail(def.name + ": " + error.message);
   }
   KILN_CHECK(results.size() == 1) << def.name << " has " << results.size() << " results";
-  if (all_constant && op != ir::OpId::Dropout && eval::find_reference_kernel(op))
+  const bool small = ir::num_elements(results[0].shape) <=
+                     kMaxFoldedBytes / static_cast<int64_t>(ir::dtype_size(results[0].dtype));
+  if (all_constant && small && op != ir::OpId::Dropout && eval::find_reference_kernel(op))
     return fold(op, operands, attrs, results[0]);
 
   std::vector<ir::Value*> values;

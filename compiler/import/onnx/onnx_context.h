@@ -22,6 +22,11 @@ class TensorProto;
 
 namespace kiln::compiler::onnx_import {
 
+// Import folds an op whose operands are all constants only when its result is at most this
+// big: a larger result (a ConstantOfShape or Expand of a huge shape) is computed at run time,
+// where the memory is the user's to give, instead of being held at import and stored as weights.
+inline constexpr int64_t kMaxFoldedBytes = int64_t{64} << 20;
+
 // A value during import: a node result or graph input in the kiln graph, or a constant (an
 // initializer, a Constant node, or anything folded from constants). Absent optional inputs
 // ("" in ONNX) have neither.
@@ -91,13 +96,17 @@ class NodeContext {
   void check_attrs(const std::vector<std::string>& known) const;
 
   // --- building ---------------------------------------------------------------------------------
-  // Appends kiln op `op` (one result), or evaluates it now when every operand is a constant.
+  // Appends kiln op `op` (one result), or evaluates it now when every operand is a constant
+  // and the result is at most kMaxFoldedBytes.
   Operand emit(ir::OpId op, const std::vector<Operand>& operands, ir::AttrMap attrs = {});
   Operand constant(ir::Tensor tensor, const std::string& suffix = "const");
   Operand scalar(ir::DType dtype, double value);
   Operand reshape(const Operand& x, const ir::Shape& shape);
 
   [[noreturn]] void fail(const std::string& message) const;
+  // Fails unless a constant of `type` that a rule builds at import (`what`: "the range") is at
+  // most kMaxFoldedBytes.
+  void check_fold_size(const ir::TensorType& type, const std::string& what) const;
 
   GraphBuilder& builder() { return builder_; }
 

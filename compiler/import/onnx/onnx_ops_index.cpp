@@ -59,6 +59,7 @@ Outputs eye_like(NodeContext& node) {
   }
   const int64_t k = node.attr_int("k", 0);
   const int64_t rows = x.shape[0], cols = x.shape[1];
+  node.check_fold_size({dtype, x.shape}, "the identity matrix");
   std::vector<double> eye(static_cast<size_t>(rows * cols));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) eye[i * cols + j] = j - i == k ? 1.0 : 0.0;

@@ -18,6 +18,16 @@ struct Window {
   bool one_d = false;                  // the ONNX op was 1-D: inputs get a unit height
 };
 
+// Window sizes, strides, dilations and pads live in [min, 2^24]: far above any real model, and
+// low enough that the output-size arithmetic cannot overflow.
+void check_window_values(const NodeContext& node, const char* name, const Ints& values, int64_t min) {
+  constexpr int64_t kMaxWindowValue = int64_t{1} << 24;
+  for (int64_t value : values)
+    if (value < min || value > kMaxWindowValue)
+      node.fail(std::string(name) + " value " + std::to_string(value) + " is outside [" + std::to_string(min) +
+                ", 2^24]");
+}
+
 // Reads kernel_shape/strides/dilations/pads/auto_pad for `spatial` dims (1 or 2) of input
 // shape `x` (NC + spatial) with `kernel` taken from the weight when the node does not say.
 Window read_window(NodeContext& node, const ir::Shape& x, Ints kernel) {
@@ -32,6 +42,10 @@ Window read_window(NodeContext& node, const ir::Shape& x, Ints kernel) {
   if (static_cast<int>(stride.size()) != spatial || static_cast<int>(dilation.size()) != spatial ||
       static_cast<int>(pads.size()) != 2 * spatial)
     node.fail("strides, dilations and pads must have one value per spatial dim (pads: two)");
+  check_window_values(node, "kernel_shape", kernel, 1);
+  check_window_values(node, "strides", stride, 1);
+  check_window_values(node, "dilations", dilation, 1);
+  check_window_values(node, "pads", pads, 0);
   const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
   if (auto_pad == "VALID") {
     pads.assign(2 * spatial, 0);
@@ -78,6 +92,9 @@ Outputs conv(NodeContext& node) {
   const Operand& x = node.input(0);
   const Operand& weight = node.input(1);
   if (x.type().rank() < 3) node.fail("input must have rank >= 3 (N, C, spatial...)");
+  if (weight.type().rank() != x.type().rank())
+    node.fail("weight " + weight.type().to_string() + " must have the input's rank, " +
+              std::to_string(x.type().rank()));
   const ir::Shape& ws = weight.type().shape;
   const Window w = read_window(node, x.type().shape, Ints(ws.begin() + 2, ws.end()));
   Operand input = x, kernel = weight;
@@ -102,6 +119,8 @@ Outputs conv_transpose(NodeContext& node) {
   const Operand& weight = node.input(1);
   const int rank = x.type().rank();
   if (rank != 3 && rank != 4) node.fail(std::to_string(rank - 2) + "-D transposed convolution is not supported");
+  if (weight.type().rank() != rank)
+    node.fail("weight " + weight.type().to_string() + " must have the input's rank, " + std::to_string(rank));
   const int spatial = rank - 2;
   const ir::Shape& xs = x.type().shape;
   const ir::Shape& ws = weight.type().shape;
@@ -117,8 +136,18 @@ Outputs conv_transpose(NodeContext& node) {
       static_cast<int>(dilation.size()) != spatial || static_cast<int>(out_pad.size()) != spatial ||
       static_cast<int>(pads.size()) != 2 * spatial)
     node.fail("kernel_shape, strides, dilations, output_padding and pads must have one value per spatial dim (pads: two)");
+  check_window_values(node, "kernel_shape", kernel, 1);
+  check_window_values(node, "strides", stride, 1);
+  check_window_values(node, "dilations", dilation, 1);
+  check_window_values(node, "output_padding", out_pad, 0);
+  check_window_values(node, "pads", pads, 0);
+  check_window_values(node, "output_shape", output_shape, 1);
+  check_window_values(node, "group", {group}, 1);
+  if (!output_shape.empty() && static_cast<int>(output_shape.size()) < spatial)
+    node.fail("output_shape must have a value per spatial dim");
   Ints out(spatial);
   for (int d = 0; d < spatial; ++d) {
+    if (xs[2 + d] > ir::kMaxElements / stride[d]) node.fail("the output would have more than 2^48 elements");
     const int64_t full = stride[d] * (xs[2 + d] - 1) + out_pad[d] + (kernel[d] - 1) * dilation[d] + 1;
     if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       const int64_t want = !output_shape.empty() ? output_shape.at(output_shape.size() - spatial + d) : xs[2 + d] * stride[d];

@@ -53,10 +53,13 @@ Outputs constant_of_shape(NodeContext& node) {
       node.fail(e.message);
     }
   }
-  ir::Tensor filled(ir::TensorType{value.dtype(), shape});
-  std::vector<std::byte> bytes(filled.byte_size());
-  for (size_t i = 0; i < bytes.size(); i += value.byte_size()) std::memcpy(bytes.data() + i, value.data(), value.byte_size());
-  return {node.constant(ir::Tensor(filled.type(), std::move(bytes)), "filled")};
+  for (int64_t dim : shape)
+    if (dim < 1) node.fail("shape " + ir::shape_to_string(shape) + " has no elements; kiln tensors need at least one element");
+  if (value.num_elements() != 1) node.fail("value must hold one element, got " + value.type().to_string());
+  // A broadcast of the one value: folded now when small, filled at run time when not.
+  const Operand scalar = node.reshape(node.constant(std::move(value), "value"), {});
+  if (shape.empty()) return {scalar};
+  return {node.emit(OpId::BroadcastTo, {scalar}, {{"shape", shape}})};
 }
 
 Outputs shape(NodeContext& node) {
@@ -107,6 +110,8 @@ ir::Shape reshape_target(NodeContext& node, const ir::Shape& in, Ints shape, boo
       continue;
     }
     if (shape[i] < 1) node.fail("shape dimension " + std::to_string(shape[i]) + " is not supported");
+    if (shape[i] > ir::kMaxElements / known)
+      node.fail("shape " + ir::shape_to_string(shape) + " has more than 2^48 elements");
     known *= shape[i];
   }
   const int64_t total = ir::num_elements(in);
@@ -157,7 +162,11 @@ Outputs unsqueeze(NodeContext& node) {
   const Ints axes = axes_of(node, 13);
   const int rank = x.type().rank() + static_cast<int>(axes.size());
   std::vector<bool> inserted(rank, false);
-  for (int64_t axis : axes) inserted.at(normalize_axis_or_fail(node, axis, rank, "axis")) = true;
+  for (int64_t axis : axes) {
+    const int at = normalize_axis_or_fail(node, axis, rank, "axis");
+    if (inserted[at]) node.fail("axis " + std::to_string(axis) + " is listed twice");
+    inserted[at] = true;
+  }
   ir::Shape shape;
   size_t next = 0;
   for (int d = 0; d < rank; ++d) shape.push_back(inserted[d] ? 1 : x.type().shape.at(next++));
@@ -277,6 +286,7 @@ Outputs trilu(NodeContext& node) {
   const bool upper = node.attr_int("upper", 1) != 0;
   const int64_t k = node.has_input(1) ? node.const_ints(1, "k").at(0) : 0;
   const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  node.check_fold_size({ir::DType::Bool, {rows, cols}}, "the triangle mask");
   std::vector<double> keep(static_cast<size_t>(rows * cols));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) keep[i * cols + j] = upper ? j - i >= k : j - i <= k;
@@ -298,12 +308,18 @@ Outputs tile(NodeContext& node) {
   Operand x = node.input(0);
   const Ints repeats = node.const_ints(1, "repeats");
   if (static_cast<int>(repeats.size()) != x.type().rank()) node.fail("repeats must have one value per dim");
+  // Each repeated dim n becomes [r, n] by a broadcast of a unit dim before it, then r*n.
+  const ir::Shape& s = x.type().shape;
+  ir::Shape unit, spread, tiled;
   for (int d = 0; d < x.type().rank(); ++d) {
     if (repeats[d] < 1) node.fail("repeats must be >= 1");
-    if (repeats[d] == 1) continue;
-    x = node.emit(OpId::Concat, std::vector<Operand>(repeats[d], x), {{"axis", int64_t{d}}});
+    if (repeats[d] > ir::kMaxElements / s[d]) node.fail("the result would have more than 2^48 elements");
+    unit.insert(unit.end(), {1, s[d]});
+    spread.insert(spread.end(), {repeats[d], s[d]});
+    tiled.push_back(repeats[d] * s[d]);
   }
-  return {x};
+  if (tiled == s) return {x};
+  return {node.reshape(node.emit(OpId::BroadcastTo, {node.reshape(x, unit)}, {{"shape", spread}}), tiled)};
 }
 
 Outputs range(NodeContext& node) {
@@ -311,8 +327,11 @@ Outputs range(NodeContext& node) {
   const double first = node.const_doubles(0, "start").at(0), limit = node.const_doubles(1, "limit").at(0),
                delta = node.const_doubles(2, "delta").at(0);
   if (delta == 0) node.fail("delta must not be 0");
-  const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - first) / delta)));
-  if (count == 0) node.fail("the range is empty; kiln tensors need one element");
+  const double steps = std::ceil((limit - first) / delta);
+  if (!(steps >= 1)) node.fail("the range is empty; kiln tensors need one element");
+  if (steps > double(kMaxFoldedBytes)) node.fail("the range has more than 2^26 elements, too many to build at import");
+  const int64_t count = static_cast<int64_t>(steps);
+  node.check_fold_size({start.type().dtype, {count}}, "the range");
   std::vector<double> values;
   for (int64_t i = 0; i < count; ++i) values.push_back(first + i * delta);
   return {node.constant(ir::Tensor::from_doubles({start.type().dtype, {count}}, values), "range")};

@@ -1,0 +1,54 @@
+// Every input under tests/fuzz/regressions/ once crashed a parser or an importer (a fuzz
+// finding, or a case written next to one). Each must now load or fail with a located
+// kiln::Error; under the sanitizer build (CI's first test stage) anything else is a report.
+// The written cases also pin the message.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "compiler/model_loader.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What the load must say, for the cases written by hand; the others only must not crash.
+const std::map<std::string, std::string> kExpected = {
+    {"onnx-conv-weight-rank-1", "weight f32[3] must have the input's rank, 4"},
+    {"onnx-conv-transpose-weight-rank-1", "weight f32[3] must have the input's rank, 4"},
+    {"onnx-conv-transpose-short-output-shape", "output_shape must have a value per spatial dim"},
+    {"onnx-conv-stride-2e62", "strides value 4611686018427387904 is outside [1, 2^24]"},
+    {"onnx-tile-repeats-2e62", "the result would have more than 2^48 elements"},
+    {"onnx-range-1e300", "too many to build at import"},
+    {"onnx-unsqueeze-repeated-axis", "axis 0 is listed twice"},
+    {"onnx-eye-like-2e48", "the identity matrix would be f32[16777216,16777216], over the 64 MiB"},
+    {"onnx-trilu-2e48", "the triangle mask would be bool[16777216,16777216], over the 64 MiB"},
+};
+
+TEST(FuzzRegressions, EachLoadsOrFailsWithALocatedError) {
+  const fs::path dir = fs::path(KILN_SOURCE_DIR) / "tests/fuzz/regressions";
+  int checked = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    SCOPED_TRACE(name);
+    std::string message;
+    try {
+      (void)compiler::load_model(entry.path().string());
+    } catch (const Error& error) {
+      message = error.what();
+      EXPECT_NE(message.find(name), std::string::npos) << "the error names the file: " << message;
+    }
+    if (const auto expected = kExpected.find(name); expected != kExpected.end()) {
+      EXPECT_NE(message.find(expected->second), std::string::npos) << message;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, static_cast<int>(kExpected.size()) + 1);
+}
+
+}  // namespace
+}  // namespace kiln
