@@ -169,6 +169,17 @@ void Graph::sort_topologically() {
   nodes_ = std::move(sorted);
 }
 
+void Graph::reorder(const std::vector<const Node*>& order) {
+  KILN_CHECK(order.size() == nodes_.size()) << "reorder: " << order.size() << " nodes for a graph of " << nodes_.size();
+  std::unordered_map<const Node*, std::unique_ptr<Node>> owned;
+  for (auto& node : nodes_) owned.emplace(node.get(), std::move(node));
+  for (size_t i = 0; i < order.size(); ++i) {
+    auto it = owned.find(order[i]);
+    KILN_CHECK(it != owned.end() && it->second) << "reorder: a node is missing or listed twice";
+    nodes_[i] = std::move(it->second);
+  }
+}
+
 std::string Graph::unique_name(const std::string& base) const {
   if (!find_value(base)) return base;
   for (int i = 1;; ++i) {

@@ -144,6 +144,8 @@ class Graph {
   // current order wherever it is already valid (a rewrite that adds a node late may break it).
   // Throws InternalError when the nodes form a cycle.
   void sort_topologically();
+  // Puts the nodes in `order`, which must hold each of them once. O(n).
+  void reorder(const std::vector<const Node*>& order);
   // A name no value of the graph has, built from `base` ("conv1.folded", "conv1.folded.1", ...).
   std::string unique_name(const std::string& base) const;
 

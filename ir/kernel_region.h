@@ -60,4 +60,17 @@ bool is_reshape_like(OpId op);
 Node* make_kernel(Graph& graph, const std::vector<Node*>& members, const std::string& name,
                   std::string_view kind);
 
+// One group of make_kernels: what make_kernel takes.
+struct KernelGroup {
+  std::vector<Node*> members;
+  std::string name;
+  std::string_view kind;
+};
+
+// make_kernel for many disjoint groups at once, in time linear in the graph and the groups
+// (make_kernel alone sweeps the whole graph, so a pass calling it per group is quadratic).
+// Each kernel takes its last member's place, as make_kernel's would. Returns the kernels in the
+// order of `groups`.
+std::vector<Node*> make_kernels(Graph& graph, const std::vector<KernelGroup>& groups);
+
 }  // namespace kiln::ir

@@ -13,6 +13,8 @@
 // Only the chain's last value leaves the kernel: every other value had one user, inside the
 // chain, so no path leaves the group and comes back (the kernel cannot depend on itself).
 // TensorRT and cuDNN fuse the same pattern (convolution + bias + activation, optionally + z).
+#include <unordered_map>
+
 #include <fmt/format.h>
 
 #include "ir/kernel_region.h"
@@ -24,18 +26,26 @@ namespace {
 
 constexpr std::string_view kPass = "fuse-conv-bias-relu";
 
-// The anchor and the consumers its epilogue takes, in order.
-std::vector<ir::Node*> epilogue_chain(const ir::Graph& graph, ir::Node& anchor,
-                                      PassContext& context) {
+// The anchor and the consumers its epilogue takes, in order. `claimed`: the nodes of the chains
+// found before this one, which become kernels.
+std::vector<ir::Node*> epilogue_chain(const ir::Graph& graph, const fusion::Users& users,
+                                      const std::unordered_map<const ir::Node*, std::string>& claimed,
+                                      ir::Node& anchor, PassContext& context) {
   std::vector<ir::Node*> chain = {&anchor};
   const ir::Value* running = anchor.results[0];
   while (true) {
-    if (auto reason = fusion::stored_value_reason(graph, running)) {
+    const std::vector<ir::Node*>& readers = users.of(running);
+    if (auto reason = fusion::stored_value_reason(graph, running, readers.size())) {
       context.debug(kPass, fmt::format("not fusing past {}: {}", fusion::ref(running), *reason));
       break;
     }
-    ir::Node& consumer = *graph.users(running).front();
-    if (auto reason = fusion::epilogue_refusal(anchor, running, consumer, true)) {
+    ir::Node& consumer = *readers.front();
+    std::optional<std::string> reason;
+    if (auto kernel = claimed.find(&consumer); kernel != claimed.end())
+      reason = "kernel '" + kernel->second + "' is already a fused kernel";
+    else
+      reason = fusion::epilogue_refusal(anchor, running, consumer, true);
+    if (reason) {
       context.debug(kPass, fmt::format("not fusing {} into {}: {}", fusion::ref(running),
                                        fusion::ref(consumer), *reason));
       break;
@@ -66,21 +76,27 @@ std::string describe_chain(const std::vector<ir::Node*>& chain) {
 }  // namespace
 
 bool FuseConvBiasRelu::run(ir::Graph& graph, PassContext& context) {
+  // Every chain is found on the graph as it is, then all become kernels in one sweep
+  // (ir::make_kernels): a node a chain takes is off limits to the chains after it, which is
+  // what they would see had each been fused as found.
+  const fusion::Users users(graph);
   std::vector<ir::Node*> anchors;
   for (const auto& node : graph.nodes())
     if (fusion::is_gemm(*node)) anchors.push_back(node.get());
 
-  bool changed = false;
+  std::vector<ir::KernelGroup> groups;
+  std::unordered_map<const ir::Node*, std::string> claimed;  // node -> the kernel it joins
   for (ir::Node* anchor : anchors) {
-    const std::vector<ir::Node*> chain = epilogue_chain(graph, *anchor, context);
+    std::vector<ir::Node*> chain = epilogue_chain(graph, users, claimed, *anchor, context);
     if (chain.size() < 2) continue;
-    const std::string name = kernel_name(chain);
+    std::string name = kernel_name(chain);
     const std::string what = fmt::format("fuse {} into kernel {}", describe_chain(chain), name);
     if (!context.take_fuel(kPass, what)) break;
-    ir::make_kernel(graph, chain, name, ir::kEpilogueKernel);
-    changed = true;
+    for (const ir::Node* node : chain) claimed.emplace(node, name);
+    groups.push_back({std::move(chain), std::move(name), ir::kEpilogueKernel});
   }
-  return changed;
+  ir::make_kernels(graph, groups);
+  return !groups.empty();
 }
 
 }  // namespace kiln::passes

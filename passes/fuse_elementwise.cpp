@@ -250,8 +250,10 @@ class ElementwiseFusion {
   }
 
   void make_loop_kernels() {
+    std::vector<ir::KernelGroup> kernels;
     for (const Group& group : groups_)
-      if (group.members.size() >= 2) ir::make_kernel(graph_, group.members, group.name(), ir::kLoopKernel);
+      if (group.members.size() >= 2) kernels.push_back({group.members, group.name(), ir::kLoopKernel});
+    ir::make_kernels(graph_, kernels);
     groups_.clear();
     group_of_.clear();
   }

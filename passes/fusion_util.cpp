@@ -63,11 +63,28 @@ std::string ref(const ir::Node& node) {
 }
 
 std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir::Value* value) {
+  return stored_value_reason(graph, value, graph.users(value).size());
+}
+
+std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir::Value* value,
+                                               size_t users) {
   if (graph.is_output(value)) return ref(value) + " is a graph output, so it is stored";
-  const size_t users = graph.users(value).size();
   if (users != 1)
     return fmt::format("producer has {} users (the value is stored once and each reads it)", users);
   return std::nullopt;
+}
+
+Users::Users(const ir::Graph& graph) {
+  for (const auto& node : graph.nodes())
+    for (const ir::Value* input : node->inputs) {
+      std::vector<ir::Node*>& readers = users_[input];
+      if (readers.empty() || readers.back() != node.get()) readers.push_back(node.get());
+    }
+}
+
+const std::vector<ir::Node*>& Users::of(const ir::Value* value) const {
+  const auto it = users_.find(value);
+  return it == users_.end() ? none_ : it->second;
 }
 
 bool is_gemm(const ir::Node& node) {

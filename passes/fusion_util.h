@@ -5,6 +5,8 @@
 
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -19,6 +21,22 @@ std::string ref(const ir::Node& node);
 // output, or it has several users (the multi-consumer policy: keep the boundary, see
 // fuse_elementwise.cpp). nullopt when it has exactly one user.
 std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir::Value* value);
+// The same, given the value's number of users (from a Users index).
+std::optional<std::string> stored_value_reason(const ir::Graph& graph, const ir::Value* value,
+                                               size_t users);
+
+// Every value's readers, in graph order (a node reading a value twice is listed once), built
+// in one sweep: Graph::users scans the graph per call, which a pass asking once per node
+// cannot afford.
+class Users {
+ public:
+  explicit Users(const ir::Graph& graph);
+  const std::vector<ir::Node*>& of(const ir::Value* value) const;
+
+ private:
+  std::unordered_map<const ir::Value*, std::vector<ir::Node*>> users_;
+  std::vector<ir::Node*> none_;
+};
 
 // Whether `node` is a plain conv2d, dense or matmul: a GEMM whose epilogue can take ops.
 bool is_gemm(const ir::Node& node);
