@@ -82,6 +82,8 @@ bool NodeContext::output_used(int index) const {
 void NodeContext::fail(const std::string& message) const { throw ConvertError{message}; }
 
 const Operand& NodeContext::input(int index) const {
+  if (index < num_inputs() && inputs_[index].empty)
+    fail("input " + std::to_string(index) + " is an empty tensor (kiln tensors have at least one element)");
   if (!has_input(index))
     fail("input " + std::to_string(index) + " is required but " +
          (index < num_inputs() ? "empty" : "missing"));

@@ -38,6 +38,9 @@ struct Operand {
   std::shared_ptr<const ir::Tensor> given;
   std::string name;  // the ONNX name, used when a constant becomes a parameter
   bool initializer = false;  // the constant is the model's initializer `name`, unchanged
+  // A constant with no elements (a zero dim): neither value nor constant. Ops that take an empty
+  // input as "not given" see it absent; input() refuses it; Concat skips it, as ONNX does.
+  bool empty = false;
 
   bool present() const { return value != nullptr || constant != nullptr; }
   bool is_constant() const { return constant != nullptr; }

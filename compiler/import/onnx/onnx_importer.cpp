@@ -88,6 +88,12 @@ class Importer {
   void add_initializer(const onnx::TensorProto& init) {
     try {
       Operand operand;
+      if (has_zero_dim(init)) {
+        operand.empty = true;
+        operand.name = init.name();
+        values_[init.name()] = operand;
+        return;
+      }
       operand.constant = std::make_shared<const ir::Tensor>(tensor_from_proto(init, base_dir_));
       operand.name = init.name();
       operand.initializer = true;
@@ -213,7 +219,7 @@ class Importer {
     for (int i = 0; i < node.output_size(); ++i) {
       const std::string& output = node.output(i);
       if (output.empty()) continue;
-      if (i >= static_cast<int>(outputs.size()) || !outputs[i].present()) {
+      if (i >= static_cast<int>(outputs.size()) || (!outputs[i].present() && !outputs[i].empty)) {
         error(where, "output " + std::to_string(i) + " '" + output + "' is not supported");
         poisoned_.insert(output);
         continue;
@@ -236,6 +242,10 @@ class Importer {
     auto it = values_.find(output.name());
     if (it == values_.end()) {
       error("output '" + output.name() + "'", "is not produced by any node");
+      return;
+    }
+    if (it->second.empty) {
+      error("output '" + output.name() + "'", "is an empty tensor (kiln tensors have at least one element)");
       return;
     }
     ir::Value* value = builder_.materialize(it->second);
@@ -283,7 +293,7 @@ class Importer {
 namespace onnx_import {
 const OpRule* find_rule(std::string_view op_type, int opset, std::string& why) {
   std::string ranges;
-  for (auto rules : {math_rules(), nn_rules(), shape_rules(), loss_rules(), index_rules()}) {
+  for (auto rules : {math_rules(), nn_rules(), shape_rules(), loss_rules(), index_rules(), resize_rules()}) {
     for (const OpRule& rule : rules) {
       if (rule.op_type != op_type) continue;
       if (opset >= rule.first_opset && opset <= rule.last_opset) return &rule;

@@ -23,6 +23,11 @@ Operand ints_constant(NodeContext& node, const Ints& values, ir::Shape shape, co
 
 Outputs constant(NodeContext& node) {
   if (const onnx::TensorProto* value = node.attr_tensor("value")) {
+    if (has_zero_dim(*value)) {
+      Operand empty;
+      empty.empty = true;
+      return {empty};
+    }
     try {
       return {node.constant(tensor_from_proto(*value, "."), "value")};
     } catch (const ConvertError& e) {
@@ -185,6 +190,7 @@ Outputs concat(NodeContext& node) {
   std::vector<Operand> parts;
   for (const Operand& input : node.inputs())
     if (input.present()) parts.push_back(input);
+  if (parts.empty()) node.fail("every input is empty (kiln tensors have at least one element)");
   if (parts.size() == 1) return {parts[0]};
   return {node.emit(OpId::Concat, parts, {{"axis", node.attr_int("axis", node.opset() < 4 ? 1 : 0)}})};
 }
@@ -396,7 +402,7 @@ Outputs depth_to_space(NodeContext& node) {
   if (x.type().rank() != 4) node.fail("input must be 4-D");
   const int64_t bs = node.attr_int("blocksize", 0);
   const ir::Shape& s = x.type().shape;
-  if (bs < 1 || s[1] % (bs * bs) != 0) node.fail("channels must be divisible by blocksize^2");
+  if (bs < 1 || bs > (int64_t{1} << 24) || s[1] % (bs * bs) != 0) node.fail("channels must be divisible by blocksize^2");
   const int64_t c = s[1] / (bs * bs);
   const bool crd = node.attr_string("mode", "DCR") == "CRD";
   const Operand split = node.reshape(x, crd ? ir::Shape{s[0], c, bs, bs, s[2], s[3]} : ir::Shape{s[0], bs, bs, c, s[2], s[3]});

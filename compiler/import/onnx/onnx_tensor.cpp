@@ -86,6 +86,12 @@ int onnx_dtype_of(ir::DType dtype) {
   return TensorProto::UNDEFINED;
 }
 
+bool has_zero_dim(const TensorProto& proto) {
+  for (int64_t dim : proto.dims())
+    if (dim == 0) return true;
+  return false;
+}
+
 ir::Tensor tensor_from_proto(const TensorProto& proto, const std::string& base_dir) {
   const auto dtype = dtype_from_onnx(proto.data_type());
   if (!dtype)

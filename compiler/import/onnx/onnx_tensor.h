@@ -20,6 +20,10 @@ std::string onnx_dtype_name(int elem_type);
 // The ONNX TensorProto.DataType of a kiln dtype.
 int onnx_dtype_of(ir::DType dtype);
 
+// Whether the tensor has a zero dimension (no elements): kiln has no such tensors, so import
+// keeps it only as an input that means "not given" when empty (Resize's roi and scales).
+bool has_zero_dim(const onnx::TensorProto& proto);
+
 // Reads a tensor's data; external data files resolve against `base_dir`. Throws ConvertError.
 ir::Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& base_dir);
 

@@ -112,7 +112,74 @@ def torchvision_model(directory, name, opset, size):
     np.save(os.path.join(directory, "expected.npy"), expected.numpy())
 
 
+def resize_opset18(directory):
+    """Resize's opset 18/19 settings that Debian's node tests (onnx 1.12) predate: antialias,
+    axes with keep_aspect_ratio_policy, half_pixel_symmetric. Each expected output is the one
+    ONNX's operator documentation gives for that example (onnx.ai/onnx/operators/onnx__Resize)."""
+    cases = {
+        "linear_antialias": ({"mode": "linear", "antialias": 1}, 16, None, [1, 1, 3, 3], None, 18,
+                             [[2.3636363, 3.590909, 4.818182], [7.2727275, 8.5, 9.727273],
+                              [12.181818, 13.409091, 14.636364]]),
+        "cubic_antialias": ({"mode": "cubic", "antialias": 1}, 16, None, [1, 1, 3, 3], None, 18,
+                            [[1.7750092, 3.1200073, 4.4650054], [7.1550016, 8.5, 9.844998],
+                             [12.534994, 13.8799925, 15.224991]]),
+        "not_larger": ({"mode": "nearest", "keep_aspect_ratio_policy": "not_larger"}, 4, None, [7, 8], [2, 3], 18,
+                       [[1] * 4 + [2] * 3] * 4 + [[3] * 4 + [4] * 3] * 3),
+        "half_pixel_symmetric": ({"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}, 4,
+                                 [1.0, 1.0, 2.3, 2.94], None, None, 19,
+                                 [[1.0, 1.15986395, 1.5, 1.84013605, 2.0],
+                                  [1.56521738, 1.72508133, 2.06521738, 2.40535343, 2.56521738],
+                                  [2.43478262, 2.59464657, 2.93478262, 3.27491867, 3.43478262],
+                                  [3.0, 3.15986395, 3.5, 3.84013605, 4.0]]),
+    }
+    for name, (attrs, count, scales, sizes, axes, opset, expected) in cases.items():
+        side = int(np.sqrt(count))
+        inits, inputs = [], ["x", ""]
+        if scales is not None:
+            inits.append(numpy_helper.from_array(np.array(scales, np.float32), "scales"))
+            inputs.append("scales")
+        else:
+            inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
+            inputs += ["", "sizes"]
+        if axes is not None:
+            attrs = dict(attrs, axes=axes)
+        node = helper.make_node("Resize", inputs, ["y"], name="Resize_0", **attrs)
+        graph = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, side, side])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        onnx.save(model, os.path.join(directory, name + ".onnx"))  # onnx 1.12's checker predates opset 18
+        np.save(os.path.join(directory, name + ".x.npy"), np.arange(1, count + 1, dtype=np.float32).reshape(1, 1, side, side))
+        np.save(os.path.join(directory, name + ".expected.npy"), np.array(expected, np.float32)[None, None])
+
+
+def torch_interpolate(directory):
+    """F.interpolate as PyTorch exports it (Resize, at opsets 11 and 13): nearest
+    x2, bilinear to a size, bicubic with align_corners; PyTorch's output is the oracle."""
+    import torch
+    import torch.nn.functional as F
+
+    class Upsampler(torch.nn.Module):
+        def forward(self, x):
+            a = F.interpolate(x, scale_factor=2, mode="nearest")
+            b = F.interpolate(x, size=(9, 5), mode="bilinear", align_corners=False)
+            c = F.interpolate(x, size=(4, 11), mode="bicubic", align_corners=True)
+            return a.sum() + b, c
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 7)
+    with torch.no_grad():
+        b, c = Upsampler()(x)
+    for opset in (11, 13):  # 11: the roi is an empty Constant; 13: an absent input
+        torch.onnx.export(Upsampler(), x, os.path.join(directory, f"interpolate{opset}.onnx"),
+                          opset_version=opset, input_names=["x"], output_names=["b", "c"])
+    np.save(os.path.join(directory, "x.npy"), x.numpy())
+    np.save(os.path.join(directory, "b.npy"), b.numpy())
+    np.save(os.path.join(directory, "c.npy"), c.numpy())
+
+
 MODELS = {
+    "resize_opset18": resize_opset18,
+    "torch_interpolate": torch_interpolate,
     "shape_arithmetic": shape_arithmetic,
     "unsupported": unsupported,
     "external_data": external_data,
