@@ -171,20 +171,27 @@ void NodeContext::check_fold_size(const ir::TensorType& type, const std::string&
          " MiB that import builds constants up to");
 }
 
-Operand NodeContext::fold(ir::OpId op, const std::vector<Operand>& operands, const ir::AttrMap& attrs,
-                          const ir::TensorType& result) {
+ir::Tensor NodeContext::evaluate(ir::OpId op, const std::vector<const ir::Tensor*>& operands,
+                                 const ir::AttrMap& attrs, const ir::TensorType& result) const {
   ir::Graph scratch;
   std::vector<ir::Value*> values;
   std::map<std::string, ir::Tensor> feeds;
   for (size_t i = 0; i < operands.size(); ++i) {
     const std::string name = "in" + std::to_string(i);
-    values.push_back(scratch.add_input(name, operands[i].type()));
-    feeds.emplace(name, *operands[i].constant);
+    values.push_back(scratch.add_input(name, operands[i]->type()));
+    feeds.emplace(name, *operands[i]);
   }
   ir::Node* node = scratch.add_node(op, node_name_, values, attrs, {{"out", result}});
   scratch.outputs = node->results;
+  return std::move(eval::run_reference(scratch, feeds).at(0));
+}
+
+Operand NodeContext::fold(ir::OpId op, const std::vector<Operand>& operands, const ir::AttrMap& attrs,
+                          const ir::TensorType& result) {
+  std::vector<const ir::Tensor*> tensors;
+  for (const Operand& operand : operands) tensors.push_back(operand.constant.get());
   try {
-    return constant(std::move(eval::run_reference(scratch, feeds).at(0)), "folded");
+    return constant(evaluate(op, tensors, attrs, result), "folded");
   } catch (const Error& error) {
     fail("folding " + std::string(ir::op_name(op)) + " at import: " + error.diagnostic().message);
   }
@@ -208,8 +215,24 @@ Operand NodeContext::emit(ir::OpId op, const std::vector<Operand>& operands, ir:
   KILN_CHECK(results.size() == 1) << def.name << " has " << results.size() << " results";
   const bool small = ir::num_elements(results[0].shape) <=
                      kMaxFoldedBytes / static_cast<int64_t>(ir::dtype_size(results[0].dtype));
-  if (all_constant && small && op != ir::OpId::Dropout && eval::find_reference_kernel(op))
-    return fold(op, operands, attrs, results[0]);
+  const bool foldable = small && op != ir::OpId::Dropout && eval::find_reference_kernel(op);
+  if (all_constant && foldable) return fold(op, operands, attrs, results[0]);
+  // Operands known now (constants, and graph inputs whose values this import was given): the
+  // result is computed for the import too, so shape arithmetic on a given input (a window's
+  // size, a range's limit) stays known downstream, while the node still runs at run time. Only
+  // small results: shape arithmetic is, and a whole model is not evaluated twice.
+  std::vector<const ir::Tensor*> known;
+  for (const Operand& operand : operands)
+    if (const ir::Tensor* tensor = operand.constant ? operand.constant.get() : operand.given.get())
+      known.push_back(tensor);
+  std::shared_ptr<const ir::Tensor> given;
+  if (foldable && known.size() == operands.size() && ir::num_elements(results[0].shape) <= kMaxGivenElements) {
+    try {
+      given = std::make_shared<const ir::Tensor>(evaluate(op, known, attrs, results[0]));
+    } catch (const Error&) {
+      // The values given make the op fail; it fails the same way when run.
+    }
+  }
 
   std::vector<ir::Value*> values;
   for (const Operand& operand : operands) values.push_back(builder_.materialize(operand));
@@ -224,6 +247,7 @@ Operand NodeContext::emit(ir::OpId op, const std::vector<Operand>& operands, ir:
   node->results[0]->loc = loc_;
   Operand result;
   result.value = node->results[0];
+  result.given = std::move(given);
   return result;
 }
 

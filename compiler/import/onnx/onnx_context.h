@@ -26,6 +26,8 @@ namespace kiln::compiler::onnx_import {
 // big: a larger result (a ConstantOfShape or Expand of a huge shape) is computed at run time,
 // where the memory is the user's to give, instead of being held at import and stored as weights.
 inline constexpr int64_t kMaxFoldedBytes = int64_t{64} << 20;
+// The largest result import also computes from values given for graph inputs (shape arithmetic).
+inline constexpr int64_t kMaxGivenElements = 1024;
 
 // A value during import: a node result or graph input in the kiln graph, or a constant (an
 // initializer, a Constant node, or anything folded from constants). Absent optional inputs
@@ -117,6 +119,9 @@ class NodeContext {
   const onnx::AttributeProto* find_attr(const std::string& name) const;
   Operand fold(ir::OpId op, const std::vector<Operand>& operands, const ir::AttrMap& attrs,
                const ir::TensorType& result);
+  // Runs `op` on the reference evaluator now.
+  ir::Tensor evaluate(ir::OpId op, const std::vector<const ir::Tensor*>& operands, const ir::AttrMap& attrs,
+                      const ir::TensorType& result) const;
 
   GraphBuilder& builder_;
   const onnx::NodeProto& node_;

@@ -1,6 +1,9 @@
 // ONNX index-building ops → kiln ops: OneHot (equal against the positions, then where),
 // EyeLike (a constant: only the input's static shape matters) and Compress (the kept positions
 // are known at import, then a gather).
+#include <cmath>
+#include <numbers>
+
 #include "compiler/import/onnx/onnx_ops.h"
 #include "compiler/import/onnx/onnx_tensor.h"
 
@@ -90,7 +93,34 @@ Outputs compress(NodeContext& node) {
 
 constexpr int kLast = kMaxOpset;
 
+// HannWindow, HammingWindow, BlackmanWindow: a cosine sum of `size` points, built at import
+// (the size is a constant, or a graph input whose value the import was given).
+Outputs cosine_window(NodeContext& node, const std::vector<double>& terms) {
+  const int64_t size = node.const_ints(0, "size").at(0);
+  if (size < 1 || size > (int64_t{1} << 24)) node.fail("size must lie in [1, 2^24], got " + std::to_string(size));
+  const bool periodic = node.attr_int("periodic", 1) != 0;
+  const int onnx_type = static_cast<int>(node.attr_int("output_datatype", 1));
+  const auto dtype = dtype_from_onnx(onnx_type);
+  if (!dtype) node.fail("output_datatype " + onnx_dtype_name(onnx_type) + " is not supported");
+  const double period = periodic ? double(size) : double(size - 1);
+  std::vector<double> window(static_cast<size_t>(size));
+  for (int64_t n = 0; n < size; ++n) {
+    double value = 0;
+    for (size_t k = 0; k < terms.size(); ++k)
+      value += (k % 2 ? -1 : 1) * terms[k] * (period == 0 ? 1.0 : std::cos(2 * std::numbers::pi * double(k * n) / period));
+    window[n] = value;
+  }
+  return {node.constant(ir::Tensor::from_doubles({*dtype, {size}}, window), "window")};
+}
+
+Outputs hann_window(NodeContext& node) { return cosine_window(node, {0.5, 0.5}); }
+Outputs hamming_window(NodeContext& node) { return cosine_window(node, {25.0 / 46, 21.0 / 46}); }
+Outputs blackman_window(NodeContext& node) { return cosine_window(node, {0.42, 0.5, 0.08}); }
+
 const OpRule kRules[] = {
+    {"HannWindow", 17, kLast, hann_window},
+    {"HammingWindow", 17, kLast, hamming_window},
+    {"BlackmanWindow", 17, kLast, blackman_window},
     {"OneHot", 9, kLast, one_hot},
     {"EyeLike", 9, kLast, eye_like},
     {"Compress", 9, kLast, compress},

@@ -1,4 +1,8 @@
-// Resize and Upsample as interpolation matrices.
+// ONNX ops that are a fixed matrix applied along one axis: Resize and Upsample (interpolation
+// matrices), CumSum (a triangle of ones) and LRN (a band of ones over the channels, for the
+// sum of squares).
+//
+// Resize and Upsample.
 //
 // Every mode ONNX defines (nearest, linear, cubic; with or without antialias; every coordinate
 // transformation) interpolates each resized axis on its own, and along one axis an output
@@ -315,16 +319,64 @@ Outputs upsample(NodeContext& node) {
   return {interpolate(node, x, spec, sizes, scales, {})};
 }
 
+// CumSum along a constant axis: a lower (or, reversed, upper) triangle of ones, strict when
+// exclusive. Float tensors (the matmul's).
+Outputs cumsum(NodeContext& node) {
+  node.check_attrs({"exclusive", "reverse"});
+  const Operand& x = node.input(0);
+  if (!ir::is_floating(x.type().dtype))
+    node.fail("a cumulative sum of " + x.type().to_string() + " is not supported (kiln sums float tensors)");
+  const int rank = x.type().rank();
+  const int axis = normalize_axis_or_fail(node, node.const_ints(1, "axis").at(0), rank, "axis");
+  const bool exclusive = node.attr_int("exclusive", 0) != 0, reverse = node.attr_int("reverse", 0) != 0;
+  const int64_t n = x.type().shape[axis];
+  AxisMatrix m;
+  m.weights.assign(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const bool summed = reverse ? (exclusive ? j > i : j >= i) : (exclusive ? j < i : j <= i);
+      m.weights[static_cast<size_t>(i * n + j)] = summed ? 1.0 : 0.0;
+    }
+  return {apply_along(node, x, axis, m, n)};
+}
+
+// LRN: x / (bias + alpha / size * the sum of squares over the `size` channels around)^beta; the
+// window sum is a band matrix along the channels.
+Outputs lrn(NodeContext& node) {
+  node.check_attrs({"alpha", "beta", "bias", "size"});
+  const Operand& x = node.input(0);
+  if (x.type().rank() < 3) node.fail("input must have rank >= 3 (N, C, spatial...)");
+  if (!ir::is_floating(x.type().dtype)) node.fail("input must be a float tensor");
+  const int64_t size = node.attr_int("size", 0);
+  const int64_t channels = x.type().shape[1];
+  if (size < 1 || size > (int64_t{1} << 24)) node.fail("size must lie in [1, 2^24], got " + std::to_string(size));
+  const double alpha = node.attr_float("alpha", 1e-4), beta = node.attr_float("beta", 0.75),
+               bias = node.attr_float("bias", 1.0);
+  AxisMatrix band;
+  band.weights.assign(static_cast<size_t>(channels * channels), 0.0);
+  const int64_t below = (size - 1) / 2, above = size - 1 - below;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t i = std::max<int64_t>(0, c - below); i <= std::min(channels - 1, c + above); ++i)
+      band.weights[static_cast<size_t>(c * channels + i)] = 1.0;
+  const ir::DType dtype = x.type().dtype;
+  const Operand sum = apply_along(node, node.emit(OpId::Mul, {x, x}), 1, band, channels);
+  const Operand scaled = node.emit(OpId::Add, {node.emit(OpId::Mul, {sum, node.scalar(dtype, alpha / double(size))}),
+                                               node.scalar(dtype, bias)});
+  return {node.emit(OpId::Mul, {x, node.emit(OpId::Pow, {scaled}, {{"exponent", -beta}})})};
+}
+
 constexpr int kLast = kMaxOpset;
 
 const OpRule kRules[] = {
     {"Upsample", 7, 9, upsample},
     {"Resize", 10, 10, upsample},
     {"Resize", 11, kLast, resize},
+    {"CumSum", 11, kLast, cumsum},
+    {"LRN", 1, kLast, lrn},
 };
 
 }  // namespace
 
-std::span<const OpRule> resize_rules() { return kRules; }
+std::span<const OpRule> axis_matrix_rules() { return kRules; }
 
 }  // namespace kiln::compiler::onnx_import
