@@ -215,7 +215,51 @@ Outputs slice(NodeContext& node) {
   if (axes.empty())
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   if (steps.empty()) steps.assign(starts.size(), 1);
-  return {node.emit(OpId::Slice, {x}, {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}})};
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    node.fail("starts, ends, axes and steps must have as many values");
+  // kiln's slice steps forward; an axis with a negative step (x[::-1]) is a gather of the
+  // positions it visits, computed here, after the forward slice of the other axes.
+  Ints forward_starts, forward_ends, forward_axes, forward_steps;
+  std::vector<std::pair<int, Ints>> backward;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    if (steps[i] > 0) {
+      // A forward slice that selects nothing is an empty tensor (Concat skips it, as in the
+      // shape arithmetic of exported LayerNorms); anything else reading it fails.
+      const int axis = normalize_axis_or_fail(node, axes[i], x.type().rank(), "axes");
+      const int64_t dim = x.type().shape[axis];
+      const int64_t start = std::clamp<int64_t>(starts[i] < 0 ? std::max(starts[i], -dim) + dim : starts[i], 0, dim);
+      const int64_t end = std::clamp<int64_t>(ends[i] < 0 ? std::max(ends[i], -dim) + dim : ends[i], 0, dim);
+      if (start >= end) {
+        Operand empty;
+        empty.empty = true;
+        return {empty};
+      }
+      forward_starts.push_back(starts[i]);
+      forward_ends.push_back(ends[i]);
+      forward_axes.push_back(axes[i]);
+      forward_steps.push_back(steps[i]);
+      continue;
+    }
+    if (steps[i] == 0) node.fail("steps must not be 0");
+    const int axis = normalize_axis_or_fail(node, axes[i], x.type().rank(), "axes");
+    const int64_t dim = x.type().shape[axis];
+    const int64_t step = std::max(steps[i], -ir::kMaxElements);
+    const int64_t start = std::clamp<int64_t>(starts[i] < 0 ? std::max(starts[i], -dim) + dim : starts[i], 0, dim - 1);
+    const int64_t end = std::clamp<int64_t>(ends[i] < 0 ? std::max(ends[i], -dim - 1) + dim : ends[i], -1, dim - 1);
+    const int64_t count = start > end ? (start - end - 1) / -step + 1 : 0;
+    node.check_fold_size({ir::DType::I64, {std::max<int64_t>(count, 1)}}, "the positions of a backward slice");
+    Ints positions;
+    for (int64_t at = start; at > end; at += step) positions.push_back(at);
+    if (positions.empty()) node.fail("the slice of axis " + std::to_string(axis) + " selects nothing");
+    backward.push_back({axis, positions});
+  }
+  Operand y = x;
+  if (!forward_starts.empty())
+    y = node.emit(OpId::Slice, {x}, {{"starts", forward_starts}, {"ends", forward_ends}, {"axes", forward_axes},
+                                     {"steps", forward_steps}});
+  for (const auto& [axis, positions] : backward)
+    y = gather_along(node, y, ints_constant(node, positions, {int64_t(positions.size())}, "positions"), axis);
+  return {y};
 }
 
 Outputs split(NodeContext& node) {

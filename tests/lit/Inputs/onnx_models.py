@@ -177,7 +177,26 @@ def torch_interpolate(directory):
     np.save(os.path.join(directory, "c.npy"), c.numpy())
 
 
+def torch_flip(directory):
+    """torch.flip (exported as Slice with negative steps), PyTorch's output the oracle."""
+    import torch
+
+    class Flipper(torch.nn.Module):
+        def forward(self, x):
+            return torch.flip(x, [1, 3]) * 2 + x.flip(2)
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5)
+    with torch.no_grad():
+        y = Flipper()(x)
+    torch.onnx.export(Flipper(), x, os.path.join(directory, "flip.onnx"), opset_version=13,
+                      input_names=["x"], output_names=["y"])
+    np.save(os.path.join(directory, "x.npy"), x.numpy())
+    np.save(os.path.join(directory, "y.npy"), y.numpy())
+
+
 MODELS = {
+    "torch_flip": torch_flip,
     "resize_opset18": resize_opset18,
     "torch_interpolate": torch_interpolate,
     "shape_arithmetic": shape_arithmetic,
