@@ -14,13 +14,29 @@
 
 namespace kiln::testing_util {
 
+// The scratch directory of a test (in this process).
+inline std::filesystem::path test_dir_of(const ::testing::TestInfo& info) {
+  return std::filesystem::path(::testing::TempDir()) /
+         ("kiln_" + std::string(info.test_suite_name()) + "_" + info.name() + "_" + std::to_string(::getpid()));
+}
+
+// Removes a test's scratch directory when the test passes; a failing test's stays to be looked at.
+class ScratchDirCleaner : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result() != nullptr && info.result()->Passed()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(test_dir_of(info), ignored);
+    }
+  }
+};
+inline const bool kScratchDirCleanerInstalled = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new ScratchDirCleaner);
+  return true;
+}();
+
 // A fresh, empty directory named after the running test, so tests never see each other's files.
 inline std::filesystem::path fresh_test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) /
-      ("kiln_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-       std::to_string(::getpid()));
+  const std::filesystem::path dir = test_dir_of(*::testing::UnitTest::GetInstance()->current_test_info());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
