@@ -159,6 +159,21 @@ Operand NodeContext::scalar(ir::DType dtype, double value) {
   return constant(ir::Tensor::from_doubles(ir::TensorType{dtype, {}}, {value}), "scalar");
 }
 
+Operand NodeContext::fill(ir::DType dtype, const ir::Shape& shape, double value) {
+  const Operand one = scalar(dtype, value);
+  if (shape.empty()) return one;
+  return emit(ir::OpId::BroadcastTo, {one}, {{"shape", shape}});
+}
+
+Operand NodeContext::positions(int rank, int axis, int64_t n) {
+  ir::Shape shape(static_cast<size_t>(rank), 1);
+  shape[static_cast<size_t>(axis)] = n;
+  check_fold_size({ir::DType::I64, shape}, "the positions along axis " + std::to_string(axis));
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<double>(i);
+  return constant(ir::Tensor::from_doubles({ir::DType::I64, shape}, values), "positions");
+}
+
 Operand NodeContext::reshape(const Operand& x, const ir::Shape& shape) {
   if (x.type().shape == shape) return x;
   return emit(ir::OpId::Reshape, {x}, {{"shape", shape}});
@@ -213,8 +228,17 @@ Operand NodeContext::emit(ir::OpId op, const std::vector<Operand>& operands, ir:
     fail(def.name + ": " + error.message);
   }
   KILN_CHECK(results.size() == 1) << def.name << " has " << results.size() << " results";
-  const bool small = ir::num_elements(results[0].shape) <=
-                     kMaxFoldedBytes / static_cast<int64_t>(ir::dtype_size(results[0].dtype));
+  // Folding may not blow constants up: a result within kMaxFoldedBytes that is at most
+  // kMaxFoldGrowth bigger than its operands (a transposed weight folds; a broadcast of a scalar
+  // to a big pad block runs at run time).
+  auto bytes = [](const ir::TensorType& type) {
+    return ir::num_elements(type.shape) * static_cast<int64_t>(ir::dtype_size(type.dtype));
+  };
+  int64_t operand_bytes = 0;
+  for (const Operand& operand : operands) operand_bytes += bytes(operand.type());
+  const int64_t result_elements = ir::num_elements(results[0].shape);
+  const bool small = result_elements <= kMaxFoldedBytes / static_cast<int64_t>(ir::dtype_size(results[0].dtype)) &&
+                     bytes(results[0]) <= operand_bytes + kMaxFoldGrowth;
   const bool foldable = small && op != ir::OpId::Dropout && eval::find_reference_kernel(op);
   if (all_constant && foldable) return fold(op, operands, attrs, results[0]);
   // Operands known now (constants, and graph inputs whose values this import was given): the

@@ -26,6 +26,8 @@ namespace kiln::compiler::onnx_import {
 // big: a larger result (a ConstantOfShape or Expand of a huge shape) is computed at run time,
 // where the memory is the user's to give, instead of being held at import and stored as weights.
 inline constexpr int64_t kMaxFoldedBytes = int64_t{64} << 20;
+// ... and only when the result is at most this much bigger than its operands together.
+inline constexpr int64_t kMaxFoldGrowth = int64_t{1} << 20;
 // The largest result import also computes from values given for graph inputs (shape arithmetic).
 inline constexpr int64_t kMaxGivenElements = 1024;
 
@@ -106,6 +108,12 @@ class NodeContext {
   Operand emit(ir::OpId op, const std::vector<Operand>& operands, ir::AttrMap attrs = {});
   Operand constant(ir::Tensor tensor, const std::string& suffix = "const");
   Operand scalar(ir::DType dtype, double value);
+  // A tensor of `shape` filled with `value`: a broadcast of a scalar, folded when small, filled
+  // at run time when not (so a huge pad or mask never sits in memory at import).
+  Operand fill(ir::DType dtype, const ir::Shape& shape, double value);
+  // 0, 1, ..., n-1 (i64) along `axis` of a shape of ones of rank `rank`; n checked against the
+  // fold limit.
+  Operand positions(int rank, int axis, int64_t n);
   Operand reshape(const Operand& x, const ir::Shape& shape);
 
   [[noreturn]] void fail(const std::string& message) const;

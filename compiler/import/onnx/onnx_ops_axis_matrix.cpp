@@ -30,10 +30,17 @@ using ir::OpId;
 using Ints = std::vector<int64_t>;
 using Outputs = std::vector<Operand>;
 
+constexpr int64_t kMaxInterpolationElements = int64_t{1} << 22;
+
+// coordinate_transformation_mode, in the order of kTransformNames.
+enum class Transform { HalfPixel, HalfPixelSymmetric, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNn, TfCropAndResize };
+constexpr const char* kTransformNames[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                                           "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+
 // How output coordinates map to input coordinates, and the weights of the neighbours.
 struct ResizeSpec {
   std::string mode = "nearest";              // nearest | linear | cubic
-  std::string transform = "half_pixel";      // coordinate_transformation_mode
+  Transform transform = Transform::HalfPixel;
   std::string nearest_mode = "round_prefer_floor";
   double cubic_a = -0.75;
   bool exclude_outside = false;
@@ -42,19 +49,24 @@ struct ResizeSpec {
 };
 
 // The weights of the neighbours of a point whose distance past its left neighbour is `ratio`
-// (in (0, 1]; 1 when the point is on a sample), for a resize by `scale`.
-std::vector<double> neighbour_weights(const ResizeSpec& spec, double ratio, double scale) {
+// (in (0, 1]; 1 when the point is on a sample), for a resize by `scale`, into `weights` (reused
+// from row to row: a matrix may have millions of rows).
+void neighbour_weights(const ResizeSpec& spec, double ratio, double scale, std::vector<double>& weights) {
+  weights.clear();
   if (spec.mode == "nearest") {
-    if (ratio == 1.0) return {0, 1};
     const std::string& m = spec.nearest_mode;
-    if (m == "round_prefer_floor") return {double(ratio <= 0.5), double(ratio > 0.5)};
-    if (m == "round_prefer_ceil") return {double(ratio < 0.5), double(ratio >= 0.5)};
-    if (m == "floor") return {1, 0};
-    return {0, 1};  // ceil
+    bool right = true;  // on a sample, or ceil
+    if (ratio != 1.0 && m == "round_prefer_floor") right = ratio > 0.5;
+    else if (ratio != 1.0 && m == "round_prefer_ceil") right = ratio >= 0.5;
+    else if (ratio != 1.0 && m == "floor") right = false;
+    weights.insert(weights.end(), {right ? 0.0 : 1.0, right ? 1.0 : 0.0});
+    return;
   }
-  std::vector<double> weights;
   if (spec.mode == "linear") {
-    if (!spec.antialias) return {1 - ratio, ratio};
+    if (!spec.antialias) {
+      weights.insert(weights.end(), {1 - ratio, ratio});
+      return;
+    }
     // The triangle filter stretched by 1/scale when shrinking.
     const double s = std::min(scale, 1.0);
     const int64_t start = static_cast<int64_t>(std::floor(-1 / s) + 1);
@@ -68,34 +80,38 @@ std::vector<double> neighbour_weights(const ResizeSpec& spec, double ratio, doub
       if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
       return 0.0;
     };
-    if (!spec.antialias) return {kernel(ratio + 1), kernel(ratio), kernel(1 - ratio), kernel(2 - ratio)};
+    if (!spec.antialias) {
+      weights.insert(weights.end(), {kernel(ratio + 1), kernel(ratio), kernel(1 - ratio), kernel(2 - ratio)});
+      return;
+    }
     const double s = std::min(scale, 1.0);
     const int64_t start = static_cast<int64_t>(std::floor(-2 / s) + 1);
     for (int64_t i = start; i < 2 - start; ++i) weights.push_back(kernel(s * (double(i) - ratio)));
   }
   const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
   for (double& w : weights) w /= sum;
-  return weights;
 }
 
 // The input coordinate of output position `x` along an axis of `in` samples resized to `out`
 // (`exact_out` = scale * in, which differs from `out` when the scale was given).
-double source_coordinate(const ResizeSpec& spec, double x, int64_t in, int64_t out, double exact_out,
-                         double scale, double roi_start, double roi_end) {
-  const std::string& t = spec.transform;
-  if (t == "align_corners") return exact_out == 1 ? 0.0 : x * double(in - 1) / (exact_out - 1);
-  if (t == "asymmetric") return x / scale;
-  if (t == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
-  if (t == "pytorch_half_pixel") return exact_out == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
-  if (t == "tf_crop_and_resize") {
-    const double span = (roi_end - roi_start) * double(in - 1);
-    return roi_start * double(in - 1) + (exact_out == 1 ? span / 2 : x * span / (exact_out - 1));
+double source_coordinate(Transform t, double x, int64_t in, int64_t out, double exact_out, double scale,
+                         double roi_start, double roi_end) {
+  switch (t) {
+    case Transform::AlignCorners: return exact_out == 1 ? 0.0 : x * double(in - 1) / (exact_out - 1);
+    case Transform::Asymmetric: return x / scale;
+    case Transform::TfHalfPixelForNn: return (x + 0.5) / scale;
+    case Transform::PytorchHalfPixel: return exact_out == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+    case Transform::TfCropAndResize: {
+      const double span = (roi_end - roi_start) * double(in - 1);
+      return roi_start * double(in - 1) + (exact_out == 1 ? span / 2 : x * span / (exact_out - 1));
+    }
+    case Transform::HalfPixelSymmetric: {
+      const double offset = double(in) / 2 * (1 - double(out) / exact_out);
+      return offset + (x + 0.5) / scale - 0.5;
+    }
+    case Transform::HalfPixel: break;
   }
-  if (t == "half_pixel_symmetric") {
-    const double offset = double(in) / 2 * (1 - double(out) / exact_out);
-    return offset + (x + 0.5) / scale - 0.5;
-  }
-  return (x + 0.5) / scale - 0.5;  // half_pixel
+  return (x + 0.5) / scale - 0.5;
 }
 
 // The [out, in] matrix of one axis, and the bias of the rows tf_crop_and_resize extrapolates
@@ -110,16 +126,17 @@ AxisMatrix axis_matrix(const ResizeSpec& spec, int64_t in, int64_t out, double s
   AxisMatrix m;
   m.weights.assign(static_cast<size_t>(out * in), 0.0);
   const double exact_out = scale * double(in);
+  std::vector<double> weights;
   for (int64_t x = 0; x < out; ++x) {
-    const double source = source_coordinate(spec, double(x), in, out, exact_out, scale, roi_start, roi_end);
-    if (spec.transform == "tf_crop_and_resize" && (source < 0 || source > double(in - 1))) {
+    const double source = source_coordinate(spec.transform, double(x), in, out, exact_out, scale, roi_start, roi_end);
+    if (spec.transform == Transform::TfCropAndResize && (source < 0 || source > double(in - 1))) {
       if (m.bias.empty()) m.bias.assign(static_cast<size_t>(out), 0.0);
       m.bias[x] = spec.extrapolation;
       continue;
     }
     const double floor = std::floor(source);
     const double ratio = source == floor ? 1.0 : source - floor;
-    std::vector<double> weights = neighbour_weights(spec, ratio, scale);
+    neighbour_weights(spec, ratio, scale, weights);
     const int64_t n = static_cast<int64_t>(weights.size());
     // The n samples nearest to `source` (the lower on ties) of the input padded by n/2 copies
     // of each edge sample: a run of n indices (n is even for every filter), the weights' order.
@@ -197,6 +214,11 @@ Operand interpolate(NodeContext& node, const Operand& x, const ResizeSpec& spec,
     if (out < 1) node.fail("axis " + std::to_string(axis) + " would have " + std::to_string(out) + " elements; kiln tensors need at least one");
     if (!(scales[axis] > 0) || !std::isfinite(scales[axis])) node.fail("scales must be positive and finite");
     const double roi_start = roi.empty() ? 0.0 : roi[axis], roi_end = roi.empty() ? 1.0 : roi[rank + axis];
+    // A dense matrix per axis: 4M elements covers 2048 x 2048; larger resizes want a gather
+    // kernel kiln does not have yet.
+    if (in > kMaxInterpolationElements / out)
+      node.fail("the interpolation matrix of axis " + std::to_string(axis) + " would be [" + std::to_string(out) +
+                ", " + std::to_string(in) + "], over the 2^22 elements kiln's Resize builds");
     const AxisMatrix m = axis_matrix(spec, in, out, scales[axis], roi_start, roi_end);
     if (!is_identity(m, in, out)) y = apply_along(node, y, axis, m, out);
   }
@@ -208,11 +230,11 @@ ResizeSpec read_spec(NodeContext& node) {
   spec.mode = node.attr_string("mode", "nearest");
   if (spec.mode != "nearest" && spec.mode != "linear" && spec.mode != "cubic")
     node.fail("mode '" + spec.mode + "' is not one of nearest, linear, cubic");
-  spec.transform = node.attr_string("coordinate_transformation_mode", "half_pixel");
-  static const char* const kTransforms[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-                                            "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"};
-  if (std::find(std::begin(kTransforms), std::end(kTransforms), spec.transform) == std::end(kTransforms))
-    node.fail("coordinate_transformation_mode '" + spec.transform + "' is not supported");
+  const std::string transform = node.attr_string("coordinate_transformation_mode", "half_pixel");
+  const auto known = std::find(std::begin(kTransformNames), std::end(kTransformNames), transform);
+  if (known == std::end(kTransformNames))
+    node.fail("coordinate_transformation_mode '" + transform + "' is not supported");
+  spec.transform = static_cast<Transform>(known - std::begin(kTransformNames));
   spec.nearest_mode = node.attr_string("nearest_mode", "round_prefer_floor");
   if (spec.nearest_mode != "round_prefer_floor" && spec.nearest_mode != "round_prefer_ceil" &&
       spec.nearest_mode != "floor" && spec.nearest_mode != "ceil")
@@ -246,7 +268,7 @@ Outputs resize(NodeContext& node) {
   const size_t listed = axes.size();
 
   std::vector<double> roi;
-  if (node.has_input(1) && spec.transform == "tf_crop_and_resize") {
+  if (node.has_input(1) && spec.transform == Transform::TfCropAndResize) {
     const std::vector<double> given = node.const_doubles(1, "roi");
     if (given.size() != 2 * listed) node.fail("roi must have two values per resized axis");
     roi.assign(2 * rank, 0.0);
@@ -306,7 +328,7 @@ Outputs upsample(NodeContext& node) {
   if (spec.mode != "nearest" && spec.mode != "linear" && spec.mode != "bilinear")
     node.fail("mode '" + spec.mode + "' is not one of nearest, linear");
   if (spec.mode == "bilinear") spec.mode = "linear";
-  spec.transform = "asymmetric";
+  spec.transform = Transform::Asymmetric;
   spec.nearest_mode = "floor";
   const std::vector<double> scales = node.has_attr("scales") ? node.attr_floats("scales") : node.const_doubles(1, "scales");
   if (static_cast<int>(scales.size()) != rank) node.fail("scales must have one value per axis");
@@ -330,6 +352,7 @@ Outputs cumsum(NodeContext& node) {
   const int axis = normalize_axis_or_fail(node, node.const_ints(1, "axis").at(0), rank, "axis");
   const bool exclusive = node.attr_int("exclusive", 0) != 0, reverse = node.attr_int("reverse", 0) != 0;
   const int64_t n = x.type().shape[axis];
+  node.check_fold_size({x.type().dtype, {n, n}}, "the summing matrix");
   AxisMatrix m;
   m.weights.assign(static_cast<size_t>(n * n), 0.0);
   for (int64_t i = 0; i < n; ++i)
@@ -352,6 +375,7 @@ Outputs lrn(NodeContext& node) {
   if (size < 1 || size > (int64_t{1} << 24)) node.fail("size must lie in [1, 2^24], got " + std::to_string(size));
   const double alpha = node.attr_float("alpha", 1e-4), beta = node.attr_float("beta", 0.75),
                bias = node.attr_float("bias", 1.0);
+  node.check_fold_size({x.type().dtype, {channels, channels}}, "the channel window's matrix");
   AxisMatrix band;
   band.weights.assign(static_cast<size_t>(channels * channels), 0.0);
   const int64_t below = (size - 1) / 2, above = size - 1 - below;

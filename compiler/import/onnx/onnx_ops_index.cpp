@@ -38,12 +38,7 @@ Outputs one_hot(NodeContext& node) {
   unit_at_axis.insert(unit_at_axis.begin() + axis, 1);
   index = node.reshape(index, unit_at_axis);
 
-  ir::Shape positions_shape(rank, 1);
-  positions_shape[axis] = depth;
-  std::vector<double> positions(static_cast<size_t>(depth));
-  for (int64_t i = 0; i < depth; ++i) positions[i] = static_cast<double>(i);
-  const Operand iota = node.constant(
-      ir::Tensor::from_doubles(ir::TensorType{ir::DType::I64, positions_shape}, positions), "positions");
+  const Operand iota = node.positions(rank, axis, depth);
   const Operand hot = node.emit(OpId::Equal, {index, iota});
   const ir::DType dtype = node.input(2).type().dtype;
   return {node.emit(OpId::Where, {hot, node.scalar(dtype, values[1]), node.scalar(dtype, values[0])})};

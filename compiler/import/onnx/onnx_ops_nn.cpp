@@ -217,12 +217,11 @@ void apply_ceil_mode(NodeContext& node, const ir::Shape& x, Window& w, bool coun
 // x with `before`/`after` elements of `value` added along `axis` (a concat with constants).
 Operand pad_axis(NodeContext& node, const Operand& x, int axis, int64_t before, int64_t after, double value) {
   std::vector<Operand> parts;
+  // A block of `value`: a broadcast of one scalar, folded when small, filled at run time if not.
   auto block = [&](int64_t count) {
     ir::Shape shape = x.type().shape;
     shape[axis] = count;
-    ir::Tensor filled(ir::TensorType{x.type().dtype, shape});
-    for (int64_t i = 0; i < filled.num_elements(); ++i) filled.set(i, value);
-    parts.push_back(node.constant(std::move(filled), "pad"));
+    parts.push_back(node.fill(x.type().dtype, shape, value));
   };
   if (before > 0) block(before);
   parts.push_back(x);
@@ -256,9 +255,7 @@ Operand pool2d(NodeContext& node, OpId op, const Operand& x, Window w, ir::AttrM
       // real taps, which pooling a padded tensor of ones computes (folded to a constant).
       window["count_include_pad"] = true;
       const ir::Shape& s = w.one_d ? to_2d(node, x).type().shape : x.type().shape;
-      ir::Tensor ones(ir::TensorType{x.type().dtype, {1, 1, s[2], s[3]}});
-      for (int64_t i = 0; i < ones.num_elements(); ++i) ones.set(i, 1.0);
-      const Operand count = node.emit(op, {padded(node.constant(std::move(ones), "ones"))}, window);
+      const Operand count = node.emit(op, {padded(node.fill(x.type().dtype, {1, 1, s[2], s[3]}, 1.0))}, window);
       const Operand y = node.emit(OpId::Div, {node.emit(op, {input}, window), count});
       return w.one_d ? from_2d(node, y) : y;
     }
@@ -435,12 +432,7 @@ Outputs softmax(NodeContext& node) {
 Operand hardmax_along(NodeContext& node, const Operand& x, int axis) {
   const ir::Shape& shape = x.type().shape;
   const Operand index = node.emit(OpId::Argmax, {x}, {{"axis", int64_t{axis}}, {"keepdims", true}});
-  ir::Shape positions_shape(shape.size(), 1);
-  positions_shape[axis] = shape[axis];
-  std::vector<double> positions(static_cast<size_t>(shape[axis]));
-  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<double>(i);
-  const Operand iota = node.constant(
-      ir::Tensor::from_doubles(ir::TensorType{ir::DType::I64, positions_shape}, positions), "positions");
+  const Operand iota = node.positions(static_cast<int>(shape.size()), axis, shape[axis]);
   const Operand hot = node.emit(OpId::Equal, {index, iota});
   return node.emit(OpId::Cast, {hot}, {{"to", std::string(ir::dtype_name(x.type().dtype))}});
 }
@@ -485,9 +477,7 @@ Outputs dropout(NodeContext& node) {
   const Operand& x = node.input(0);
   Outputs outputs{x};
   if (node.num_outputs() > 1) {
-    ir::Tensor mask(ir::TensorType{node.opset() >= 10 ? ir::DType::Bool : x.type().dtype, x.type().shape});
-    for (int64_t i = 0; i < mask.num_elements(); ++i) mask.set(i, 1.0);
-    outputs.push_back(node.constant(std::move(mask), "mask"));
+    outputs.push_back(node.fill(node.opset() >= 10 ? ir::DType::Bool : x.type().dtype, x.type().shape, 1.0));
   }
   return outputs;
 }

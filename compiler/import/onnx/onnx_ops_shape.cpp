@@ -415,27 +415,27 @@ Outputs pad(NodeContext& node) {
       x = slice_axis(node, x, d, std::max<int64_t>(0, -before), n - std::max<int64_t>(0, -after));
       n = x.type().shape[d];
     }
+    // The block of `count` slices added before (or after) the axis: `value`, copies of the edge
+    // slice (a broadcast), or the mirrored slices (a gather of their positions).
     auto block = [&](int64_t count, bool at_start) {
-      std::vector<Operand> parts;
-      if (mode == "constant") {
-        ir::Shape shape = x.type().shape;
-        shape[d] = count;
-        ir::Tensor filled(ir::TensorType{x.type().dtype, shape});
-        for (int64_t i = 0; i < filled.num_elements(); ++i) filled.set(i, value);
-        parts.push_back(node.constant(std::move(filled), "pad"));
-      } else {
-        for (int64_t k = 0; k < count; ++k) {
-          int64_t i = mode == "edge" ? (at_start ? 0 : n - 1) : (at_start ? count - k : n - 2 - k);
-          if (i < 0 || i >= n) node.fail("reflect padding larger than the axis");
-          parts.push_back(slice_axis(node, x, d, i, i + 1));
-        }
+      ir::Shape shape = x.type().shape;
+      shape[d] = count;
+      if (!ir::checked_num_elements(shape)) node.fail("the padded tensor would have more than 2^48 elements");
+      if (mode == "constant") return node.fill(x.type().dtype, shape, value);
+      if (mode == "edge") {
+        const int64_t edge = at_start ? 0 : n - 1;
+        return node.emit(OpId::BroadcastTo, {slice_axis(node, x, d, edge, edge + 1)}, {{"shape", shape}});
       }
-      return parts;
+      if (count > n - 1) node.fail("reflect padding larger than the axis");
+      node.check_fold_size({ir::DType::I64, {count}}, "the mirrored positions");
+      Ints mirrored;
+      for (int64_t k = 0; k < count; ++k) mirrored.push_back(at_start ? count - k : n - 2 - k);
+      return gather_along(node, x, ints_constant(node, mirrored, {count}, "mirrored"), d);
     };
     std::vector<Operand> pieces;
-    if (before > 0) for (const Operand& p : block(before, true)) pieces.push_back(p);
+    if (before > 0) pieces.push_back(block(before, true));
     pieces.push_back(x);
-    if (after > 0) for (const Operand& p : block(after, false)) pieces.push_back(p);
+    if (after > 0) pieces.push_back(block(after, false));
     if (pieces.size() > 1) x = node.emit(OpId::Concat, pieces, {{"axis", int64_t{d}}});
   }
   return {x};
