@@ -156,11 +156,73 @@ std::vector<Buffer> make_buffers(const Graph& graph, const InPlace& in_place) {
   return buffers;
 }
 
+// The placed buffers, found by live range without a scan of all of them (which made planning
+// quadratic). A max-tree over every buffer, sorted by first half-step, holds the last half-step
+// of each placed one (-1 while unplaced). The buffers live at some point of [first, last] are
+// the placed ones that start at or before `last` and end at or after `first`: a prefix of the
+// sorted order, searched only under subtrees whose maximum reaches `first`. A query costs
+// O((k + 1) log n) for k buffers found.
+class PlacedBuffers {
+ public:
+  explicit PlacedBuffers(const std::vector<Buffer>& buffers) : buffers_(buffers) {
+    order_.resize(buffers.size());
+    for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+      return buffers[a].live.first < buffers[b].live.first;
+    });
+    position_.resize(buffers.size());
+    for (size_t i = 0; i < order_.size(); ++i) position_[order_[i]] = i;
+    while (leaves_ < order_.size()) leaves_ *= 2;
+    max_last_.assign(2 * leaves_, -1);
+  }
+
+  void place(const Buffer& buffer) {
+    size_t node = leaves_ + position_[index_of(buffer)];
+    max_last_[node] = buffer.live.last;
+    for (node /= 2; node >= 1; node /= 2)
+      max_last_[node] = std::max(max_last_[2 * node], max_last_[2 * node + 1]);
+  }
+
+  // The placed buffers whose lifetimes intersect `range`, in no particular order.
+  std::vector<const Buffer*> live_during(const HalfStepRange& range) const {
+    // Buffers [0, end) of the sorted order start at or before range.last.
+    const auto starts_after = std::upper_bound(
+        order_.begin(), order_.end(), range.last,
+        [&](int64_t last, size_t index) { return last < buffers_[index].live.first; });
+    const auto end = static_cast<size_t>(starts_after - order_.begin());
+    std::vector<const Buffer*> found;
+    collect(1, 0, leaves_, end, range.first, found);
+    return found;
+  }
+
+ private:
+  size_t index_of(const Buffer& buffer) const {
+    return static_cast<size_t>(&buffer - buffers_.data());
+  }
+
+  // Depth-first over the tree (depth log n), pruning subtrees that end before `first`.
+  void collect(size_t node, size_t lo, size_t hi, size_t end, int64_t first,
+               std::vector<const Buffer*>& found) const {
+    if (lo >= end || max_last_[node] < first) return;
+    if (hi - lo == 1) {
+      found.push_back(&buffers_[order_[lo]]);
+      return;
+    }
+    const size_t mid = lo + (hi - lo) / 2;
+    collect(2 * node, lo, mid, end, first, found);
+    collect(2 * node + 1, mid, hi, end, first, found);
+  }
+
+  const std::vector<Buffer>& buffers_;
+  std::vector<size_t> order_;     // buffer indices by first half-step
+  std::vector<size_t> position_;  // buffer index -> its place in order_
+  size_t leaves_ = 1;
+  std::vector<int64_t> max_last_;  // the tree, 1-based, leaves at [leaves_, 2 * leaves_)
+};
+
 // Step 2: best fit among the gaps left by the placed buffers live at the same time.
-int64_t best_fit_offset(const Buffer& buffer, const std::vector<const Buffer*>& placed) {
-  std::vector<const Buffer*> neighbours;
-  for (const Buffer* other : placed)
-    if (other->overlaps_in_time(buffer)) neighbours.push_back(other);
+int64_t best_fit_offset(const Buffer& buffer, std::vector<const Buffer*> neighbours) {
+  // The walk below gives the same answer for any order among equal offsets.
   std::sort(neighbours.begin(), neighbours.end(),
             [](const Buffer* a, const Buffer* b) { return a->offset < b->offset; });
   int64_t best = -1;
@@ -248,10 +310,12 @@ MemoryPlan plan_memory(const Graph& graph, const PlanMemoryHooks& hooks) {
   // Stable: equal sizes keep schedule order, so the plan is deterministic.
   std::stable_sort(by_size.begin(), by_size.end(),
                    [](const Buffer* a, const Buffer* b) { return a->bytes > b->bytes; });
-  std::vector<const Buffer*> placed;
+  PlacedBuffers index(buffers);
+  std::vector<const Buffer*> placed;  // for the log's notes only
   for (Buffer* buffer : by_size) {
-    buffer->offset = best_fit_offset(*buffer, placed);
-    placed.push_back(buffer);
+    buffer->offset = best_fit_offset(*buffer, index.live_during(buffer->live));
+    index.place(*buffer);
+    if (hooks.log) placed.push_back(buffer);
     plan.arena_bytes = std::max(plan.arena_bytes, buffer->offset + buffer->bytes);
     if (hooks.log) hooks.log(placement_note(*buffer, placed));
   }

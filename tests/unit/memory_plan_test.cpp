@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <random>
+#include <unordered_map>
 
 #include "compiler/model_loader.h"
 #include "ir/diagnostic.h"
@@ -325,6 +327,67 @@ void expect_no_overlap(const Graph& graph) {
   }
 }
 
+// The offsets the planner must choose, by the plain quadratic method its interval index
+// replaced: buffers (a value with the results written in place over it) placed largest first,
+// schedule order on ties, each at the tightest gap among all placed buffers live at the same time.
+std::unordered_map<const Value*, int64_t> exhaustive_best_fit(const Graph& graph,
+                                                             const MemoryPlan& plan) {
+  struct Block {
+    std::vector<const Value*> values;
+    int64_t bytes = 0;
+    HalfStepRange live;
+    int64_t offset = -1;
+  };
+  const auto ranges = planned_live_ranges(graph, plan.in_place);
+  std::vector<Block> blocks;
+  std::unordered_map<const Value*, size_t> block_of;
+  for (const auto& node : graph.nodes()) {
+    for (const Value* value : node->results) {
+      if (!ranges.count(value)) continue;
+      if (auto over = plan.in_place.find(value); over != plan.in_place.end()) {
+        Block& block = blocks[block_of.at(over->second)];
+        block.values.push_back(value);
+        block.live.last = std::max(block.live.last, ranges.at(value).last);
+        block_of[value] = block_of.at(over->second);
+        continue;
+      }
+      const int64_t bytes = tensor_bytes(value->type);
+      block_of[value] = blocks.size();
+      blocks.push_back({{value}, (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment,
+                        ranges.at(value)});
+    }
+  }
+  std::vector<size_t> order(blocks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return blocks[a].bytes > blocks[b].bytes; });
+  std::vector<const Block*> placed;
+  for (size_t i : order) {
+    Block& block = blocks[i];
+    std::vector<const Block*> live;
+    for (const Block* other : placed)
+      if (other->live.first <= block.live.last && block.live.first <= other->live.last)
+        live.push_back(other);
+    std::sort(live.begin(), live.end(),
+              [](const Block* a, const Block* b) { return a->offset < b->offset; });
+    int64_t best = -1, best_waste = INT64_MAX, free_from = 0;
+    for (const Block* other : live) {
+      const int64_t gap = other->offset - free_from;
+      if (gap >= block.bytes && gap - block.bytes < best_waste) {
+        best = free_from;
+        best_waste = gap - block.bytes;
+      }
+      free_from = std::max(free_from, other->offset + other->bytes);
+    }
+    block.offset = best >= 0 ? best : free_from;
+    placed.push_back(&block);
+  }
+  std::unordered_map<const Value*, int64_t> offsets;
+  for (const Block& block : blocks)
+    for (const Value* value : block.values) offsets[value] = block.offset;
+  return offsets;
+}
+
 TEST(MemoryPlan, RandomGraphsGetValidPlans) {
   std::mt19937 rng(20240611);
   RandomGraph generator(rng);
@@ -340,6 +403,8 @@ TEST(MemoryPlan, RandomGraphsGetValidPlans) {
     EXPECT_GE(plan.arena_bytes, plan.lower_bound_bytes) << print_graph(graph);
     EXPECT_LE(plan.arena_bytes, plan.naive_bytes) << print_graph(graph);
     expect_no_overlap(graph);
+    for (const auto& [value, offset] : exhaustive_best_fit(graph, plan))
+      EXPECT_EQ(plan.find(value)->offset, offset) << "%" << value->name << "\n" << print_graph(graph);
     EXPECT_EQ(plan_memory(graph), plan) << "not deterministic";
     if (plan.slices.empty()) continue;
     ++with_intermediates;
