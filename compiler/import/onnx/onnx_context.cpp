@@ -137,6 +137,11 @@ std::vector<double> NodeContext::attr_floats(const std::string& name) const {
   if (!attr) return {};
   return {attr->floats().begin(), attr->floats().end()};
 }
+std::vector<std::string> NodeContext::attr_strings(const std::string& name) const {
+  const auto* attr = find_attr(name);
+  if (!attr) return {};
+  return {attr->strings().begin(), attr->strings().end()};
+}
 const onnx::TensorProto* NodeContext::attr_tensor(const std::string& name) const {
   const auto* attr = find_attr(name);
   return attr && attr->has_t() ? &attr->t() : nullptr;

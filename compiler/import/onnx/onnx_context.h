@@ -98,6 +98,7 @@ class NodeContext {
   std::string attr_string(const std::string& name, const std::string& default_value) const;
   std::vector<int64_t> attr_ints(const std::string& name, std::vector<int64_t> default_value = {}) const;
   std::vector<double> attr_floats(const std::string& name) const;
+  std::vector<std::string> attr_strings(const std::string& name) const;
   const onnx::TensorProto* attr_tensor(const std::string& name) const;
   // Fails when the node carries an attribute not in `known` (so a setting is never ignored).
   void check_attrs(const std::vector<std::string>& known) const;

@@ -33,6 +33,7 @@ std::span<const OpRule> nn_rules();     // onnx_ops_nn.cpp: conv, pooling, norms
 std::span<const OpRule> shape_rules();  // onnx_ops_shape.cpp: shape arithmetic, layout, constants
 std::span<const OpRule> loss_rules();   // onnx_ops_loss.cpp: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 std::span<const OpRule> index_rules();  // onnx_ops_index.cpp: OneHot, EyeLike, Compress
+std::span<const OpRule> recurrent_rules();    // onnx_ops_recurrent.cpp: RNN, GRU, LSTM (unrolled)
 std::span<const OpRule> axis_matrix_rules();  // onnx_ops_axis_matrix.cpp: Resize, Upsample, CumSum, LRN
 
 // The rule for `op_type` at `opset`, or nullptr; `why` then says whether the op is unknown or

@@ -195,7 +195,111 @@ def torch_flip(directory):
     np.save(os.path.join(directory, "y.npy"), y.numpy())
 
 
+def torch_recurrent(directory):
+    """torch.nn.LSTM (2 layers, bidirectional, batch first), GRU (bidirectional: ONNX's
+    linear_before_reset) and RNN (ReLU), exported at opset 14; PyTorch's outputs the oracle."""
+    import torch
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(4, 5, num_layers=2, bidirectional=True, batch_first=True)
+            self.gru = torch.nn.GRU(10, 3, bidirectional=True, batch_first=True)
+            self.rnn = torch.nn.RNN(6, 4, nonlinearity="relu", batch_first=True)
+
+        def forward(self, x, h0, c0):
+            y, (h, c) = self.lstm(x, (h0, c0))
+            z, g = self.gru(y)
+            w, r = self.rnn(z)
+            return w, h, c, g, r
+
+    torch.manual_seed(0)
+    model = Recurrent().eval()
+    inputs = (torch.randn(2, 3, 4), torch.randn(4, 2, 5), torch.randn(4, 2, 5))
+    names = ["y", "h", "c", "g", "r"]
+    with torch.no_grad():
+        outputs = model(*inputs)
+    torch.onnx.export(model, inputs, os.path.join(directory, "recurrent.onnx"), opset_version=14,
+                      input_names=["x", "h0", "c0"], output_names=names)
+    for name, value in zip(["x", "h0", "c0"], inputs):
+        np.save(os.path.join(directory, name + ".npy"), value.numpy())
+    for name, value in zip(names, outputs):
+        np.save(os.path.join(directory, name + ".npy"), value.numpy())
+
+
+def recurrent_spec(directory):
+    """An LSTM (reverse, clip, coupled input and forget gates) and a GRU (reverse, HardSigmoid and
+    LeakyRelu, linear_before_reset = 0) with sequence_lens given at run time: what PyTorch's
+    export never produces. The oracle is a NumPy transcription of the ONNX operator spec."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    T, B, I, H = 5, 3, 2, 4
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    lens = np.array([5, 2, 0], dtype=np.int32)
+    lw, lr, lb = (rng.standard_normal(s).astype(np.float32) * 0.7 for s in [(1, 4 * H, I), (1, 4 * H, H), (1, 8 * H)])
+    gw, gr, gb = (rng.standard_normal(s).astype(np.float32) * 0.7 for s in [(1, 3 * H, I), (1, 3 * H, H), (1, 6 * H)])
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))
+    hard_sigmoid = lambda v: np.clip(0.3 * v + 0.4, 0, 1)
+    leaky = lambda v: np.where(v >= 0, v, 0.2 * v)
+    clip = 1.5
+
+    def run(step, state, n):
+        """Steps backwards from each entry's last step; state frozen and Y zero past its length."""
+        y = np.zeros((T, 1, B, H), np.float32)
+        for t in reversed(range(T)):
+            new = step(x[t], *state)
+            live = (t < lens)[:, None]
+            y[t, 0] = np.where(live, new[0], 0)
+            state = [np.where(live, a, b) for a, b in zip(new, state)]
+        return [y] + [s[None] for s in state[:n]]
+
+    def lstm_step(xt, h, c):
+        g = xt @ lw[0].T + h @ lr[0].T + lb[0, :4 * H] + lb[0, 4 * H:]
+        i, o, _, cc = np.split(np.clip(g, -clip, clip), 4, axis=1)
+        i = sigmoid(i)
+        c_new = (1 - i) * c + i * np.tanh(cc)
+        return [sigmoid(o) * np.tanh(c_new), c_new]
+
+    def gru_step(xt, h):
+        wz, wr, wh = np.split(gw[0], 3)
+        rz, rr, rh = np.split(gr[0], 3)
+        b = np.split(gb[0], 6)
+        z = hard_sigmoid(xt @ wz.T + h @ rz.T + b[0] + b[3])
+        r = hard_sigmoid(xt @ wr.T + h @ rr.T + b[1] + b[4])
+        hh = leaky(xt @ wh.T + (r * h) @ rh.T + b[2] + b[5])
+        return [(1 - z) * hh + z * h]
+
+    zeros = np.zeros((B, H), np.float32)
+    expected = run(lstm_step, [zeros, zeros], 2) + run(gru_step, [zeros], 1)
+    nodes = [
+        helper.make_node("LSTM", ["x", "lw", "lr", "lb", "lens"], ["ly", "lh", "lc"], hidden_size=H,
+                         direction="reverse", clip=clip, input_forget=1),
+        helper.make_node("GRU", ["x", "gw", "gr", "gb", "lens"], ["gy", "gh"], hidden_size=H, direction="reverse",
+                         activations=["HardSigmoid", "LeakyRelu"], activation_alpha=[0.3, 0.2],
+                         activation_beta=[0.4]),
+    ]
+    weights = {"lw": lw, "lr": lr, "lb": lb, "gw": gw, "gr": gr, "gb": gb}
+    outputs = ["ly", "lh", "lc", "gy", "gh"]
+    graph = helper.make_graph(
+        nodes, "recurrent_spec",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, B, I]),
+         helper.make_tensor_value_info("lens", TensorProto.INT32, [B])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(value.shape))
+         for name, value in zip(outputs, expected)],
+        [helper.make_tensor(name, TensorProto.FLOAT, value.shape, value.flatten()) for name, value in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    with open(os.path.join(directory, "recurrent_spec.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    np.save(os.path.join(directory, "x.npy"), x)
+    np.save(os.path.join(directory, "lens.npy"), lens)
+    for name, value in zip(outputs, expected):
+        np.save(os.path.join(directory, name + ".npy"), value.astype(np.float32))
+
+
 MODELS = {
+    "torch_recurrent": torch_recurrent,
+    "recurrent_spec": recurrent_spec,
     "torch_flip": torch_flip,
     "resize_opset18": resize_opset18,
     "torch_interpolate": torch_interpolate,
