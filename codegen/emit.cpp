@@ -167,13 +167,32 @@ class ProgramBuilder {
         graph_.name, graph_.nodes().size());
   }
 
-  void emit_node(const ir::Node& node, std::string& kernels_text, std::string& entries_text) {
-    for (const auto* values : {&node.inputs, &node.results})
+  // f64 and the small and unsigned integers have no kernels yet (a fused kernel's body counts).
+  static bool has_kernels_for(ir::DType dtype) {
+    switch (dtype) {
+      case ir::DType::F32: case ir::DType::F16: case ir::DType::BF16: case ir::DType::I32:
+      case ir::DType::I64: case ir::DType::Bool:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  static void check_dtypes(const ir::Node& node, const ir::Node& site) {
+    for (const auto* values : {&site.inputs, &site.results})
       for (const ir::Value* value : *values)
-        if (value->type.dtype == ir::DType::F64)
-          throw Error(node.loc.render(), node.describe() + ": codegen has no f64 kernels (%" +
-                                             value->name + " is " + value->type.to_string() +
-                                             "); f64 graphs run on --backend=reference");
+        if (!has_kernels_for(value->type.dtype))
+          throw Error(node.loc.render(),
+                      fmt::format("{}: codegen has no {} kernels yet (%{} is {}); graphs with {} "
+                                  "run on --backend=reference",
+                                  node.describe(), ir::dtype_name(value->type.dtype), value->name,
+                                  value->type.to_string(), ir::dtype_name(value->type.dtype)));
+    if (site.body)
+      for (const auto& inner : site.body->nodes()) check_dtypes(node, *inner);
+  }
+
+  void emit_node(const ir::Node& node, std::string& kernels_text, std::string& entries_text) {
+    check_dtypes(node, node);
     const KernelEmitter* emitter = find_kernel_emitter(node.op);
     if (emitter == nullptr)
       throw Error(node.loc.render(), node.describe() + ": codegen has no CUDA kernel for op '" +

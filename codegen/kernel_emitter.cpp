@@ -136,6 +136,13 @@ std::string_view c_type(ir::DType dtype) {
     case ir::DType::I64: return "long long";
     case ir::DType::Bool: return "unsigned char";
     case ir::DType::F64: return "double";  // never emitted: emit_program refuses f64
+    // Never emitted yet either (emit_program refuses them); named for the messages.
+    case ir::DType::I8: return "signed char";
+    case ir::DType::U8: return "unsigned char";
+    case ir::DType::I16: return "short";
+    case ir::DType::U16: return "unsigned short";
+    case ir::DType::U32: return "unsigned int";
+    case ir::DType::U64: return "unsigned long long";
   }
   return "?";
 }
@@ -146,6 +153,9 @@ std::string_view compute_type(ir::DType dtype) {
     case ir::DType::I64: return "long long";
     case ir::DType::I32: case ir::DType::Bool: return "int";
     case ir::DType::F64: return "double";
+    case ir::DType::I8: case ir::DType::U8: case ir::DType::I16: case ir::DType::U16:
+    case ir::DType::U32: case ir::DType::U64:
+      return "long long";  // never emitted yet (emit_program refuses them)
   }
   return "?";
 }

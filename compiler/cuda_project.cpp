@@ -24,6 +24,12 @@ std::string npy_descr(ir::DType dtype) {
     case ir::DType::I32: return "<i4";
     case ir::DType::I64: return "<i8";
     case ir::DType::Bool: return "|b1";
+    case ir::DType::I8: return "|i1";
+    case ir::DType::U8: return "|u1";
+    case ir::DType::I16: return "<i2";
+    case ir::DType::U16: return "<u2";
+    case ir::DType::U32: return "<u4";
+    case ir::DType::U64: return "<u8";
     default: return "";
   }
 }

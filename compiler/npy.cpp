@@ -40,8 +40,11 @@ constexpr NpyDType kNpyDTypes[] = {
     {"<f4", ir::DType::F32, 4}, {"<f2", ir::DType::F16, 2}, {"<i4", ir::DType::I32, 4},
     {"<i8", ir::DType::I64, 8}, {"|b1", ir::DType::Bool, 1}, {"<f8", ir::DType::F32, 8},
     {"<f8", ir::DType::F64, 8},  // writing f64 (reading <f8 finds the entry before: f32)
+    {"|i1", ir::DType::I8, 1},  {"|u1", ir::DType::U8, 1},   {"<i2", ir::DType::I16, 2},
+    {"<u2", ir::DType::U16, 2}, {"<u4", ir::DType::U32, 4},  {"<u8", ir::DType::U64, 8},
+    {"<i1", ir::DType::I8, 1},  {"<u1", ir::DType::U8, 1},  // NumPy writes '|', accepts both
 };
-constexpr std::string_view kSupportedList = "<f4, <f2, <f8, <i4, <i8, |b1";
+constexpr std::string_view kSupportedList = "<f4, <f2, <f8, |i1, <i2, <i4, <i8, |u1, <u2, <u4, <u8, |b1";
 
 // A Python literal as it appears in a .npy header. Tuples and lists are both `items`.
 struct PyValue {

@@ -38,6 +38,8 @@ constexpr StoredDType kStoredDTypes[] = {
     {"F64", ir::DType::F32, 8},
     // Writing an f64 tensor (reading F64 finds the entry above: weights load as f32).
     {"F64", ir::DType::F64, 8},
+    {"I8", ir::DType::I8, 1},     {"U8", ir::DType::U8, 1},   {"I16", ir::DType::I16, 2},
+    {"U16", ir::DType::U16, 2},   {"U32", ir::DType::U32, 4}, {"U64", ir::DType::U64, 8},
 };
 
 const StoredDType* find_stored_dtype(std::string_view name) {
@@ -63,7 +65,7 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
       dtype.is_string() ? find_stored_dtype(dtype.get<std::string>()) : nullptr;
   if (stored == nullptr)
     throw Error(path, where + "unsupported dtype " + describe_json(dtype) +
-                          "; kiln reads F32, F16, BF16, F64, I32, I64, BOOL");
+                          "; kiln reads F32, F16, BF16, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL");
 
   const json& shape = value["shape"];
   if (!shape.is_array()) throw Error(path, where + "'shape' is not a list");

@@ -87,8 +87,8 @@ class Parser {
     const Token dtype_token = expect(Tok::Identifier, "a tensor type such as f32[1,3]");
     std::optional<DType> dtype = parse_dtype(dtype_token.text);
     if (!dtype)
-      fail(dtype_token, "unknown dtype '" + dtype_token.text +
-                            "'; expected one of f32, f16, bf16, i32, i64, bool, f64");
+      fail(dtype_token, "unknown dtype '" + dtype_token.text + "'; expected one of " +
+                            std::string(dtype_names_list()));
     expect(Tok::LBracket, "'[' after the dtype");
     Shape shape;
     if (token_.kind != Tok::RBracket) {

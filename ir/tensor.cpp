@@ -104,6 +104,12 @@ double Tensor::get(int64_t index) const {
     case DType::I64: return static_cast<double>(load<int64_t>(base, index));
     case DType::Bool: return load<uint8_t>(base, index) != 0 ? 1.0 : 0.0;
     case DType::F64: return load<double>(base, index);
+    case DType::I8: return load<int8_t>(base, index);
+    case DType::U8: return load<uint8_t>(base, index);
+    case DType::I16: return load<int16_t>(base, index);
+    case DType::U16: return load<uint16_t>(base, index);
+    case DType::U32: return load<uint32_t>(base, index);
+    case DType::U64: return static_cast<double>(load<uint64_t>(base, index));
   }
   return 0;
 }
@@ -122,6 +128,12 @@ void Tensor::set(int64_t index, double value) {
     case DType::I64: store<int64_t>(base, index, to_integer<int64_t>(value)); return;
     case DType::Bool: store<uint8_t>(base, index, value != 0 ? 1 : 0); return;
     case DType::F64: store<double>(base, index, value); return;
+    case DType::I8: store<int8_t>(base, index, to_integer<int8_t>(value)); return;
+    case DType::U8: store<uint8_t>(base, index, to_integer<uint8_t>(value)); return;
+    case DType::I16: store<int16_t>(base, index, to_integer<int16_t>(value)); return;
+    case DType::U16: store<uint16_t>(base, index, to_integer<uint16_t>(value)); return;
+    case DType::U32: store<uint32_t>(base, index, to_integer<uint32_t>(value)); return;
+    case DType::U64: store<uint64_t>(base, index, to_integer<uint64_t>(value)); return;
   }
 }
 

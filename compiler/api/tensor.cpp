@@ -10,8 +10,11 @@
 namespace kiln {
 
 namespace {
+// In the order of kiln::DType (which numbers them as ir::DType does).
 constexpr ir::DType kIrTypes[] = {ir::DType::F32, ir::DType::F16, ir::DType::BF16, ir::DType::I32,
-                                  ir::DType::I64, ir::DType::Bool, ir::DType::F64};
+                                  ir::DType::I64, ir::DType::Bool, ir::DType::F64, ir::DType::I8,
+                                  ir::DType::U8,  ir::DType::I16,  ir::DType::U16, ir::DType::U32,
+                                  ir::DType::U64};
 ir::DType to_ir(DType dtype) { return kIrTypes[static_cast<int>(dtype)]; }
 }  // namespace
 
@@ -61,7 +64,7 @@ void write_npy(const std::string& path, const Tensor& tensor) { compiler::write_
 namespace api {
 
 DType from_ir(ir::DType dtype) {
-  for (int i = 0; i < 7; ++i)
+  for (int i = 0; i < static_cast<int>(std::size(kIrTypes)); ++i)
     if (kIrTypes[i] == dtype) return static_cast<DType>(i);
   KILN_CHECK(false) << "unknown dtype";
   return DType::F32;

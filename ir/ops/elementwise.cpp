@@ -56,7 +56,7 @@ Types infer_clip(const InferContext& ctx) {
 Types infer_cast(const InferContext& ctx) {
   std::optional<DType> to = parse_dtype(ctx.get_string("to"));
   if (!to)
-    throw OpError{"attribute 'to' must be a dtype (f32, f16, bf16, i32, i64, bool), got \"" +
+    throw OpError{"attribute 'to' must be a dtype (" + std::string(dtype_names_list()) + "), got \"" +
                       ctx.get_string("to") + "\"",
                   -1, "to"};
   return {TensorType{*to, ctx.inputs[0].shape}};

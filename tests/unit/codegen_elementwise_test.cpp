@@ -2,6 +2,9 @@
 // kernels and loops, compiles with NVRTC, and the host backend's results match the reference
 // interpreter (exactly for integers and data movement, within kElementwiseF32 for f32 math).
 #include <limits>
+#include <string>
+
+#include "kiln/error.h"
 
 #include "codegen_test_util.h"
 
@@ -141,6 +144,23 @@ TEST(CodegenElementwise, IntegerDivisionByZeroIsZero) {
   EXPECT_EQ(got[0].to_doubles(), (std::vector<double>{0, -3, 0, -4}));
   EXPECT_EQ(got[1].to_doubles(), (std::vector<double>{0, 1}));
 #endif
+}
+
+// The small and unsigned integers run on the reference interpreter only, for now: emitting them
+// is a located error naming the value, also inside a fused kernel.
+TEST(CodegenElementwise, SmallIntegersAreRefusedWithTheValue) {
+  try {
+    (void)emit_program(testing::parse(R"(graph @bytes(%a: u8[4], %b: u8[4]) -> (u8[4]) {
+  %sum = add(%a, %b) : u8[4]
+  return %sum
+})"));
+    ADD_FAILURE() << "emitting u8 did not throw";
+  } catch (const kiln::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("add: codegen has no u8 kernels yet (%a is u8[4]); "
+                                             "graphs with u8 run on --backend=reference"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 // Past 2^31 elements, indices are 64-bit. Too big to run here: emit and compile only.

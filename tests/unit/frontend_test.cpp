@@ -51,9 +51,9 @@ TEST(JsonFrontend, LocatesErrors) {
             "m.json: /nodes/0/attrs/alpha: error: relu 'r': unknown attribute 'alpha'; relu takes "
             "no attributes");
   EXPECT_EQ(error_of(R"({"format": "kiln.model", "version": 1,
-    "inputs": [{"name": "x", "shape": [2], "dtype": "u8"}], "outputs": ["x"]})"),
-            "m.json: /inputs/0/dtype: error: unknown dtype 'u8'; expected one of f32, f16, bf16, "
-            "i32, i64, bool, f64");
+    "inputs": [{"name": "x", "shape": [2], "dtype": "c64"}], "outputs": ["x"]})"),
+            "m.json: /inputs/0/dtype: error: unknown dtype 'c64'; expected one of f32, f16, bf16, "
+            "f64, i8, i16, i32, i64, u8, u16, u32, u64, bool");
   EXPECT_EQ(error_of(R"({"format": "kiln.model", "version": 1,
     "inputs": [{"name": "x", "shape": [2]}],
     "nodes": [{"op": "relu", "name": "r", "inputs": ["x"]}, {"op": "neg", "name": "r", "inputs": ["x"], "outputs": ["n"]}],

@@ -46,7 +46,12 @@ TEST(ParseDType, CommonSpellings) {
   EXPECT_EQ(ir::parse_dtype("bfloat16"), ir::DType::BF16);
   EXPECT_EQ(ir::parse_dtype("int64"), ir::DType::I64);
   EXPECT_EQ(ir::parse_dtype("double"), ir::DType::F64);
-  EXPECT_FALSE(ir::parse_dtype("u8"));
+  EXPECT_EQ(ir::parse_dtype("uint8"), ir::DType::U8);
+  EXPECT_EQ(ir::parse_dtype("u8"), ir::DType::U8);
+  EXPECT_EQ(ir::parse_dtype("int16"), ir::DType::I16);
+  EXPECT_EQ(ir::parse_dtype("uint64"), ir::DType::U64);
+  EXPECT_FALSE(ir::parse_dtype("complex64"));
+  EXPECT_FALSE(ir::parse_dtype("c64"));
 }
 
 TEST(DetectForeignFormat, NamesWhatABinaryFileLooksLike) {

@@ -45,7 +45,8 @@ Tensor counting_tensor(TensorType type) {
 
 TEST(Npy, RoundTripsEveryDtypeAndRank) {
   const auto dir = fresh_test_dir();
-  for (DType dtype : {DType::F32, DType::F16, DType::I32, DType::I64, DType::Bool}) {
+  for (DType dtype : {DType::F32, DType::F16, DType::I32, DType::I64, DType::Bool, DType::I8,
+                      DType::U8, DType::I16, DType::U16, DType::U32, DType::U64}) {
     for (const ir::Shape& shape : {ir::Shape{}, ir::Shape{3}, ir::Shape{2, 3, 4}}) {
       const Tensor tensor = counting_tensor({dtype, shape});
       const std::string path = (dir / "t.npy").string();
@@ -138,15 +139,15 @@ std::string header_for(const std::string& descr, const std::string& shape,
 }
 
 TEST(Npy, RejectsUnsupportedDtypes) {
+  const std::string kiln_reads = "kiln reads <f4, <f2, <f8, |i1, <i2, <i4, <i8, |u1, <u2, <u4, <u8, |b1";
   EXPECT_EQ(read_error(npy_file(header_for(">f4", "(1,)"), "abcd")),
-            "unsupported dtype '>f4' (big-endian); kiln reads <f4, <f2, <f8, <i4, <i8, |b1");
-  EXPECT_EQ(read_error(npy_file(header_for("<u1", "(1,)"), "a")),
-            "unsupported dtype '<u1'; kiln reads <f4, <f2, <f8, <i4, <i8, |b1");
+            "unsupported dtype '>f4' (big-endian); " + kiln_reads);
+  EXPECT_EQ(read_error(npy_file(header_for("<c8", "(1,)"), "abcdefgh")),
+            "unsupported dtype '<c8'; " + kiln_reads);
   EXPECT_EQ(read_error(npy_file("{'descr': [('a', '<f4')], 'fortran_order': False, "
                                 "'shape': (1,), }",
                                 "abcd")),
-            "unsupported dtype: structured arrays are not supported; kiln reads <f4, <f2, <f8, "
-            "<i4, <i8, |b1");
+            "unsupported dtype: structured arrays are not supported; " + kiln_reads);
 }
 
 TEST(Npy, RejectsFortranOrder) {
@@ -240,6 +241,12 @@ TEST(Npy, InteroperatesWithNumpy) {
       "np.save(d + '/i32.npy', np.array([-7, 7], dtype='<i4'))\n"
       "np.save(d + '/i64.npy', np.array([2**40], dtype='<i8'))\n"
       "np.save(d + '/bool.npy', np.array([True, False, True]))\n"
+      "np.save(d + '/i8.npy', np.array([-128, 127], dtype='i1'))\n"
+      "np.save(d + '/u8.npy', np.array([0, 255], dtype='u1'))\n"
+      "np.save(d + '/i16.npy', np.array([-32768], dtype='<i2'))\n"
+      "np.save(d + '/u16.npy', np.array([65535], dtype='<u2'))\n"
+      "np.save(d + '/u32.npy', np.array([2**32 - 1], dtype='<u4'))\n"
+      "np.save(d + '/u64.npy', np.array([2**64 - 1, 2**63 + 1], dtype='<u8'))\n"
       "np.save(d + '/scalar.npy', np.float32(3.5))\n"
       "np.save(d + '/fortran.npy', np.asfortranarray(np.ones((2, 3), dtype='<f4')))\n"
       "np.save(d + '/big.npy', np.ones(3, dtype='>f4'))\n"
@@ -258,6 +265,19 @@ TEST(Npy, InteroperatesWithNumpy) {
   EXPECT_EQ(read("i32.npy").to_doubles(), (std::vector<double>{-7, 7}));
   EXPECT_EQ(read("i64.npy").get(0), double(int64_t{1} << 40));
   EXPECT_EQ(read("bool.npy").to_doubles(), (std::vector<double>{1, 0, 1}));
+  EXPECT_EQ(read("i8.npy").to_doubles(), (std::vector<double>{-128, 127}));
+  EXPECT_EQ(read("u8.npy").to_doubles(), (std::vector<double>{0, 255}));
+  EXPECT_EQ(read("i16.npy").to_doubles(), (std::vector<double>{-32768}));
+  EXPECT_EQ(read("u16.npy").to_doubles(), (std::vector<double>{65535}));
+  EXPECT_EQ(read("u32.npy").to_doubles(), (std::vector<double>{4294967295.0}));
+  {  // u64 is kept bit for bit (a double could not hold 2^63 + 1)
+    const Tensor u64 = read("u64.npy");
+    EXPECT_EQ(u64.type().to_string(), "u64[2]");
+    uint64_t values[2];
+    std::memcpy(values, u64.data(), sizeof values);
+    EXPECT_EQ(values[0], ~uint64_t{0});
+    EXPECT_EQ(values[1], (uint64_t{1} << 63) + 1);
+  }
   EXPECT_EQ(read("scalar.npy").type().to_string(), "f32[]");
   EXPECT_EQ(read("v2.npy").to_doubles(), (std::vector<double>{0, 1, 2, 3}));
   EXPECT_EQ(error_of([&] { read("fortran.npy"); }).message,
@@ -269,6 +289,8 @@ TEST(Npy, InteroperatesWithNumpy) {
   write_npy((dir / "k_f16.npy").string(), counting_tensor({DType::F16, {3}}));
   write_npy((dir / "k_i64.npy").string(), counting_tensor({DType::I64, {}}));
   write_npy((dir / "k_bool.npy").string(), counting_tensor({DType::Bool, {4}}));
+  write_npy((dir / "k_u8.npy").string(), Tensor::from_doubles({DType::U8, {3}}, {0, 7, 255}));
+  write_npy((dir / "k_i16.npy").string(), Tensor::from_doubles({DType::I16, {2}}, {-300, 300}));
   const std::string check =
       "import numpy as np, sys\n"
       "d = sys.argv[1]\n"
@@ -277,7 +299,9 @@ TEST(Npy, InteroperatesWithNumpy) {
       "a = np.load(d + '/k_f16.npy'); assert a.dtype == '<f2' and a.tolist() == [-7, -5.5, -4]\n"
       "a = np.load(d + '/k_i64.npy'); assert a.dtype == '<i8' and a.shape == () and a == -7\n"
       "a = np.load(d + '/k_bool.npy'); assert a.dtype == bool\n"
-      "assert a.tolist() == [True, False, False, True], a\n";
+      "assert a.tolist() == [True, False, False, True], a\n"
+      "a = np.load(d + '/k_u8.npy'); assert a.dtype == 'u1' and a.tolist() == [0, 7, 255], a\n"
+      "a = np.load(d + '/k_i16.npy'); assert a.dtype == '<i2' and a.tolist() == [-300, 300], a\n";
   write_raw(dir / "check.py", check);
   EXPECT_EQ(std::system(("/usr/bin/python3 " + (dir / "check.py").string() + " " + dir.string())
                             .c_str()),

@@ -150,8 +150,9 @@ TEST(Safetensors, RejectsHeadersThatAreNotJsonObjects) {
 TEST(Safetensors, RejectsBadEntries) {
   EXPECT_EQ(open_error(one_entry(R"("dtype": "F32", "shape": [2])")),
             "tensor 'w': entry has no 'data_offsets'");
-  EXPECT_EQ(open_error(one_entry(R"("dtype": "U8", "shape": [2], "data_offsets": [0, 2])")),
-            "tensor 'w': unsupported dtype \"U8\"; kiln reads F32, F16, BF16, F64, I32, I64, BOOL");
+  EXPECT_EQ(open_error(one_entry(R"("dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2])")),
+            "tensor 'w': unsupported dtype \"F8_E4M3\"; kiln reads F32, F16, BF16, F64, I8, I16, I32, "
+            "I64, U8, U16, U32, U64, BOOL");
   EXPECT_EQ(open_error(one_entry(R"("dtype": "F32", "shape": 2, "data_offsets": [0, 8])")),
             "tensor 'w': 'shape' is not a list");
   EXPECT_EQ(open_error(one_entry(R"("dtype": "F32", "shape": [-2], "data_offsets": [0, 8])")),

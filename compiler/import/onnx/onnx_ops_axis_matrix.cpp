@@ -208,17 +208,24 @@ Operand interpolate(NodeContext& node, const Operand& x, const ResizeSpec& spec,
   const int rank = x.type().rank();
   if (!ir::is_floating(x.type().dtype))
     node.fail("resizing " + x.type().to_string() + " is not supported (kiln resizes float tensors)");
-  Operand y = x;
+  // Every axis is checked before any matrix is built (a bad last axis must not cost the
+  // building of the others).
   for (int axis = rank - 1; axis >= 0; --axis) {
     const int64_t in = x.type().shape[axis], out = sizes[axis];
     if (out < 1) node.fail("axis " + std::to_string(axis) + " would have " + std::to_string(out) + " elements; kiln tensors need at least one");
     if (!(scales[axis] > 0) || !std::isfinite(scales[axis])) node.fail("scales must be positive and finite");
-    const double roi_start = roi.empty() ? 0.0 : roi[axis], roi_end = roi.empty() ? 1.0 : roi[rank + axis];
     // A dense matrix per axis: 4M elements covers 2048 x 2048; larger resizes want a gather
     // kernel kiln does not have yet.
     if (in > kMaxInterpolationElements / out)
       node.fail("the interpolation matrix of axis " + std::to_string(axis) + " would be [" + std::to_string(out) +
                 ", " + std::to_string(in) + "], over the 2^22 elements kiln's Resize builds");
+  }
+  if (!ir::checked_num_elements(ir::Shape(sizes.begin(), sizes.end())))
+    node.fail("the result " + ir::shape_to_string(ir::Shape(sizes.begin(), sizes.end())) + " has more than 2^48 elements");
+  Operand y = x;
+  for (int axis = rank - 1; axis >= 0; --axis) {
+    const int64_t in = x.type().shape[axis], out = sizes[axis];
+    const double roi_start = roi.empty() ? 0.0 : roi[axis], roi_end = roi.empty() ? 1.0 : roi[rank + axis];
     const AxisMatrix m = axis_matrix(spec, in, out, scales[axis], roi_start, roi_end);
     if (!is_identity(m, in, out)) y = apply_along(node, y, axis, m, out);
   }

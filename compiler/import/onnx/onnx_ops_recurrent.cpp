@@ -242,6 +242,13 @@ Outputs recurrent_layer(NodeContext& node, Cell cell) {
 
   Operand x = node.input(0);
   if (!ir::is_floating(x.type().dtype)) node.fail("X must be floating point");
+  // A constant sequence would fold every step at import, T chained matmuls on the reference
+  // evaluator; as a parameter it is computed at run time like any other.
+  if (x.is_constant()) {
+    Operand parameter;
+    parameter.value = node.builder().materialize(x);
+    x = parameter;
+  }
   if (x.type().rank() != 3) node.fail("X must have rank 3, not " + std::to_string(x.type().rank()));
   const bool batch_first = node.attr_int("layout", 0) != 0;
   if (batch_first) x = node.emit(OpId::Transpose, {x}, {{"perm", Ints{1, 0, 2}}});

@@ -63,6 +63,12 @@ std::optional<ir::DType> dtype_from_onnx(int elem_type) {
     case TensorProto::INT32: return ir::DType::I32;
     case TensorProto::INT64: return ir::DType::I64;
     case TensorProto::BOOL: return ir::DType::Bool;
+    case TensorProto::INT8: return ir::DType::I8;
+    case TensorProto::UINT8: return ir::DType::U8;
+    case TensorProto::INT16: return ir::DType::I16;
+    case TensorProto::UINT16: return ir::DType::U16;
+    case TensorProto::UINT32: return ir::DType::U32;
+    case TensorProto::UINT64: return ir::DType::U64;
     default: return std::nullopt;
   }
 }
@@ -82,6 +88,12 @@ int onnx_dtype_of(ir::DType dtype) {
     case ir::DType::I32: return TensorProto::INT32;
     case ir::DType::I64: return TensorProto::INT64;
     case ir::DType::Bool: return TensorProto::BOOL;
+    case ir::DType::I8: return TensorProto::INT8;
+    case ir::DType::U8: return TensorProto::UINT8;
+    case ir::DType::I16: return TensorProto::INT16;
+    case ir::DType::U16: return TensorProto::UINT16;
+    case ir::DType::U32: return TensorProto::UINT32;
+    case ir::DType::U64: return TensorProto::UINT64;
   }
   return TensorProto::UNDEFINED;
 }
@@ -138,9 +150,29 @@ ir::Tensor tensor_from_proto(const TensorProto& proto, const std::string& base_d
         std::memcpy(tensor.data() + 2 * i, &bits, 2);
       }
       break;
-    default:  // INT32, BOOL
+    case TensorProto::UINT64:  // exact: through the bits, not a double
+      check_count(proto.uint64_data_size());
+      std::memcpy(tensor.data(), proto.uint64_data().data(), n * sizeof(uint64_t));
+      break;
+    case TensorProto::UINT32:
+      check_count(proto.uint64_data_size());
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t value = proto.uint64_data(i);
+        if (value > 0xffffffffu)
+          fail("tensor '" + proto.name() + "' holds " + std::to_string(value) + " at " + std::to_string(i) +
+               ", beyond UINT32");
+        tensor.set(i, static_cast<double>(value));
+      }
+      break;
+    default:  // INT32, BOOL and the small integers, in int32_data
       check_count(proto.int32_data_size());
-      for (int64_t i = 0; i < n; ++i) tensor.set(i, proto.int32_data(i));
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t value = proto.int32_data(i);
+        if (*dtype != ir::DType::Bool && !ir::fits_dtype(value, *dtype))
+          fail("tensor '" + proto.name() + "' holds " + std::to_string(value) + " at " + std::to_string(i) +
+               ", beyond " + onnx_dtype_name(proto.data_type()));
+        tensor.set(i, value);
+      }
   }
   return tensor;
 }

@@ -30,7 +30,7 @@ class ModelFactory;  // kiln's side of the API (compiler/api/api_internal.h)
 }
 
 // Element types, as in kiln's IR ("f32", "i32", ...).
-enum class DType { F32, F16, BF16, I32, I64, Bool, F64 };
+enum class DType { F32, F16, BF16, I32, I64, Bool, F64, I8, U8, I16, U16, U32, U64 };
 std::string_view dtype_name(DType dtype);
 
 // A dense, row-major tensor in host memory.
