@@ -33,6 +33,7 @@ std::span<const OpRule> nn_rules();     // onnx_ops_nn.cpp: conv, pooling, norms
 std::span<const OpRule> shape_rules();  // onnx_ops_shape.cpp: shape arithmetic, layout, constants
 std::span<const OpRule> loss_rules();   // onnx_ops_loss.cpp: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 std::span<const OpRule> index_rules();  // onnx_ops_index.cpp: OneHot, EyeLike, Compress
+std::span<const OpRule> quantize_rules();     // onnx_ops_quantize.cpp: (De)QuantizeLinear, *Integer, QLinear*
 std::span<const OpRule> recurrent_rules();    // onnx_ops_recurrent.cpp: RNN, GRU, LSTM (unrolled)
 std::span<const OpRule> axis_matrix_rules();  // onnx_ops_axis_matrix.cpp: Resize, Upsample, CumSum, LRN
 
@@ -43,6 +44,12 @@ const OpRule* find_rule(std::string_view op_type, int opset, std::string& why);
 // data gathered along `axis` at `indices` (run-time or constant; Gather's semantics, the
 // indices' shape replacing the axis), through gather_elements (onnx_ops_shape.cpp).
 Operand gather_along(NodeContext& node, const Operand& data, const Operand& indices, int axis);
+
+// Conv's computation (onnx_ops_nn.cpp): x convolved with weight (and bias, if given), with the
+// node's Conv attributes (auto_pad, dilations, group, kernel_shape, pads, strides).
+Operand convolve(NodeContext& node, const Operand& x, const Operand& weight, const Operand* bias);
+// MatMul with NumPy semantics: 1-D operands gain a unit dim that is removed again.
+Operand matmul(NodeContext& node, const Operand& a, const Operand& b);
 
 // Exact integer values of a constant (INT64_MAX stays exact).
 std::vector<int64_t> tensor_ints(const ir::Tensor& tensor);

@@ -89,8 +89,12 @@ Operand from_2d(NodeContext& node, const Operand& y) {
 
 Outputs conv(NodeContext& node) {
   node.check_attrs({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
-  const Operand& x = node.input(0);
-  const Operand& weight = node.input(1);
+  return {convolve(node, node.input(0), node.input(1), node.has_input(2) ? &node.input(2) : nullptr)};
+}
+
+}  // namespace
+
+Operand convolve(NodeContext& node, const Operand& x, const Operand& weight, const Operand* bias) {
   if (x.type().rank() < 3) node.fail("input must have rank >= 3 (N, C, spatial...)");
   if (weight.type().rank() != x.type().rank())
     node.fail("weight " + weight.type().to_string() + " must have the input's rank, " +
@@ -103,12 +107,14 @@ Outputs conv(NodeContext& node) {
     kernel = node.reshape(weight, {ws[0], ws[1], 1, ws[2]});
   }
   std::vector<Operand> operands{input, kernel};
-  if (node.has_input(2)) operands.push_back(node.input(2));
+  if (bias) operands.push_back(*bias);
   const Operand y = node.emit(OpId::Conv2d, operands,
                               {{"stride", w.stride}, {"pad", w.pad}, {"dilation", w.dilation},
                                {"groups", node.attr_int("group", 1)}});
-  return {w.one_d ? from_2d(node, y) : y};
+  return w.one_d ? from_2d(node, y) : y;
 }
+
+namespace {
 
 // ConvTranspose is the input gradient of a convolution: kiln's conv2d_grad_input takes the
 // transposed conv's weight layout [C_in, C_out/group, kH, kW] as it is, with the output shape
@@ -366,7 +372,8 @@ Outputs layer_norm(NodeContext& node) {
   return outputs;
 }
 
-// MatMul with NumPy semantics: 1-D operands gain a unit dim that is removed again.
+}  // namespace
+
 Operand matmul(NodeContext& node, const Operand& a, const Operand& b) {
   Operand left = a, right = b;
   const bool vector_a = a.type().rank() == 1, vector_b = b.type().rank() == 1;
@@ -381,6 +388,8 @@ Operand matmul(NodeContext& node, const Operand& a, const Operand& b) {
   }
   return y;
 }
+
+namespace {
 
 Outputs mat_mul(NodeContext& node) { return {matmul(node, node.input(0), node.input(1))}; }
 
