@@ -297,7 +297,73 @@ def recurrent_spec(directory):
         np.save(os.path.join(directory, name + ".npy"), value.astype(np.float32))
 
 
+def quantized(directory):
+    """Per-channel quantization paths the node tests leave out: QuantizeLinear along axis 1 to
+    int8 with negative zero points, DequantizeLinear back, MatMulInteger with a zero point per
+    row of A and per column of B, and QLinearConv with a per-output-channel weight scale and an
+    int32 bias. The oracle is NumPy following the operator spec."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32) * 3
+    q_scale = np.array([0.05, 0.1, 0.02], np.float32)
+    q_zp = np.array([-3, 0, 7], np.int8)
+    shaped = lambda v: v.reshape(1, 3, 1)
+    q = np.clip(np.rint(x / shaped(q_scale)) + shaped(q_zp), -128, 127).astype(np.int8)
+    dq = ((q.astype(np.float64) - shaped(q_zp)) * shaped(q_scale)).astype(np.float32)
+
+    a = rng.integers(0, 256, (3, 5)).astype(np.uint8)
+    b = rng.integers(-128, 128, (5, 2)).astype(np.int8)
+    a_zp = np.array([1, 128, 255], np.uint8)
+    b_zp = np.array([-1, 3], np.int8)
+    mm = ((a.astype(np.int64) - a_zp[:, None]) @ (b.astype(np.int64) - b_zp)).astype(np.int32)
+
+    cx = rng.integers(0, 256, (1, 2, 5, 5)).astype(np.uint8)
+    cw = rng.integers(-128, 128, (3, 2, 3, 3)).astype(np.int8)
+    x_scale, x_zp = np.float32(0.02), np.uint8(120)
+    w_scale = np.array([0.01, 0.002, 0.03], np.float32)
+    w_zp = np.array([0, 0, 0], np.int8)
+    bias = np.array([100, -2000, 5], np.int32)
+    y_scale, y_zp = np.float32(0.05), np.uint8(128)
+    xf = (cx.astype(np.float64) - x_zp) * x_scale
+    wf = (cw.astype(np.float64) - w_zp[:, None, None, None]) * w_scale[:, None, None, None]
+    xp = np.pad(xf, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    conv = np.zeros((1, 3, 5, 5))
+    for m in range(3):
+        for i in range(5):
+            for j in range(5):
+                conv[0, m, i, j] = (xp[0, :, i:i + 3, j:j + 3] * wf[m]).sum()
+    conv += (bias * x_scale * w_scale.astype(np.float64))[None, :, None, None]
+    qc = np.clip(np.rint(conv / y_scale) + y_zp, 0, 255).astype(np.uint8)
+
+    constants = {"q_scale": q_scale, "q_zp": q_zp, "b": b, "a_zp": a_zp, "b_zp": b_zp, "cw": cw,
+                 "x_scale": np.array(x_scale), "x_zp": np.array(x_zp), "w_scale": w_scale, "w_zp": w_zp,
+                 "bias": bias, "y_scale": np.array(y_scale), "y_zp": np.array(y_zp)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "q_scale", "q_zp"], ["q"], axis=1),
+        helper.make_node("DequantizeLinear", ["q", "q_scale", "q_zp"], ["dq"], axis=1),
+        helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["mm"]),
+        helper.make_node("QLinearConv", ["cx", "x_scale", "x_zp", "cw", "w_scale", "w_zp", "y_scale", "y_zp", "bias"],
+                         ["qc"], pads=[1, 1, 1, 1]),
+    ]
+    outputs = {"q": q, "dq": dq, "mm": mm, "qc": qc}
+    elem = lambda v: helper.np_dtype_to_tensor_dtype(v.dtype) if hasattr(helper, "np_dtype_to_tensor_dtype") \
+        else {np.dtype(k): t for k, t in [("float32", TensorProto.FLOAT), ("int8", TensorProto.INT8),
+                                        ("uint8", TensorProto.UINT8), ("int32", TensorProto.INT32)]}[v.dtype]
+    graph = helper.make_graph(
+        nodes, "quantized",
+        [helper.make_tensor_value_info(n, elem(v), list(v.shape)) for n, v in [("x", x), ("a", a), ("cx", cx)]],
+        [helper.make_tensor_value_info(n, elem(v), list(v.shape)) for n, v in outputs.items()],
+        [numpy_helper.from_array(v, n) for n, v in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with open(os.path.join(directory, "quantized.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for name, value in {"x": x, "a": a, "cx": cx, **outputs}.items():
+        np.save(os.path.join(directory, name + ".npy"), value)
+
+
 MODELS = {
+    "quantized": quantized,
     "torch_recurrent": torch_recurrent,
     "recurrent_spec": recurrent_spec,
     "torch_flip": torch_flip,
