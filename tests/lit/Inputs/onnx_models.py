@@ -362,7 +362,49 @@ def quantized(directory):
         np.save(os.path.join(directory, name + ".npy"), value)
 
 
+EINSUM_CASES = [  # (equation, operand shapes)
+    ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]),  # attention scores
+    ("bij,jk->bik", [(2, 3, 4), (4, 5)]),
+    ("i,j->ij", [(3,), (4,)]),  # outer product
+    ("ii->i", [(4, 4)]),  # diagonal
+    ("ii", [(4, 4)]),  # trace (implicit output: a scalar)
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),  # broadcast ellipsis
+    ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]),  # a chain of three
+    ("ijk->", [(2, 3, 4)]),  # total
+    ("ij,ij->ij", [(3, 4), (3, 4)]),  # elementwise: every label a batch label
+    ("bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),  # bilinear
+    ("iij->ji", [(3, 3, 2)]),  # diagonal then transpose
+    ("ba,ca", [(2, 3), (4, 3)]),  # implicit: labels used once, sorted -> 'bc'
+]
+
+
+def torch_einsum(directory):
+    """torch.einsum exported as ONNX Einsum (opset 12), one output per case of EINSUM_CASES;
+    PyTorch's results the oracle."""
+    import torch
+
+    class Einsums(torch.nn.Module):
+        def forward(self, *xs):
+            outputs, k = [], 0
+            for equation, shapes in EINSUM_CASES:
+                outputs.append(torch.einsum(equation, *xs[k:k + len(shapes)]))
+                k += len(shapes)
+            return tuple(outputs)
+
+    torch.manual_seed(0)
+    inputs = tuple(torch.randn(*shape) for _, shapes in EINSUM_CASES for shape in shapes)
+    with torch.no_grad():
+        outputs = Einsums()(*inputs)
+    names_in = [f"x{i}" for i in range(len(inputs))]
+    names_out = [f"y{i}" for i in range(len(outputs))]
+    torch.onnx.export(Einsums(), inputs, os.path.join(directory, "einsum.onnx"), opset_version=12,
+                      input_names=names_in, output_names=names_out)
+    for name, value in zip(names_in + names_out, inputs + outputs):
+        np.save(os.path.join(directory, name + ".npy"), value.numpy())
+
+
 MODELS = {
+    "torch_einsum": torch_einsum,
     "quantized": quantized,
     "torch_recurrent": torch_recurrent,
     "recurrent_spec": recurrent_spec,
