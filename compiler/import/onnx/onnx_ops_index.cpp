@@ -12,6 +12,7 @@ namespace kiln::compiler::onnx_import {
 namespace {
 using ir::OpId;
 using Outputs = std::vector<Operand>;
+using Ints = std::vector<int64_t>;
 
 // out[..., j, ...] = on where j == index (negative indices count from depth), off elsewhere;
 // the one-hot dim is inserted at `axis` (default -1: last).
@@ -112,7 +113,87 @@ Outputs hann_window(NodeContext& node) { return cosine_window(node, {0.5, 0.5});
 Outputs hamming_window(NodeContext& node) { return cosine_window(node, {25.0 / 46, 21.0 / 46}); }
 Outputs blackman_window(NodeContext& node) { return cosine_window(node, {0.42, 0.5, 0.08}); }
 
+// Integer indices as i64, a negative one counted from the end of a dim of `size` (which may be a
+// tensor of sizes that broadcasts against the indices).
+Operand wrap_negative(NodeContext& node, Operand index, const Operand& size) {
+  if (index.type().dtype != ir::DType::I64) index = node.emit(OpId::Cast, {index}, {{"to", std::string("i64")}});
+  const Operand negative = node.emit(OpId::Less, {index, node.scalar(ir::DType::I64, 0.0)});
+  return node.emit(OpId::Where, {negative, node.emit(OpId::Add, {index, size}), index});
+}
+
+// GatherND: each index tuple (the last dim of `indices`) picks a slice of `data`; the first
+// batch_dims dims of both are batch dims. The tuples become flat positions into `data` viewed
+// as [prod(leading dims), rest...] (batch position included), then one gather along axis 0.
+Outputs gather_nd(NodeContext& node) {
+  node.check_attrs({"batch_dims"});
+  const Operand& data = node.input(0);
+  const Operand& indices = node.input(1);
+  const ir::Shape& d = data.type().shape;
+  const ir::Shape& i = indices.type().shape;
+  const int r = data.type().rank(), q = indices.type().rank();
+  const int64_t b = node.attr_int("batch_dims", 0);
+  if (!ir::is_integer(indices.type().dtype)) node.fail("indices must be integers");
+  if (r < 1 || q < 1) node.fail("data and indices must have rank >= 1");
+  if (b < 0 || b >= std::min(r, q)) node.fail("batch_dims " + std::to_string(b) + " must be in [0, min(rank(data), rank(indices)))");
+  const int64_t k = i.back();
+  if (k < 1 || k > r - b) node.fail("index tuples of length " + std::to_string(k) + " do not fit data of rank " + std::to_string(r) + " with " + std::to_string(b) + " batch dims");
+  for (int64_t a = 0; a < b; ++a)
+    if (d[a] != i[a]) node.fail("batch dim " + std::to_string(a) + " differs: data has " + std::to_string(d[a]) + ", indices " + std::to_string(i[a]));
+  const ir::Shape tuples(i.begin(), i.end() - 1);
+  const int tuple_rank = q - 1;
+  // flat = sum over the index tuple of index_j * stride_j, plus the batch position's offset.
+  Operand flat = node.fill(ir::DType::I64, tuples, 0.0);
+  int64_t stride = 1;
+  for (int64_t j = k - 1; j >= 0; --j) {
+    const int64_t dim = d[b + j];
+    Operand index = node.reshape(node.emit(OpId::Slice, {indices}, {{"starts", Ints{j}}, {"ends", Ints{j + 1}}, {"axes", Ints{q - 1}}, {"steps", Ints{1}}}), tuples);
+    index = wrap_negative(node, index, node.scalar(ir::DType::I64, static_cast<double>(dim)));
+    flat = node.emit(OpId::Add, {flat, node.emit(OpId::Mul, {index, node.scalar(ir::DType::I64, static_cast<double>(stride))})});
+    stride *= dim;
+  }
+  for (int64_t a = b - 1; a >= 0; --a) {
+    const Operand position = node.positions(tuple_rank, static_cast<int>(a), d[a]);
+    flat = node.emit(OpId::Add, {flat, node.emit(OpId::Mul, {position, node.scalar(ir::DType::I64, static_cast<double>(stride))})});
+    stride *= d[a];
+  }
+  ir::Shape view{stride};
+  view.insert(view.end(), d.begin() + b + k, d.end());
+  return {gather_along(node, node.reshape(data, view), flat, 0)};
+}
+
+// ReverseSequence: along the time axis, each batch entry's first sequence_lens[b] elements
+// reversed, the rest kept: output[t] = input[t < len ? len - 1 - t : t], one gather_elements.
+Outputs reverse_sequence(NodeContext& node) {
+  node.check_attrs({"batch_axis", "time_axis"});
+  const Operand& x = node.input(0);
+  const int rank = x.type().rank();
+  if (rank < 2) node.fail("input must have rank >= 2");
+  const int batch_axis = normalize_axis_or_fail(node, node.attr_int("batch_axis", 1), rank, "batch_axis");
+  const int time_axis = normalize_axis_or_fail(node, node.attr_int("time_axis", 0), rank, "time_axis");
+  if (batch_axis == time_axis) node.fail("batch_axis and time_axis must differ");
+  const Operand& lens_in = node.input(1);
+  const int64_t batch = x.type().shape[batch_axis], steps = x.type().shape[time_axis];
+  if (lens_in.type().shape != ir::Shape{batch} || !ir::is_integer(lens_in.type().dtype))
+    node.fail("sequence_lens must be integers of shape [" + std::to_string(batch) + "]");
+  if (lens_in.is_constant())
+    for (int64_t length : tensor_ints(*lens_in.constant))
+      if (length < 1 || length > steps)
+        node.fail("sequence_lens holds " + std::to_string(length) + ", outside [1, " + std::to_string(steps) + "]");
+  ir::Shape lens_shape(static_cast<size_t>(rank), 1);
+  lens_shape[static_cast<size_t>(batch_axis)] = batch;
+  Operand lens = node.reshape(lens_in, lens_shape);
+  if (lens.type().dtype != ir::DType::I64) lens = node.emit(OpId::Cast, {lens}, {{"to", std::string("i64")}});
+  const Operand t = node.positions(rank, time_axis, steps);
+  const Operand reversed = node.emit(OpId::Sub, {node.emit(OpId::Sub, {lens, node.scalar(ir::DType::I64, 1.0)}), t});
+  Operand source = node.emit(OpId::Where, {node.emit(OpId::Less, {t, lens}), reversed, t});
+  if (source.type().shape != x.type().shape)
+    source = node.emit(OpId::BroadcastTo, {source}, {{"shape", x.type().shape}});
+  return {node.emit(OpId::GatherElements, {x, source}, {{"axis", int64_t{time_axis}}})};
+}
+
 const OpRule kRules[] = {
+    {"GatherND", 11, kLast, gather_nd},
+    {"ReverseSequence", 10, kLast, reverse_sequence},
     {"HannWindow", 17, kLast, hann_window},
     {"HammingWindow", 17, kLast, hamming_window},
     {"BlackmanWindow", 17, kLast, blackman_window},

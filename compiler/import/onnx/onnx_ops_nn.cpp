@@ -282,7 +282,13 @@ Outputs max_pool(NodeContext& node) {
   const ir::Shape shape2d = w.one_d ? ir::Shape{x.type().shape[0], x.type().shape[1], 1, x.type().shape[2]}
                                     : x.type().shape;
   apply_ceil_mode(node, shape2d, w, false);
-  return {pool2d(node, OpId::MaxPool2d, x, w, {{"dilation", w.dilation}})};
+  const ir::DType dtype = x.type().dtype;
+  if (!ir::is_integer(dtype)) return {pool2d(node, OpId::MaxPool2d, x, w, {{"dilation", w.dilation}})};
+  // 8- and 16-bit integers pool in f32, which holds every one of their values exactly.
+  if (ir::dtype_size(dtype) > 2) node.fail("max pooling " + x.type().to_string() + " is not supported");
+  const Operand wide = node.emit(OpId::Cast, {x}, {{"to", std::string("f32")}});
+  const Operand pooled = pool2d(node, OpId::MaxPool2d, wide, w, {{"dilation", w.dilation}});
+  return {node.emit(OpId::Cast, {pooled}, {{"to", std::string(ir::dtype_name(dtype))}})};
 }
 
 Outputs average_pool(NodeContext& node) {
@@ -481,7 +487,11 @@ Outputs mean_variance_normalization(NodeContext& node) {
 Outputs dropout(NodeContext& node) {
   if (node.opset() >= 12 && node.has_input(2)) {
     const auto training = node.const_ints(2, "training_mode");
-    if (!training.empty() && training[0] != 0) node.fail("training_mode = true is not supported");
+    // Training with a ratio of 0 drops nothing; any other ratio draws a random mask at run time,
+    // which kiln's import does not build (kiln train switches its own dropout to training).
+    const double ratio = node.has_input(1) ? node.const_doubles(1, "ratio").at(0) : 0.5;
+    if (!training.empty() && training[0] != 0 && ratio != 0.0)
+      node.fail("training_mode = true with a ratio above 0 (a random mask at run time) is not supported");
   }
   const Operand& x = node.input(0);
   Outputs outputs{x};

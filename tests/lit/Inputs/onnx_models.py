@@ -403,7 +403,46 @@ def torch_einsum(directory):
         np.save(os.path.join(directory, name + ".npy"), value.numpy())
 
 
+def gather_reverse(directory):
+    """GatherND with two batch dims, tuples of length 2 and negative indices (given at run time),
+    and ReverseSequence with the batch on axis 0 and run-time lengths; the oracle is NumPy
+    following the operator spec."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32)
+    indices = np.stack([rng.integers(-4, 4, (2, 3, 7)), rng.integers(-5, 5, (2, 3, 7))], axis=-1).astype(np.int64)
+    gathered = np.empty((2, 3, 7, 6), np.float32)
+    for a in range(2):
+        for b in range(3):
+            for t in range(7):
+                i, j = indices[a, b, t]
+                gathered[a, b, t] = data[a, b, i, j]
+    x = rng.standard_normal((3, 5, 2)).astype(np.float32)
+    lens = np.array([5, 1, 3], np.int64)
+    reversed_ = x.copy()
+    for b in range(3):
+        reversed_[b, :lens[b]] = x[b, :lens[b]][::-1]
+    nodes = [helper.make_node("GatherND", ["data", "indices"], ["gathered"], batch_dims=2),
+             helper.make_node("ReverseSequence", ["x", "lens"], ["reversed"], batch_axis=0, time_axis=1)]
+    graph = helper.make_graph(
+        nodes, "gather_reverse",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, data.shape),
+         helper.make_tensor_value_info("indices", TensorProto.INT64, indices.shape),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+         helper.make_tensor_value_info("lens", TensorProto.INT64, lens.shape)],
+        [helper.make_tensor_value_info("gathered", TensorProto.FLOAT, gathered.shape),
+         helper.make_tensor_value_info("reversed", TensorProto.FLOAT, reversed_.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with open(os.path.join(directory, "gather_reverse.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for name, value in {"data": data, "indices": indices, "x": x, "lens": lens, "gathered": gathered,
+                        "reversed": reversed_}.items():
+        np.save(os.path.join(directory, name + ".npy"), value)
+
+
 MODELS = {
+    "gather_reverse": gather_reverse,
     "torch_einsum": torch_einsum,
     "quantized": quantized,
     "torch_recurrent": torch_recurrent,
