@@ -1,8 +1,11 @@
 // ONNX index-building ops → kiln ops: OneHot (equal against the positions, then where),
-// EyeLike (a constant: only the input's static shape matters) and Compress (the kept positions
-// are known at import, then a gather).
+// EyeLike (a constant: only the input's static shape matters), Compress (the kept positions
+// are known at import, then a gather), GatherND and ReverseSequence (gathers), the scatters
+// (one-hot products) and the cosine windows.
 #include <cmath>
+#include <functional>
 #include <numbers>
+#include <string>
 
 #include "compiler/import/onnx/onnx_ops.h"
 #include "compiler/import/onnx/onnx_tensor.h"
@@ -191,7 +194,141 @@ Outputs reverse_sequence(NodeContext& node) {
   return {node.emit(OpId::GatherElements, {x, source}, {{"axis", int64_t{time_axis}}})};
 }
 
+// The scatters write `updates` into a copy of `data` at run-time positions. kiln has no scatter
+// op yet, so each becomes a one-hot product: a [writers, targets] 0/1 matrix (per position along
+// the scatter axis for ScatterElements, per index tuple for ScatterND) that sums the updates
+// into each target and counts the writes, then `where` keeps data at targets nobody writes.
+// The one-hot matrix costs writers x targets, so large scatters hit the element limit with a
+// message; a scatter kernel is later work. Reduction none, add, max and min; mul is refused.
+enum class Reduction { None, Add, Max, Min };
+
+Reduction read_reduction(NodeContext& node) {
+  const std::string reduction = node.attr_string("reduction", "none");
+  if (reduction == "none") return Reduction::None;
+  if (reduction == "add") return Reduction::Add;
+  if (reduction == "max") return Reduction::Max;
+  if (reduction == "min") return Reduction::Min;
+  node.fail("reduction '" + reduction + "' is not supported (none, add, max, min)");
+}
+
+// data with the writes applied: `hot` [..., writers, targets] (0/1, data's dtype) and `values`
+// [..., writers, 1]; the reduction over the writers' axis `axis`.
+Operand combine(NodeContext& node, Reduction reduction, const Operand& data, const Operand& hot,
+                const Operand& values, int64_t axis, const std::function<Operand(Operand)>& to_data_layout) {
+  const ir::DType dtype = data.type().dtype;
+  const ir::AttrMap over_writers{{"axes", Ints{axis}}, {"keepdims", false}};
+  const Operand written = to_data_layout(node.emit(OpId::Greater, {node.emit(OpId::ReduceSum, {hot}, over_writers),
+                                                                   node.scalar(dtype, 0.0)}));
+  if (reduction == Reduction::None || reduction == Reduction::Add) {
+    const Operand sum = to_data_layout(node.emit(OpId::ReduceSum, {node.emit(OpId::Mul, {hot, values})}, over_writers));
+    if (reduction == Reduction::Add) return node.emit(OpId::Add, {data, sum});
+    return node.emit(OpId::Where, {written, sum, data});
+  }
+  const bool max = reduction == Reduction::Max;
+  const Operand is_hot = node.emit(OpId::Greater, {hot, node.scalar(dtype, 0.0)});
+  const Operand masked = node.emit(OpId::Where, {is_hot, values, node.scalar(dtype, max ? -INFINITY : INFINITY)});
+  const Operand extreme = max ? node.emit(OpId::ReduceMax, {masked}, over_writers)
+                              : node.emit(OpId::Neg, {node.emit(OpId::ReduceMax, {node.emit(OpId::Neg, {masked})}, over_writers)});
+  const Operand best = node.emit(max ? OpId::Maximum : OpId::Minimum, {data, to_data_layout(extreme)});
+  return node.emit(OpId::Where, {written, best, data});
+}
+
+Outputs scatter_elements(NodeContext& node) {
+  node.check_attrs({"axis", "reduction"});
+  const Operand& data = node.input(0);
+  const Operand& indices = node.input(1);
+  const Operand& updates = node.input(2);
+  const int rank = data.type().rank();
+  const ir::Shape& d = data.type().shape;
+  const ir::Shape& u = updates.type().shape;
+  if (!ir::is_floating(data.type().dtype)) node.fail("data must be floating point (kiln scatters float tensors)");
+  if (!ir::is_integer(indices.type().dtype)) node.fail("indices must be integers");
+  if (indices.type().shape != u || updates.type().rank() != rank)
+    node.fail("indices and updates must have one shape, of data's rank");
+  const int axis = normalize_axis_or_fail(node, node.attr_int("axis", 0), rank, "axis");
+  for (int k = 0; k < rank; ++k)
+    if (k != axis && u[k] > d[k]) node.fail("updates are larger than data along axis " + std::to_string(k));
+  const Reduction reduction = read_reduction(node);
+  // The scatter axis goes last: [others..., writers] against the targets [0, d[axis]).
+  Ints perm;
+  for (int k = 0; k < rank; ++k)
+    if (k != axis) perm.push_back(k);
+  perm.push_back(axis);
+  auto to_last = [&](const Operand& v) { return rank == 1 ? v : node.emit(OpId::Transpose, {v}, {{"perm", perm}}); };
+  const Operand index = wrap_negative(node, to_last(indices), node.scalar(ir::DType::I64, static_cast<double>(d[axis])));
+  ir::Shape column = index.type().shape;
+  column.push_back(1);
+  const Operand targets = node.positions(rank + 1, rank, d[axis]);
+  const Operand hot = node.emit(OpId::Cast, {node.emit(OpId::Equal, {node.reshape(index, column), targets})},
+                                {{"to", std::string(ir::dtype_name(data.type().dtype))}});
+  const Operand values = node.reshape(to_last(updates), column);
+  // Back to data's layout: the target axis to `axis`, the other dims padded to data's sizes.
+  Ints inverse(static_cast<size_t>(rank));
+  for (int k = 0; k < rank; ++k) inverse[static_cast<size_t>(perm[static_cast<size_t>(k)])] = k;
+  auto to_data_layout = [&](Operand v) {
+    if (rank > 1) v = node.emit(OpId::Transpose, {v}, {{"perm", inverse}});
+    for (int k = 0; k < rank; ++k) {
+      const int64_t have = v.type().shape[static_cast<size_t>(k)];
+      if (k == axis || have == d[k]) continue;
+      ir::Shape rest = v.type().shape;
+      rest[static_cast<size_t>(k)] = d[k] - have;
+      v = node.emit(OpId::Concat, {v, node.fill(v.type().dtype, rest, 0.0)}, {{"axis", int64_t{k}}});
+    }
+    return v;
+  };
+  return {combine(node, reduction, data, hot, values, rank - 1, to_data_layout)};
+}
+
+// ScatterND: each index tuple names a slice of data ([prod(data[:k]), rest...] viewed as rows).
+Outputs scatter_nd(NodeContext& node) {
+  node.check_attrs({"reduction"});
+  const Operand& data = node.input(0);
+  const Operand& indices = node.input(1);
+  const Operand& updates = node.input(2);
+  const ir::Shape& d = data.type().shape;
+  const ir::Shape& i = indices.type().shape;
+  if (!ir::is_floating(data.type().dtype)) node.fail("data must be floating point (kiln scatters float tensors)");
+  if (!ir::is_integer(indices.type().dtype) || i.empty()) node.fail("indices must be integers of rank >= 1");
+  const int64_t k = i.back();
+  if (k < 1 || k > data.type().rank()) node.fail("index tuples of length " + std::to_string(k) + " do not fit data of rank " + std::to_string(d.size()));
+  ir::Shape expected(i.begin(), i.end() - 1);
+  expected.insert(expected.end(), d.begin() + k, d.end());
+  if (updates.type().shape != expected) node.fail("updates must have shape " + ir::shape_to_string(expected));
+  const Reduction reduction = read_reduction(node);
+  const int64_t writers = ir::num_elements(i, 0, i.size() - 1), rows = ir::num_elements(d, 0, k),
+                row = ir::num_elements(d, k, d.size());
+  Operand flat = node.fill(ir::DType::I64, {writers}, 0.0);
+  int64_t stride = 1;
+  for (int64_t j = k - 1; j >= 0; --j) {
+    Operand index = node.reshape(node.emit(OpId::Slice, {indices}, {{"starts", Ints{j}}, {"ends", Ints{j + 1}},
+                                                                    {"axes", Ints{static_cast<int64_t>(i.size()) - 1}}, {"steps", Ints{1}}}),
+                                 {writers});
+    index = wrap_negative(node, index, node.scalar(ir::DType::I64, static_cast<double>(d[j])));
+    flat = node.emit(OpId::Add, {flat, node.emit(OpId::Mul, {index, node.scalar(ir::DType::I64, static_cast<double>(stride))})});
+    stride *= d[j];
+  }
+  const ir::DType dtype = data.type().dtype;
+  const Operand rows_view = node.reshape(data, {rows, row});
+  const Operand hot = node.emit(OpId::Cast, {node.emit(OpId::Equal, {node.reshape(flat, {writers, 1}), node.positions(2, 1, rows)})},
+                                {{"to", std::string(ir::dtype_name(dtype))}});
+  if (reduction == Reduction::None || reduction == Reduction::Add) {
+    // The sums of the writes per row are one matmul, hot^T [rows, writers] x updates [writers, row].
+    const Operand sum = node.emit(OpId::Matmul, {hot, node.reshape(updates, {writers, row})}, {{"transpose_a", true}});
+    if (reduction == Reduction::Add) return {node.reshape(node.emit(OpId::Add, {rows_view, sum}), d)};
+    const Operand count = node.emit(OpId::ReduceSum, {hot}, {{"axes", Ints{0}}, {"keepdims", false}});
+    const Operand written = node.reshape(node.emit(OpId::Greater, {count, node.scalar(dtype, 0.0)}), {rows, 1});
+    return {node.reshape(node.emit(OpId::Where, {written, sum, rows_view}), d)};
+  }
+  // max and min: hot [writers, rows, 1] against updates [writers, 1, row], the writers' axis 0.
+  auto same = [](Operand v) { return v; };
+  return {node.reshape(combine(node, reduction, rows_view, node.reshape(hot, {writers, rows, 1}),
+                               node.reshape(updates, {writers, 1, row}), 0, same), d)};
+}
+
 const OpRule kRules[] = {
+    {"ScatterElements", 11, kLast, scatter_elements},
+    {"Scatter", 9, 10, scatter_elements},
+    {"ScatterND", 11, kLast, scatter_nd},
     {"GatherND", 11, kLast, gather_nd},
     {"ReverseSequence", 10, kLast, reverse_sequence},
     {"HannWindow", 17, kLast, hann_window},

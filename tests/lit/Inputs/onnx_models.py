@@ -441,7 +441,62 @@ def gather_reverse(directory):
         np.save(os.path.join(directory, name + ".npy"), value)
 
 
+def scatter(directory):
+    """ScatterElements along axis 1 with updates smaller than data on the other axes (reduction
+    none, max, and add with duplicate and negative run-time indices) and ScatterND with tuples
+    of length 1 and 2 (min, add); NumPy following the spec is the oracle."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(11)
+    data = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    updates = rng.standard_normal((2, 3, 3)).astype(np.float32)
+    unique = np.ascontiguousarray(np.stack([rng.permutation(5)[:3] for _ in range(2 * 3)]).reshape(2, 3, 3).swapaxes(1, 2)).astype(np.int64)
+    repeated = rng.integers(-5, 5, (2, 3, 3)).astype(np.int64)
+
+    def scatter_elements(indices, reduce):
+        out = data.copy()
+        for i, j, k in np.ndindex(*indices.shape):
+            target = (i, indices[i, j, k] % 5, k)
+            out[target] = reduce(out[target], updates[i, j, k]) if reduce else updates[i, j, k]
+        return out
+
+    nd_data = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    rows = np.array([[1], [-1], [1]], np.int64)
+    row_updates = rng.standard_normal((3, 3, 2)).astype(np.float32)
+    cells = np.array([[0, 2], [3, 0], [0, 2]], np.int64)
+    cell_updates = rng.standard_normal((3, 2)).astype(np.float32)
+    nd_min = nd_data.copy()
+    for t, (r,) in enumerate(rows):
+        nd_min[r] = np.minimum(nd_min[r], row_updates[t])
+    nd_add = nd_data.copy()
+    for t, (r, c) in enumerate(cells):
+        nd_add[r, c] += cell_updates[t]
+
+    expected = {"none": scatter_elements(unique, None), "max": scatter_elements(unique, max),
+                "add": scatter_elements(repeated, lambda a, b: a + b), "nd_min": nd_min, "nd_add": nd_add}
+    nodes = [
+        helper.make_node("ScatterElements", ["data", "unique", "updates"], ["none"], axis=1),
+        helper.make_node("ScatterElements", ["data", "unique", "updates"], ["max"], axis=1, reduction="max"),
+        helper.make_node("ScatterElements", ["data", "repeated", "updates"], ["add"], axis=1, reduction="add"),
+        helper.make_node("ScatterND", ["nd_data", "rows", "row_updates"], ["nd_min"], reduction="min"),
+        helper.make_node("ScatterND", ["nd_data", "cells", "cell_updates"], ["nd_add"], reduction="add"),
+    ]
+    inputs = {"data": data, "updates": updates, "unique": unique, "repeated": repeated, "nd_data": nd_data,
+              "rows": rows, "row_updates": row_updates, "cells": cells, "cell_updates": cell_updates}
+    kind = lambda v: TensorProto.INT64 if v.dtype == np.int64 else TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes, "scatter", [helper.make_tensor_value_info(n, kind(v), v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape) for n, v in expected.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    with open(os.path.join(directory, "scatter.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for name, value in {**inputs, **{"want_" + n: v for n, v in expected.items()}}.items():
+        np.save(os.path.join(directory, name + ".npy"), value)
+
+
 MODELS = {
+    "scatter": scatter,
     "gather_reverse": gather_reverse,
     "torch_einsum": torch_einsum,
     "quantized": quantized,
