@@ -495,7 +495,38 @@ def scatter(directory):
         np.save(os.path.join(directory, name + ".npy"), value)
 
 
+def torch_topk(directory):
+    """torch.topk exported as ONNX TopK (opset 11): the 3 largest along a middle axis and the 2
+    smallest along the last, PyTorch's values and indices the oracle; and ties (a repeated
+    value), which ONNX resolves to the lower index first and PyTorch does not: that case's
+    indices come from NumPy's stable sort."""
+    import torch
+
+    class TopK(torch.nn.Module):
+        def forward(self, x, t):
+            a, ai = torch.topk(x, 3, dim=1)
+            b, bi = torch.topk(x, 2, dim=-1, largest=False)
+            c, ci = torch.topk(t, 4, dim=0)
+            return a, ai, b, bi, c, ci
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 5)
+    t = torch.tensor([3.0, 1.0, 3.0, 2.0, 3.0, 0.5])
+    names = ["a", "ai", "b", "bi", "c", "ci"]
+    with torch.no_grad():
+        outputs = TopK()(x, t)
+    torch.onnx.export(TopK(), (x, t), os.path.join(directory, "topk.onnx"), opset_version=11,
+                      input_names=["x", "t"], output_names=names)
+    np.save(os.path.join(directory, "x.npy"), x.numpy())
+    np.save(os.path.join(directory, "t.npy"), t.numpy())
+    outputs = [value.numpy() for value in outputs]
+    outputs[5] = np.argsort(-t.numpy(), kind="stable")[:4]
+    for name, value in zip(names, outputs):
+        np.save(os.path.join(directory, name + ".npy"), value)
+
+
 MODELS = {
+    "torch_topk": torch_topk,
     "scatter": scatter,
     "gather_reverse": gather_reverse,
     "torch_einsum": torch_einsum,
