@@ -145,9 +145,16 @@ void broadcast_to_sizes(NodeContext& node, Term& term, const std::map<int, int64
   if (target != term.value.type().shape) term.value = node.emit(OpId::BroadcastTo, {term.value}, {{"shape", target}});
 }
 
-int64_t product(const std::vector<int>& labels, const std::map<int, int64_t>& sizes) {
+// The number of elements the labels span; fails past 2^48 (two operands' labels together can
+// name more elements than either holds: an outer product).
+int64_t product(NodeContext& node, const std::vector<int>& labels, const std::map<int, int64_t>& sizes) {
+  constexpr int64_t kLimit = int64_t{1} << 48;
   int64_t p = 1;
-  for (int label : labels) p *= sizes.at(label);
+  for (int label : labels) {
+    const int64_t size = sizes.at(label);
+    if (size > kLimit / p) node.fail("the contraction would span more than 2^48 elements");
+    p *= size;
+  }
   return p;
 }
 
@@ -167,8 +174,10 @@ Term contract(NodeContext& node, Term a, Term b, const std::set<int>& keep, cons
     for (const auto* part : parts) out.insert(out.end(), part->begin(), part->end());
     return out;
   };
-  const int64_t nb = product(batch, sizes), nl = product(left, sizes), nc = product(contracted, sizes),
-                nr = product(right, sizes);
+  const int64_t nb = product(node, batch, sizes), nl = product(node, left, sizes),
+                nc = product(node, contracted, sizes), nr = product(node, right, sizes);
+  if (nl > (int64_t{1} << 48) / nb || nr > (int64_t{1} << 48) / (nb * nl))
+    node.fail("the contraction's result would have more than 2^48 elements");
   const Operand lhs = node.reshape(transpose_to(node, a, concat({&batch, &left, &contracted})), {nb, nl, nc});
   const Operand rhs = node.reshape(transpose_to(node, b, concat({&batch, &contracted, &right})), {nb, nc, nr});
   Term out;
