@@ -32,6 +32,7 @@ const std::map<std::string, std::string> kExpected = {
     {"onnx-depth-to-space-blocksize-2e62", "channels must be divisible by blocksize^2"},
     {"onnx-trilu-2e48", "the triangle mask would be bool[16777216,16777216], over the 64 MiB"},
     {"onnx-einsum-outer-product-2e90", "the contraction's result would have more than 2^48 elements"},
+    {"onnx-lstm-4096-steps-bidirectional", "a sequence of 4096 steps would unroll to about 262144 nodes"},
     {"onnx-resize-cubic-huge-sizes", "the result [3876353,1,4108,197632] has more than 2^48 elements"},
 };
 

@@ -64,6 +64,7 @@ struct GraphBuilder {
   std::string model_path;  // the model file (absolute), which initializer parameters name
   std::unordered_set<std::string> used_value_names;
   std::unordered_set<std::string> used_node_names;
+  std::unordered_map<std::string, int> next_value_suffix, next_node_suffix;  // where to search next
   std::unordered_map<const ir::Tensor*, ir::Value*> parameters;  // constant → its parameter
 
   std::string unique_value_name(const std::string& base);

@@ -24,9 +24,11 @@ using ir::OpId;
 using Ints = std::vector<int64_t>;
 using Outputs = std::vector<Operand>;
 
-// Unrolling makes nodes in proportion to the steps; past this, import says so instead of
-// building a graph of millions of nodes.
-constexpr int64_t kMaxUnrolledSteps = 4096;
+// Unrolling makes nodes in proportion to the steps: about this many per step and direction
+// (more with sequence_lens' masks). Past kMaxUnrolledNodes, import says so instead of building a
+// graph that takes long to import and compile (a loop op in the IR is later work).
+constexpr int64_t kMaxUnrolledNodes = int64_t{1} << 15;
+constexpr int64_t kNodesPerStep[] = {8, 24, 32};  // RNN, GRU, LSTM
 
 enum class Cell { Rnn, Gru, Lstm };
 
@@ -253,15 +255,17 @@ Outputs recurrent_layer(NodeContext& node, Cell cell) {
   const bool batch_first = node.attr_int("layout", 0) != 0;
   if (batch_first) x = node.emit(OpId::Transpose, {x}, {{"perm", Ints{1, 0, 2}}});
   const int64_t T = x.type().shape[0], B = x.type().shape[1], I = x.type().shape[2];
-  if (T > kMaxUnrolledSteps)
-    node.fail("a sequence of " + std::to_string(T) + " steps: kiln unrolls recurrent layers at import, up to " +
-              std::to_string(kMaxUnrolledSteps) + " steps");
   if (T == 0 || B == 0) node.fail("an empty sequence or batch is not supported");
 
   const std::string direction = node.attr_string("direction", "forward");
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
     node.fail("direction '" + direction + "' is not forward, reverse or bidirectional");
   const int D = direction == "bidirectional" ? 2 : 1;
+  const int64_t per_step = kNodesPerStep[static_cast<int>(cell)] + (node.has_input(4) ? 8 : 0);
+  if (T > kMaxUnrolledNodes / (per_step * D))
+    node.fail("a sequence of " + std::to_string(T) + " steps would unroll to about " + std::to_string(T * per_step * D) +
+              " nodes, over the " + std::to_string(kMaxUnrolledNodes) +
+              " kiln builds for one recurrent layer (a loop op is later work)");
   const Operand& r = node.input(2);
   if (r.type().rank() != 3) node.fail("R must have rank 3");
   const int64_t H = node.has_attr("hidden_size") ? node.attr_int("hidden_size", 0) : r.type().shape[2];
