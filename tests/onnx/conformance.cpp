@@ -71,6 +71,16 @@ ir::Tensor read_tensor(const fs::path& path) {
   }
 }
 
+// ONNX's generator writes bfloat16 data through numpy, which has no bfloat16: the files hold
+// the same bit patterns as UINT16 tensors. Where the model declares BFLOAT16, read them as such.
+ir::Tensor read_tensor_as(const fs::path& path, const onnx::ValueInfoProto& declared) {
+  ir::Tensor tensor = read_tensor(path);
+  if (declared.type().tensor_type().elem_type() == onnx::TensorProto::BFLOAT16 &&
+      tensor.dtype() == ir::DType::U16)
+    return ir::Tensor(ir::TensorType{ir::DType::BF16, tensor.shape()}, tensor.bytes());
+  return tensor;
+}
+
 // One line, without the file location, at most ~110 characters; table-safe.
 std::string shorten(std::string message) {
   if (size_t newline = message.find('\n'); newline != std::string::npos) message.resize(newline);
@@ -115,12 +125,19 @@ Result run_test(const std::string& category, const fs::path& dir) {
   }
   if (model.graph().node_size() == 1) result.op = model.graph().node(0).op_type();
   std::vector<std::string> inputs, outputs;
+  std::vector<const onnx::ValueInfoProto*> input_infos, output_infos;
   {
     std::set<std::string> initializers;
     for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
     for (const auto& input : model.graph().input())
-      if (!initializers.count(input.name())) inputs.push_back(input.name());
-    for (const auto& output : model.graph().output()) outputs.push_back(output.name());
+      if (!initializers.count(input.name())) {
+        inputs.push_back(input.name());
+        input_infos.push_back(&input);
+      }
+    for (const auto& output : model.graph().output()) {
+      outputs.push_back(output.name());
+      output_infos.push_back(&output);
+    }
     // Sequence, map and optional values are out of kiln's scope: say so rather than misread
     // their data files as tensors.
     for (const auto* list : {&model.graph().input(), &model.graph().output()})
@@ -151,7 +168,7 @@ Result run_test(const std::string& category, const fs::path& dir) {
       for (size_t i = 0; i < inputs.size(); ++i) {
         const fs::path file = data_set / ("input_" + std::to_string(i) + ".pb");
         if (!fs::exists(file)) continue;  // an optional input left out
-        ir::Tensor tensor = read_tensor(file);
+        ir::Tensor tensor = read_tensor_as(file, *input_infos[i]);
         options.input_shapes[inputs[i]] = tensor.shape();
         options.input_values[inputs[i]] = tensor;
         feeds.emplace(inputs[i], std::move(tensor));
@@ -159,7 +176,8 @@ Result run_test(const std::string& category, const fs::path& dir) {
       ir::Graph graph = compiler::import_onnx(bytes, "model.onnx", dir.string(), options);
       const std::vector<ir::Tensor> got = eval::run_reference(graph, feeds);
       for (size_t i = 0; i < outputs.size(); ++i) {
-        const ir::Tensor want = read_tensor(data_set / ("output_" + std::to_string(i) + ".pb"));
+        const ir::Tensor want =
+            read_tensor_as(data_set / ("output_" + std::to_string(i) + ".pb"), *output_infos[i]);
         const std::string mismatch = compare(got.at(i), want);
         if (!mismatch.empty()) {
           result.why = "output '" + outputs[i] + "': " + mismatch;
@@ -190,9 +208,9 @@ Result run_on_host(const Result& reference) {
   model.ParseFromString(bytes);
   std::set<std::string> initializers;
   for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
-  std::vector<std::string> inputs;
+  std::vector<const onnx::ValueInfoProto*> inputs;
   for (const auto& input : model.graph().input())
-    if (!initializers.count(input.name())) inputs.push_back(input.name());
+    if (!initializers.count(input.name())) inputs.push_back(&input);
   const fs::path data_set = reference.dir / "test_data_set_0";
   try {
     std::map<std::string, ir::Tensor> feeds;
@@ -200,10 +218,10 @@ Result run_on_host(const Result& reference) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const fs::path file = data_set / ("input_" + std::to_string(i) + ".pb");
       if (!fs::exists(file)) continue;
-      ir::Tensor tensor = read_tensor(file);
-      options.input_shapes[inputs[i]] = tensor.shape();
-      options.input_values[inputs[i]] = tensor;
-      feeds.emplace(inputs[i], std::move(tensor));
+      ir::Tensor tensor = read_tensor_as(file, *inputs[i]);
+      options.input_shapes[inputs[i]->name()] = tensor.shape();
+      options.input_values[inputs[i]->name()] = tensor;
+      feeds.emplace(inputs[i]->name(), std::move(tensor));
     }
     const ir::Graph graph = compiler::import_onnx(bytes, "model.onnx", reference.dir.string(), options);
     const codegen::Program program = codegen::emit_program(graph);
@@ -217,7 +235,8 @@ Result run_on_host(const Result& reference) {
     const std::vector<ir::Tensor> got =
         runtime::host::run_program(program, module, input_tensors, parameters, host_options);
     for (int i = 0; i < model.graph().output_size(); ++i) {
-      const ir::Tensor want = read_tensor(data_set / ("output_" + std::to_string(i) + ".pb"));
+      const ir::Tensor want =
+          read_tensor_as(data_set / ("output_" + std::to_string(i) + ".pb"), model.graph().output(i));
       const std::string mismatch = compare(got.at(static_cast<size_t>(i)), want);
       if (!mismatch.empty()) {
         result.why = "output '" + model.graph().output(i).name() + "': " + mismatch;

@@ -1,0 +1,87 @@
+"""ONNX models for ops that no framework here exports, each with a NumPy oracle written from the
+operator's specification (onnx.ai/onnx/operators), plus the inputs as .npy files.
+
+Usage: onnx_spec_models.py KIND DIRECTORY (run with /usr/bin/python3: Debian's onnx, numpy).
+onnx_models.py holds the models exported from PyTorch and the older spec models.
+"""
+import os
+import sys
+
+import numpy as np
+
+
+def save_model(directory, name, nodes, inputs, outputs, opset, output_type=None):
+    """Writes NAME.onnx (inputs and outputs typed from the arrays) and every array as .npy
+    (outputs prefixed want_)."""
+    from onnx import TensorProto, helper
+
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
+             np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float64): TensorProto.DOUBLE}
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info(n, types[v.dtype], v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info(n, types[v.dtype], v.shape) for n, v in outputs.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    with open(os.path.join(directory, name + ".onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for n, v in {**inputs, **{"want_" + n: v for n, v in outputs.items()}}.items():
+        np.save(os.path.join(directory, n + ".npy"), v)
+
+
+def tfidf(directory):
+    """TfIdfVectorizer on int32 token rows: 1- to 3-grams with up to one skipped token, in IDF
+    and TFIDF modes with weights, and TF on a 1-D row with min_gram_length 2. The oracle counts
+    by the spec's definition: an n-gram occurs at start i with skip k when tokens i, i+k+1,
+    i+2(k+1), ... match it; unigrams are counted once, whatever the skip."""
+    from onnx import helper
+
+    rng = np.random.default_rng(5)
+    rows = rng.integers(0, 4, (3, 9)).astype(np.int32)
+    row = rows[0].copy()
+    pool = {1: [(0,), (3,)], 2: [(1, 2), (2, 1), (0, 0)], 3: [(1, 2, 3), (3, 3, 0)]}
+    pool_ints = [t for n in (1, 2, 3) for gram in pool[n] for t in gram]
+    counts = [0, 2, 8]
+    grams = [gram for n in (1, 2, 3) for gram in pool[n]]
+    indexes = [6, 0, 1, 2, 4, 3, 5]  # output position of each pool n-gram
+    weights = [0.5, 2.0, 1.5, 3.0, 0.25, 4.0, 1.0]
+    max_skip = 1
+
+    def frequencies(tokens, min_n, max_n):
+        out = np.zeros(max(indexes) + 1)
+        for p, gram in enumerate(grams):
+            n = len(gram)
+            if not min_n <= n <= max_n:
+                continue
+            found = 0
+            for k in range(max_skip + 1 if n > 1 else 1):
+                for i in range(len(tokens) - (n - 1) * (k + 1)):
+                    found += all(tokens[i + j * (k + 1)] == gram[j] for j in range(n))
+            out[indexes[p]] = found
+        return out
+
+    tf_rows = np.stack([frequencies(r, 1, 3) for r in rows])
+    weight_at = np.zeros(max(indexes) + 1)
+    weight_at[indexes] = weights
+    idf = ((tf_rows > 0) * weight_at).astype(np.float32)
+    tfidf = (tf_rows * weight_at).astype(np.float32)
+    tf_row = frequencies(row, 2, 3).astype(np.float32)
+
+    common = dict(max_skip_count=max_skip, ngram_counts=counts, ngram_indexes=indexes, pool_int64s=pool_ints)
+    nodes = [
+        helper.make_node("TfIdfVectorizer", ["rows"], ["idf"], mode="IDF", min_gram_length=1, max_gram_length=3,
+                         weights=weights, **common),
+        helper.make_node("TfIdfVectorizer", ["rows"], ["tfidf"], mode="TFIDF", min_gram_length=1, max_gram_length=3,
+                         weights=weights, **common),
+        helper.make_node("TfIdfVectorizer", ["row"], ["tf"], mode="TF", min_gram_length=2, max_gram_length=3, **common),
+    ]
+    save_model(directory, "tfidf", nodes, {"rows": rows, "row": row}, {"idf": idf, "tfidf": tfidf, "tf": tf_row}, 9)
+
+
+MODELS = {
+    "tfidf": tfidf,
+}
+
+if __name__ == "__main__":
+    kind, directory = sys.argv[1], sys.argv[2]
+    os.makedirs(directory, exist_ok=True)
+    MODELS[kind](directory)
