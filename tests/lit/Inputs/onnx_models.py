@@ -525,7 +525,64 @@ def torch_topk(directory):
         np.save(os.path.join(directory, name + ".npy"), value)
 
 
+def torch_grid_sample(directory):
+    """F.grid_sample exported as ONNX GridSample (opset 16) in every mode, padding mode and
+    align_corners, with grid points well outside [-1, 1]; PyTorch is the oracle, except for
+    bicubic with border padding, where ONNX (its reference and ONNX Runtime) clamps the
+    coordinate before taking the 4x4 taps and PyTorch clamps each tap: NumPy following ONNX's
+    steps is the oracle there."""
+    import itertools
+
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 4)
+    grid = torch.rand(2, 6, 7, 2) * 3.2 - 1.6
+    grid[0, 0, 0] = torch.tensor([1.0, -1.0])  # the corners exactly
+    grid[0, 0, 1] = torch.tensor([-1.25, 1.25])
+    cases = list(itertools.product(["bilinear", "nearest", "bicubic"], ["zeros", "border", "reflection"], [0, 1]))
+    names = ["%s_%s_%d" % case for case in cases]
+
+    class Sample(torch.nn.Module):
+        def forward(self, x, grid):
+            return tuple(torch.nn.functional.grid_sample(x, grid, mode=m, padding_mode=p, align_corners=bool(a))
+                         for m, p, a in cases)
+
+    torch.onnx.export(Sample(), (x, grid), os.path.join(directory, "grid_sample.onnx"), opset_version=16,
+                      input_names=["x", "grid"], output_names=names)
+    with torch.no_grad():
+        outputs = dict(zip(names, (o.numpy() for o in Sample()(x, grid))))
+
+    def bicubic_border(image, points, align_corners):
+        def kernel(t):
+            t, a = abs(t), -0.75
+            return ((a + 2) * t - (a + 3)) * t * t + 1 if t <= 1 else ((a * t - 5 * a) * t + 8 * a) * t - 4 * a if t < 2 else 0
+
+        n, c, h, w = image.shape
+        out = np.zeros((n, c) + points.shape[1:3], np.float32)
+        for b, i, j in np.ndindex(n, *points.shape[1:3]):
+            coords = []
+            for g, size in ((points[b, i, j, 1], h), (points[b, i, j, 0], w)):
+                v = (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
+                low, high = (0, size - 1) if align_corners else (-0.5, size - 0.5)
+                coords.append(min(max(v, 0), size - 1) if v < low or v > high else v)
+            y, x_ = coords
+            y0, x0 = int(np.floor(y)), int(np.floor(x_))
+            for ty, tx in itertools.product(range(y0 - 1, y0 + 3), range(x0 - 1, x0 + 3)):
+                weight = kernel(y - ty) * kernel(x_ - tx)
+                out[b, :, i, j] += weight * image[b, :, min(max(ty, 0), h - 1), min(max(tx, 0), w - 1)]
+        return out
+
+    for a in (0, 1):
+        outputs["bicubic_border_%d" % a] = bicubic_border(x.numpy().astype(np.float64), grid.numpy().astype(np.float64), a)
+    np.save(os.path.join(directory, "x.npy"), x.numpy())
+    np.save(os.path.join(directory, "grid.npy"), grid.numpy())
+    for name, value in outputs.items():
+        np.save(os.path.join(directory, "want_" + name + ".npy"), value)
+
+
 MODELS = {
+    "torch_grid_sample": torch_grid_sample,
     "torch_topk": torch_topk,
     "scatter": scatter,
     "gather_reverse": gather_reverse,

@@ -77,8 +77,23 @@ def tfidf(directory):
     save_model(directory, "tfidf", nodes, {"rows": rows, "row": row}, {"idf": idf, "tfidf": tfidf, "tf": tf_row}, 9)
 
 
+def tfidf_strings(directory):
+    """A TfIdfVectorizer whose pool is strings, which kiln refuses (it has no strings)."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("TfIdfVectorizer", ["rows"], ["tf"], mode="TF", min_gram_length=1, max_gram_length=1,
+                            max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_strings=["a", "b"])
+    graph = helper.make_graph([node], "tfidf_strings", [helper.make_tensor_value_info("rows", TensorProto.INT32, [3, 9])],
+                              [helper.make_tensor_value_info("tf", TensorProto.FLOAT, [3, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 8
+    with open(os.path.join(directory, "tfidf_strings.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+
+
 MODELS = {
     "tfidf": tfidf,
+    "tfidf_strings": tfidf_strings,
 }
 
 if __name__ == "__main__":
