@@ -293,7 +293,7 @@ class Importer {
 namespace onnx_import {
 const OpRule* find_rule(std::string_view op_type, int opset, std::string& why) {
   std::string ranges;
-  for (auto rules : {math_rules(), nn_rules(), shape_rules(), loss_rules(), index_rules(), axis_matrix_rules(), recurrent_rules(), quantize_rules(), einsum_rules(), sort_rules(), text_rules(), sample_rules()}) {
+  for (auto rules : {math_rules(), nn_rules(), shape_rules(), loss_rules(), index_rules(), axis_matrix_rules(), recurrent_rules(), quantize_rules(), einsum_rules(), sort_rules(), text_rules(), sample_rules(), spectral_rules()}) {
     for (const OpRule& rule : rules) {
       if (rule.op_type != op_type) continue;
       if (opset >= rule.first_opset && opset <= rule.last_opset) return &rule;

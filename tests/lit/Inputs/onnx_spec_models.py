@@ -91,7 +91,49 @@ def tfidf_strings(directory):
         f.write(model.SerializeToString())
 
 
+def as_parts(z):
+    """A complex array as ONNX's [..., 2] real and imaginary parts, float32."""
+    return np.stack([z.real, z.imag], axis=-1).astype(np.float32)
+
+
+def spectral(directory):
+    """DFT at opset 17 (a real signal zero-padded to dft_length 8 along axis 2, onesided; a
+    complex one truncated to 5 points along axis 1, inverse) and at opset 20 (axis as an input,
+    negative), and STFT of a real signal with a run-time Hann window: NumPy's FFT is the oracle."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    real = rng.standard_normal((2, 6, 5, 1)).astype(np.float32)
+    parts = rng.standard_normal((2, 7, 3, 2)).astype(np.float32)
+    complex_signal = parts[..., 0].astype(np.float64) + 1j * parts[..., 1]
+    signal = rng.standard_normal((2, 40, 1)).astype(np.float32)
+    window = np.hanning(12)[:10].astype(np.float32)  # any window: a run-time input
+    frames = np.stack([signal[:, f * 6:f * 6 + 10, 0] * window for f in range(6)], axis=1)
+
+    length = helper.make_tensor("length", TensorProto.INT64, [], [8])
+    truncated = helper.make_tensor("truncated", TensorProto.INT64, [], [5])
+    step = helper.make_tensor("step", TensorProto.INT64, [], [6])
+    nodes = [
+        helper.make_node("Constant", [], ["length"], value=length),
+        helper.make_node("Constant", [], ["truncated"], value=truncated),
+        helper.make_node("Constant", [], ["step"], value=step),
+        helper.make_node("DFT", ["real", "length"], ["rfft"], axis=2, onesided=1),
+        helper.make_node("DFT", ["parts", "truncated"], ["ifft"], axis=1, inverse=1),
+        helper.make_node("STFT", ["signal", "step", "window"], ["stft"]),
+    ]
+    outputs = {"rfft": as_parts(np.fft.rfft(real[..., 0].astype(np.float64), n=8, axis=2)),
+               "ifft": as_parts(np.fft.ifft(complex_signal, n=5, axis=1)),
+               "stft": as_parts(np.fft.rfft(frames.astype(np.float64), axis=2))}
+    save_model(directory, "spectral", nodes, {"real": real, "parts": parts, "signal": signal, "window": window}, outputs, 17)
+
+    axis = helper.make_tensor("axis", TensorProto.INT64, [], [-3])
+    nodes = [helper.make_node("Constant", [], ["axis"], value=axis),
+             helper.make_node("DFT", ["parts", "", "axis"], ["fft"])]
+    save_model(directory, "dft20", nodes, {"parts": parts}, {"fft": as_parts(np.fft.fft(complex_signal, axis=1))}, 20)
+
+
 MODELS = {
+    "spectral": spectral,
     "tfidf": tfidf,
     "tfidf_strings": tfidf_strings,
 }
