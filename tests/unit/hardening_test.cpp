@@ -9,6 +9,7 @@
 #include "compiler/json_text.h"
 #include "ir/diagnostic.h"
 #include "ir/dtype.h"
+#include "ir/utf8.h"
 
 namespace kiln {
 namespace {
@@ -17,6 +18,22 @@ TEST(EscapeForMessage, ControlCharactersCannotSplitALine) {
   EXPECT_EQ(escape_for_message(std::string("a\nb\0c\x01", 6)), "a\\nb\\0c\\x01");
   EXPECT_EQ(escape_for_message("tab\there"), "tab\\there");
   EXPECT_EQ(escape_for_message(std::string(500, 'x'), 10), std::string(10, 'x') + "...");
+}
+
+TEST(EscapeForMessage, KeepsUtf8CharactersAndEscapesInvalidBytes) {
+  EXPECT_EQ(escape_for_message("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");  // é, €
+  EXPECT_EQ(escape_for_message("Resize_\xd6."), "Resize_\\xd6.");                    // a lone lead byte
+  EXPECT_EQ(escape_for_message("\xc0\xaf"), "\\xc0\\xaf");                              // overlong '/'
+  EXPECT_EQ(escape_for_message("\xed\xa0\x80"), "\\xed\\xa0\\x80");                     // a surrogate
+  EXPECT_EQ(escape_for_message("\x7f"), "\\x7f");
+}
+
+TEST(Utf8, FirstInvalidByte) {
+  EXPECT_EQ(invalid_utf8_at("plain ascii"), std::nullopt);
+  EXPECT_EQ(invalid_utf8_at("\xf0\x9f\x98\x80 ok"), std::nullopt);  // U+1F600
+  EXPECT_EQ(invalid_utf8_at("ab\xf4\x90\x80\x80"), 2u);            // beyond U+10FFFF
+  EXPECT_EQ(invalid_utf8_at("abc\xe2\x82"), 3u);                    // cut short
+  EXPECT_EQ(invalid_utf8_at("\x80"), 0u);                           // a continuation byte alone
 }
 
 TEST(FitsDType, FloatsWithinTheirFiniteRange) {

@@ -17,6 +17,7 @@
 #include "compiler/import/onnx/onnx_tensor.h"
 #include "ir/diagnostic.h"
 #include "ir/op_registry.h"
+#include "ir/utf8.h"
 #include "ir/verifier.h"
 
 namespace kiln::compiler {
@@ -48,6 +49,7 @@ class Importer {
   ir::Graph run(const std::string& bytes) {
     parse(bytes);
     read_opset();
+    check_names();
     const onnx::GraphProto& graph = model_.graph();
     builder_.graph.name = graph_name(graph.name());
     for (const auto& init : graph.initializer()) add_initializer(init);
@@ -79,6 +81,27 @@ class Importer {
       throw Error(file_, "the model imports opset " + std::to_string(opset_) +
                              "; kiln supports opsets " + std::to_string(kMinOpset) + " to " +
                              std::to_string(kMaxOpset));
+  }
+
+  // ONNX names are proto2 strings, which protobuf does not check: a corrupt file can hold any
+  // bytes there, which would reach the JSON kiln writes (and its terminals) half-formed.
+  void check_names() {
+    const onnx::GraphProto& graph = model_.graph();
+    auto check = [&](const std::string& name, const std::string& where) {
+      if (const std::optional<size_t> at = invalid_utf8_at(name))
+        error(where, "name '" + escape_for_message(name) + "' is not valid UTF-8 (at byte " + std::to_string(*at) + ")");
+    };
+    for (int i = 0; i < graph.input_size(); ++i) check(graph.input(i).name(), "graph input " + std::to_string(i));
+    for (int i = 0; i < graph.output_size(); ++i) check(graph.output(i).name(), "graph output " + std::to_string(i));
+    for (int i = 0; i < graph.initializer_size(); ++i) check(graph.initializer(i).name(), "initializer " + std::to_string(i));
+    for (int i = 0; i < graph.node_size(); ++i) {
+      const onnx::NodeProto& node = graph.node(i);
+      const std::string where = "node " + std::to_string(i);
+      check(node.name(), where);
+      for (const std::string& name : node.input()) check(name, where + " input");
+      for (const std::string& name : node.output()) check(name, where + " output");
+    }
+    if (!errors_.empty()) report();
   }
 
   void error(const std::string& where, const std::string& message) {
