@@ -28,12 +28,15 @@ void check_window_values(const NodeContext& node, const char* name, const Ints& 
                 ", 2^24]");
 }
 
-// Reads kernel_shape/strides/dilations/pads/auto_pad for `spatial` dims (1 or 2) of input
-// shape `x` (NC + spatial) with `kernel` taken from the weight when the node does not say.
-Window read_window(NodeContext& node, const ir::Shape& x, Ints kernel) {
+// A windowed op's attributes for any number of spatial dims: pads are [begins..., ends...].
+struct WindowNd {
+  Ints kernel, stride, dilation, pads;
+};
+
+// Reads kernel_shape/strides/dilations/pads/auto_pad for the spatial dims of input shape `x`
+// (NC + spatial), with `kernel` taken from the weight when the node does not say.
+WindowNd read_window_nd(NodeContext& node, const ir::Shape& x, Ints kernel) {
   const int spatial = static_cast<int>(x.size()) - 2;
-  if (spatial != 1 && spatial != 2)
-    node.fail(std::to_string(spatial) + "-D windows are not supported (kiln has 1-D and 2-D)");
   kernel = node.attr_ints("kernel_shape", kernel);
   if (static_cast<int>(kernel.size()) != spatial) node.fail("kernel_shape must have one value per spatial dim");
   Ints stride = node.attr_ints("strides", Ints(spatial, 1));
@@ -61,18 +64,27 @@ Window read_window(NodeContext& node, const ir::Shape& x, Ints kernel) {
   } else if (auto_pad != "NOTSET") {
     node.fail("auto_pad '" + auto_pad + "' is not supported");
   }
+  return {kernel, stride, dilation, pads};
+}
+
+// The same as kiln's 2-D layout: 1-D ops get a unit height.
+Window read_window(NodeContext& node, const ir::Shape& x, Ints kernel) {
+  const int spatial = static_cast<int>(x.size()) - 2;
+  if (spatial != 1 && spatial != 2)
+    node.fail(std::to_string(spatial) + "-D windows are not supported (kiln has 1-D and 2-D)");
+  const WindowNd nd = read_window_nd(node, x, std::move(kernel));
   Window w;
   w.one_d = spatial == 1;
   if (w.one_d) {
-    w.kernel = {1, kernel[0]};
-    w.stride = {1, stride[0]};
-    w.dilation = {1, dilation[0]};
-    w.pad = {0, pads[0], 0, pads[1]};
+    w.kernel = {1, nd.kernel[0]};
+    w.stride = {1, nd.stride[0]};
+    w.dilation = {1, nd.dilation[0]};
+    w.pad = {0, nd.pads[0], 0, nd.pads[1]};
   } else {
-    w.kernel = kernel;
-    w.stride = stride;
-    w.dilation = dilation;
-    w.pad = pads;
+    w.kernel = nd.kernel;
+    w.stride = nd.stride;
+    w.dilation = nd.dilation;
+    w.pad = nd.pads;
   }
   return w;
 }
@@ -273,21 +285,60 @@ Operand pool2d(NodeContext& node, OpId op, const Operand& x, Window w, ir::AttrM
   return w.one_d ? from_2d(node, y) : y;
 }
 
+// Pooling over 3 or more spatial dims, one dim at a time: a box window is the product of its
+// per-dim windows, so the max is the max of per-dim maxima, and the mean the mean of per-dim
+// means (a box's count of real taps, without padding, is the product of the per-dim counts).
+// Each dim moves last and pools as a [1, rest, 1, length] tensor.
+Operand pool_separable(NodeContext& node, OpId op, const Operand& x, const WindowNd& nd, const ir::AttrMap& attrs,
+                       bool counts_padding) {
+  const int rank = x.type().rank(), spatial = rank - 2;
+  Operand y = x;
+  for (int d = spatial - 1; d >= 0; --d) {
+    const int axis = 2 + d;
+    Ints perm;
+    for (int a = 0; a < rank; ++a)
+      if (a != axis) perm.push_back(a);
+    perm.push_back(axis);
+    Ints inverse(static_cast<size_t>(rank));
+    for (int a = 0; a < rank; ++a) inverse[static_cast<size_t>(perm[static_cast<size_t>(a)])] = a;
+    Operand moved = node.emit(OpId::Transpose, {y}, {{"perm", perm}});
+    const ir::Shape moved_shape = moved.type().shape;
+    const int64_t length = moved_shape.back(), rest = ir::num_elements(moved_shape) / length;
+    const ir::Shape as_2d{1, rest, 1, length};
+    Window w;
+    w.kernel = {1, nd.kernel[d]};
+    w.stride = {1, nd.stride[d]};
+    w.dilation = {1, nd.dilation[d]};
+    w.pad = {0, nd.pads[d], 0, nd.pads[d + spatial]};
+    apply_ceil_mode(node, as_2d, w, counts_padding);
+    ir::AttrMap window_attrs = attrs;
+    if (op == OpId::MaxPool2d) window_attrs["dilation"] = w.dilation;
+    Operand pooled = pool2d(node, op, node.reshape(moved, as_2d), w, window_attrs);
+    ir::Shape back = moved_shape;
+    back.back() = pooled.type().shape.back();
+    y = node.emit(OpId::Transpose, {node.reshape(pooled, back)}, {{"perm", inverse}});
+  }
+  return y;
+}
+
 Outputs max_pool(NodeContext& node) {
   node.check_attrs({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
   if (node.num_outputs() > 1) node.fail("the Indices output is not supported");
   const Operand& x = node.input(0);
   if (x.type().rank() < 3) node.fail("input must have rank >= 3");
-  Window w = read_window(node, x.type().shape, {});
-  const ir::Shape shape2d = w.one_d ? ir::Shape{x.type().shape[0], x.type().shape[1], 1, x.type().shape[2]}
-                                    : x.type().shape;
-  apply_ceil_mode(node, shape2d, w, false);
+  auto pool = [&](const Operand& input) {
+    if (input.type().rank() > 4)
+      return pool_separable(node, OpId::MaxPool2d, input, read_window_nd(node, input.type().shape, {}), {}, false);
+    Window w = read_window(node, input.type().shape, {});
+    const ir::Shape& s = input.type().shape;
+    apply_ceil_mode(node, w.one_d ? ir::Shape{s[0], s[1], 1, s[2]} : s, w, false);
+    return pool2d(node, OpId::MaxPool2d, input, w, {{"dilation", w.dilation}});
+  };
   const ir::DType dtype = x.type().dtype;
-  if (!ir::is_integer(dtype)) return {pool2d(node, OpId::MaxPool2d, x, w, {{"dilation", w.dilation}})};
+  if (!ir::is_integer(dtype)) return {pool(x)};
   // 8- and 16-bit integers pool in f32, which holds every one of their values exactly.
   if (ir::dtype_size(dtype) > 2) node.fail("max pooling " + x.type().to_string() + " is not supported");
-  const Operand wide = node.emit(OpId::Cast, {x}, {{"to", std::string("f32")}});
-  const Operand pooled = pool2d(node, OpId::MaxPool2d, wide, w, {{"dilation", w.dilation}});
+  const Operand pooled = pool(node.emit(OpId::Cast, {x}, {{"to", std::string("f32")}}));
   return {node.emit(OpId::Cast, {pooled}, {{"to", std::string(ir::dtype_name(dtype))}})};
 }
 
@@ -295,9 +346,15 @@ Outputs average_pool(NodeContext& node) {
   node.check_attrs({"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"});
   const Operand& x = node.input(0);
   if (x.type().rank() < 3) node.fail("input must have rank >= 3");
+  const bool include = node.attr_int("count_include_pad", 0) != 0;
+  if (x.type().rank() > 4) {
+    const WindowNd nd = read_window_nd(node, x.type().shape, {});
+    for (int64_t d : nd.dilation)
+      if (d != 1) node.fail("dilated average pooling is not supported");
+    return {pool_separable(node, OpId::AvgPool2d, x, nd, {{"count_include_pad", include}}, include)};
+  }
   Window w = read_window(node, x.type().shape, {});
   if (w.dilation != Ints{1, 1}) node.fail("dilated average pooling is not supported");
-  const bool include = node.attr_int("count_include_pad", 0) != 0;
   const ir::Shape shape2d = w.one_d ? ir::Shape{x.type().shape[0], x.type().shape[1], 1, x.type().shape[2]}
                                     : x.type().shape;
   apply_ceil_mode(node, shape2d, w, include);
