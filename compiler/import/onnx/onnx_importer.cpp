@@ -152,6 +152,16 @@ class Importer {
       type.shape = hint->second;
     } else {
       if (!tensor_type.has_shape()) return fail("the model gives no shape; pass --input-shape " + input.name() + "=DIMS");
+      // A declared zero dim: the input has no elements whatever is fed, so it is known now,
+      // as an empty constant (what ONNX reads as "not given": default axes, no scales).
+      for (const auto& dim : dims)
+        if (dim.has_dim_value() && dim.dim_value() == 0) {
+          Operand operand;
+          operand.empty = true;
+          operand.name = input.name();
+          values_[input.name()] = operand;
+          return;
+        }
       for (int d = 0; d < dims.size(); ++d) {
         if (!dims[d].has_dim_value() && options_.symbolic_dim_size > 0) {
           type.shape.push_back(options_.symbolic_dim_size);

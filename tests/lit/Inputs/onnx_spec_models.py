@@ -132,7 +132,21 @@ def spectral(directory):
     save_model(directory, "dft20", nodes, {"parts": parts}, {"fft": as_parts(np.fft.fft(complex_signal, axis=1))}, 20)
 
 
+def empty_axes(directory):
+    """ReduceSum whose axes input the model declares with a zero dim (so it is always empty: the
+    default, every axis) and ReduceMax with noop_with_empty_axes, where empty axes mean none."""
+    from onnx import helper
+
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((3, 2, 4)).astype(np.float32)
+    nodes = [helper.make_node("ReduceSum", ["data", "axes"], ["total"], keepdims=1),
+             helper.make_node("ReduceSum", ["data", "axes"], ["same"], noop_with_empty_axes=1)]
+    save_model(directory, "empty_axes", nodes, {"data": data, "axes": np.zeros((0,), np.int64)},
+               {"total": data.sum(keepdims=True), "same": data}, 13)
+
+
 MODELS = {
+    "empty_axes": empty_axes,
     "spectral": spectral,
     "tfidf": tfidf,
     "tfidf_strings": tfidf_strings,
