@@ -162,6 +162,7 @@ FlopRule flop_rule(ir::OpId op) {
     // pow (exp and log) and the remainder with its sign fix-up: a few operations per element.
     case OpId::Power: return per_result<4>;
     case OpId::Mod: return per_result<3>;
+    case OpId::BitShift: return per_result<2>;
     // One comparison per element of x.
     case OpId::Argmax:
     case OpId::Argmin: return reduce_flops;

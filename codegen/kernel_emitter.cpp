@@ -40,6 +40,7 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::Dropout:
     case OpId::Power:
     case OpId::Mod:
+    case OpId::BitShift:
     case OpId::Equal:
     case OpId::Less:
     case OpId::LessEqual:

@@ -118,6 +118,22 @@ Statements mod_statements(DType dtype, bool fmod) {
   return body;
 }
 
+// BitShift on an unsigned type of `dtype`'s width: bits shifted out are lost, and a shift by the
+// width or more gives 0 (where C++'s << is undefined).
+Statements bit_shift_statements(DType dtype, bool left) {
+  const size_t bits = 8 * ir::dtype_size(dtype);
+  Statements body{fmt::format("using T = {};", compute_type(dtype)), "using U = unsigned long long;",
+                   fmt::format("if (U(rhs) >= {}) return 0;", bits)};
+  if (!left) {
+    body.push_back("return T(U(lhs) >> U(rhs));");
+  } else if (bits == 64) {
+    body.push_back("return T(U(lhs) << U(rhs));");
+  } else {
+    body.push_back(fmt::format("return T((U(lhs) << U(rhs)) & ((U(1) << {}) - 1));", bits));
+  }
+  return body;
+}
+
 // Comparisons, logic on bool and the float predicates: bool results (int in compute type).
 std::optional<ElementFn> predicate_fn(const ir::Node& node) {
   using ir::OpId;
@@ -323,6 +339,11 @@ std::optional<ElementFn> element_fn(const ir::Node& node) {
                                    fmod),
                        mod_statements(dtype, fmod)};
     }
+    case OpId::BitShift: {
+      const bool left = attr<std::string>(node, "direction") == "left";
+      return ElementFn{fmt::format("bit shift {} of one element pair, {}", left ? "left" : "right", ir::dtype_name(dtype)),
+                       bit_shift_statements(dtype, left)};
+    }
     case OpId::Where:
       return ElementFn{"where: a where the condition holds, else b", {"return cond ? lhs : rhs;"}};
     case OpId::Add:
@@ -357,7 +378,7 @@ void add_elementwise_emitters(EmitterTable& table) {
   });
   table.emplace_back(OpId::Cast, emit_cast);
   // Power, mod, comparisons, logic, where, is_nan, is_inf: map kernels of their element_fn.
-  for (const OpId op : {OpId::Power, OpId::Mod, OpId::Equal, OpId::Less, OpId::LessEqual,
+  for (const OpId op : {OpId::Power, OpId::Mod, OpId::BitShift, OpId::Equal, OpId::Less, OpId::LessEqual,
                         OpId::Greater, OpId::GreaterEqual, OpId::LogicalAnd, OpId::LogicalOr,
                         OpId::LogicalXor, OpId::LogicalNot, OpId::Where, OpId::IsNan, OpId::IsInf})
     table.emplace_back(op, [](const KernelRequest& request) {

@@ -46,6 +46,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::Dropout:
     case OpId::Power:
     case OpId::Mod:
+    case OpId::BitShift:
       return KernelFamily::Elementwise;
     case OpId::Equal:
     case OpId::Less:

@@ -162,6 +162,41 @@ Results mod(const ir::Node& node, const Inputs& in) {
   return {std::move(out)};
 }
 
+// An element of an unsigned tensor, exactly (u64 through its bits, not a double).
+uint64_t unsigned_at(const ir::Tensor& t, int64_t i) {
+  const size_t size = ir::dtype_size(t.dtype());
+  const std::byte* at = t.data() + static_cast<size_t>(i) * size;
+  switch (size) {
+    case 1: return std::to_integer<uint8_t>(*at);
+    case 2: { uint16_t v; std::memcpy(&v, at, 2); return v; }
+    case 4: { uint32_t v; std::memcpy(&v, at, 4); return v; }
+    default: { uint64_t v; std::memcpy(&v, at, 8); return v; }
+  }
+}
+
+// BitShift: bits shifted out of the type's width are lost; a shift by the width or more is 0.
+Results bit_shift(const ir::Node& node, const Inputs& in) {
+  const bool left = std::get<std::string>(node.attrs.at("direction")) == "left";
+  ir::Tensor out(ref::result_type(node));
+  const size_t size = ir::dtype_size(out.dtype());
+  const unsigned bits = static_cast<unsigned>(8 * size);
+  const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    const std::vector<int64_t> index = ref::unravel(i, out.shape());
+    const uint64_t x = unsigned_at(*in[0], ref::broadcast_source(index, in[0]->shape()));
+    const uint64_t shift = unsigned_at(*in[1], ref::broadcast_source(index, in[1]->shape()));
+    const uint64_t r = shift >= bits ? 0 : left ? (x << shift) & mask : x >> shift;
+    std::byte* to = out.data() + static_cast<size_t>(i) * size;
+    switch (size) {
+      case 1: *to = static_cast<std::byte>(r); break;
+      case 2: { const auto v = static_cast<uint16_t>(r); std::memcpy(to, &v, 2); break; }
+      case 4: { const auto v = static_cast<uint32_t>(r); std::memcpy(to, &v, 4); break; }
+      default: std::memcpy(to, &r, 8);
+    }
+  }
+  return {std::move(out)};
+}
+
 }  // namespace
 
 void add_elementwise_kernels(KernelTable& table) {
@@ -176,6 +211,7 @@ void add_elementwise_kernels(KernelTable& table) {
   table[ir::OpId::Maximum] = binary(maximum);
   table[ir::OpId::Power] = binary([](double a, double b) { return std::pow(a, b); });
   table[ir::OpId::Mod] = mod;
+  table[ir::OpId::BitShift] = bit_shift;
   table[ir::OpId::Minimum] = binary(minimum);
 
   table[ir::OpId::Neg] = unary([](double x) { return -x; });

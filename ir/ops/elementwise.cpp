@@ -35,6 +35,16 @@ Types infer_float_binary(const InferContext& ctx) {
   return infer_binary(ctx);
 }
 
+Types infer_unsigned_binary(const InferContext& ctx) {
+  for (int input : {0, 1})
+    if (!is_unsigned(ctx.inputs[input].dtype))
+      throw OpError{"operand " + std::to_string(input) + " must be an unsigned integer (u8, u16, u32, u64), got " +
+                        ctx.inputs[input].to_string(),
+                    input};
+  require_same_dtype(ctx, 0, 1);
+  return infer_binary(ctx);
+}
+
 Types infer_float_unary(const InferContext& ctx) {
   require_float(ctx, 0);
   return {ctx.inputs[0]};

@@ -173,6 +173,14 @@ Outputs mod(NodeContext& node) {
   return {node.emit(OpId::Mod, {node.input(0), node.input(1)}, {{"fmod", fmod}})};
 }
 
+Outputs bit_shift(NodeContext& node) {
+  node.check_attrs({"direction"});
+  const std::string direction = node.attr_string("direction", "");
+  if (direction != "LEFT" && direction != "RIGHT") node.fail("direction must be LEFT or RIGHT, got '" + direction + "'");
+  return {node.emit(OpId::BitShift, {node.input(0), node.input(1)},
+                    {{"direction", std::string(direction == "LEFT" ? "left" : "right")}})};
+}
+
 Outputs where(NodeContext& node) {
   return {node.emit(OpId::Where, {node.input(0), node.input(1), node.input(2)})};
 }
@@ -342,6 +350,7 @@ const OpRule kRules[] = {
     {"Mean", 1, kLast, mean},
     {"Pow", 1, kLast, pow},
     {"Mod", 10, kLast, mod},
+    {"BitShift", 11, kLast, bit_shift},
     {"Equal", 1, kLast, binary<OpId::Equal>},
     {"Less", 1, kLast, binary<OpId::Less>},
     {"LessOrEqual", 12, kLast, binary<OpId::LessEqual>},
