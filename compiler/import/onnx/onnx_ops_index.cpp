@@ -199,8 +199,11 @@ Outputs reverse_sequence(NodeContext& node) {
 // the scatter axis for ScatterElements, per index tuple for ScatterND) that sums the updates
 // into each target and counts the writes, then `where` keeps data at targets nobody writes.
 // The one-hot matrix costs writers x targets, so large scatters hit the element limit with a
-// message; a scatter kernel is later work. Reduction none, add, max and min; mul is refused.
-enum class Reduction { None, Add, Max, Min };
+// message; a scatter kernel is later work. Reduction none, add, max and min; mul multiplies the
+// writes in one at a time, in order (exact, as ONNX's reference), up to kMaxMultipliedWrites.
+enum class Reduction { None, Add, Max, Min, Mul };
+
+constexpr int64_t kMaxMultipliedWrites = 1024;
 
 Reduction read_reduction(NodeContext& node) {
   const std::string reduction = node.attr_string("reduction", "none");
@@ -208,7 +211,8 @@ Reduction read_reduction(NodeContext& node) {
   if (reduction == "add") return Reduction::Add;
   if (reduction == "max") return Reduction::Max;
   if (reduction == "min") return Reduction::Min;
-  node.fail("reduction '" + reduction + "' is not supported (none, add, max, min)");
+  if (reduction == "mul") return Reduction::Mul;
+  node.fail("reduction '" + reduction + "' is not supported (none, add, max, min, mul)");
 }
 
 // data with the writes applied: `hot` [..., writers, targets] (0/1, data's dtype) and `values`
@@ -223,6 +227,27 @@ Operand combine(NodeContext& node, Reduction reduction, const Operand& data, con
     const Operand sum = to_data_layout(node.emit(OpId::ReduceSum, {node.emit(OpId::Mul, {hot, values})}, over_writers));
     if (reduction == Reduction::Add) return node.emit(OpId::Add, {data, sum});
     return node.emit(OpId::Where, {written, sum, data});
+  }
+  if (reduction == Reduction::Mul) {
+    const int64_t writers = hot.type().shape[static_cast<size_t>(axis)];
+    if (writers > kMaxMultipliedWrites)
+      node.fail("reduction 'mul' multiplies " + std::to_string(writers) + " writes in one by one; kiln does up to " +
+                std::to_string(kMaxMultipliedWrites));
+    auto at_writer = [&](const Operand& v, int64_t w) {
+      ir::Shape rest = v.type().shape;
+      rest.erase(rest.begin() + axis);
+      return node.reshape(node.emit(OpId::Slice, {v}, {{"starts", Ints{w}}, {"ends", Ints{w + 1}}, {"axes", Ints{axis}}, {"steps", Ints{1}}}),
+                          rest);
+    };
+    Operand product = data;
+    for (int64_t w = 0; w < writers; ++w) {
+      // Where writer w writes, times its value; elsewhere (padding included) times nothing.
+      const Operand hit = at_writer(hot, w);
+      const Operand mask = node.emit(OpId::Greater, {to_data_layout(hit), node.scalar(dtype, 0.0)});
+      const Operand value = to_data_layout(node.emit(OpId::Mul, {hit, at_writer(values, w)}));
+      product = node.emit(OpId::Where, {mask, node.emit(OpId::Mul, {product, value}), product});
+    }
+    return product;
   }
   const bool max = reduction == Reduction::Max;
   const Operand is_hot = node.emit(OpId::Greater, {hot, node.scalar(dtype, 0.0)});
@@ -319,7 +344,7 @@ Outputs scatter_nd(NodeContext& node) {
     const Operand written = node.reshape(node.emit(OpId::Greater, {count, node.scalar(dtype, 0.0)}), {rows, 1});
     return {node.reshape(node.emit(OpId::Where, {written, sum, rows_view}), d)};
   }
-  // max and min: hot [writers, rows, 1] against updates [writers, 1, row], the writers' axis 0.
+  // max, min and mul: hot [writers, rows, 1] against updates [writers, 1, row], the writers' axis 0.
   auto same = [](Operand v) { return v; };
   return {node.reshape(combine(node, reduction, rows_view, node.reshape(hot, {writers, rows, 1}),
                                node.reshape(updates, {writers, 1, row}), 0, same), d)};

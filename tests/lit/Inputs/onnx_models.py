@@ -61,7 +61,7 @@ def unsupported(directory):
     """Three nodes kiln cannot import (an unknown op, a run-time shape, another domain) and a
     good one between them: all three are reported at once."""
     nodes = [
-        helper.make_node("Det", ["x"], ["a"], name="det_0"),
+        helper.make_node("NonZero", ["x"], ["a"], name="nonzero_0"),
         helper.make_node("Relu", ["x"], ["b"], name="relu_1"),
         helper.make_node("Reshape", ["b", "x_shape"], ["c"], name="reshape_2"),
         helper.make_node("Shape", ["x"], ["x_shape_unused"], name="shape_3"),
@@ -443,8 +443,8 @@ def gather_reverse(directory):
 
 def scatter(directory):
     """ScatterElements along axis 1 with updates smaller than data on the other axes (reduction
-    none, max, and add with duplicate and negative run-time indices) and ScatterND with tuples
-    of length 1 and 2 (min, add); NumPy following the spec is the oracle."""
+    none, max, and add and mul with duplicate and negative run-time indices) and ScatterND with
+    tuples of length 1 and 2 (min, mul, add); NumPy following the spec is the oracle."""
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(11)
@@ -472,14 +472,21 @@ def scatter(directory):
     for t, (r, c) in enumerate(cells):
         nd_add[r, c] += cell_updates[t]
 
+    nd_mul = nd_data.copy()
+    for t, (r,) in enumerate(rows):
+        nd_mul[r] = nd_mul[r] * row_updates[t]
+
     expected = {"none": scatter_elements(unique, None), "max": scatter_elements(unique, max),
-                "add": scatter_elements(repeated, lambda a, b: a + b), "nd_min": nd_min, "nd_add": nd_add}
+                "add": scatter_elements(repeated, lambda a, b: a + b), "mul": scatter_elements(repeated, lambda a, b: a * b),
+                "nd_min": nd_min, "nd_add": nd_add, "nd_mul": nd_mul}
     nodes = [
         helper.make_node("ScatterElements", ["data", "unique", "updates"], ["none"], axis=1),
         helper.make_node("ScatterElements", ["data", "unique", "updates"], ["max"], axis=1, reduction="max"),
         helper.make_node("ScatterElements", ["data", "repeated", "updates"], ["add"], axis=1, reduction="add"),
+        helper.make_node("ScatterElements", ["data", "repeated", "updates"], ["mul"], axis=1, reduction="mul"),
         helper.make_node("ScatterND", ["nd_data", "rows", "row_updates"], ["nd_min"], reduction="min"),
         helper.make_node("ScatterND", ["nd_data", "cells", "cell_updates"], ["nd_add"], reduction="add"),
+        helper.make_node("ScatterND", ["nd_data", "rows", "row_updates"], ["nd_mul"], reduction="mul"),
     ]
     inputs = {"data": data, "updates": updates, "unique": unique, "repeated": repeated, "nd_data": nd_data,
               "rows": rows, "row_updates": row_updates, "cells": cells, "cell_updates": cell_updates}
