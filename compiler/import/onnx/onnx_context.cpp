@@ -156,6 +156,11 @@ const onnx::TensorProto* NodeContext::attr_tensor(const std::string& name) const
   return attr && attr->has_t() ? &attr->t() : nullptr;
 }
 
+const onnx::GraphProto* NodeContext::attr_graph(const std::string& name) const {
+  const auto* attr = find_attr(name);
+  return attr && attr->has_g() ? &attr->g() : nullptr;
+}
+
 void NodeContext::check_attrs(const std::vector<std::string>& known) const {
   for (const auto& attr : node_.attribute())
     if (std::find(known.begin(), known.end(), attr.name()) == known.end())

@@ -18,6 +18,7 @@ namespace onnx {
 class NodeProto;
 class AttributeProto;
 class TensorProto;
+class GraphProto;
 }  // namespace onnx
 
 namespace kiln::compiler::onnx_import {
@@ -57,6 +58,18 @@ struct ConvertError {
   std::string message;
 };
 
+// What control-flow ops (If, Scan) need from the importer: a subgraph's nodes imported into the
+// graph being built, with its inputs bound to operands; the outer scope's values stay visible
+// and the subgraph's own names are forgotten afterwards. Errors are reported by the importer,
+// located under `scope` ("node 3 'If_0' (If, opset 13) then_branch"); nullopt when any occurred.
+class SubgraphImporter {
+ public:
+  virtual ~SubgraphImporter() = default;
+  virtual std::optional<std::vector<Operand>> import_subgraph(
+      const onnx::GraphProto& body, const std::vector<std::pair<std::string, Operand>>& bound,
+      const std::string& scope) = 0;
+};
+
 // The graph being built and the constants turned into parameters (shared by every node).
 struct GraphBuilder {
   ir::Graph graph;
@@ -66,6 +79,7 @@ struct GraphBuilder {
   std::unordered_set<std::string> used_node_names;
   std::unordered_map<std::string, int> next_value_suffix, next_node_suffix;  // where to search next
   std::unordered_map<const ir::Tensor*, ir::Value*> parameters;  // constant → its parameter
+  SubgraphImporter* subgraphs = nullptr;  // the importer, for control flow
 
   std::string unique_value_name(const std::string& base);
   std::string unique_node_name(const std::string& base);
@@ -101,6 +115,7 @@ class NodeContext {
   std::vector<double> attr_floats(const std::string& name) const;
   std::vector<std::string> attr_strings(const std::string& name) const;
   const onnx::TensorProto* attr_tensor(const std::string& name) const;
+  const onnx::GraphProto* attr_graph(const std::string& name) const;  // a subgraph attribute
   // Fails when the node carries an attribute not in `known` (so a setting is never ignored).
   void check_attrs(const std::vector<std::string>& known) const;
 
@@ -124,6 +139,8 @@ class NodeContext {
   void check_fold_size(const ir::TensorType& type, const std::string& what) const;
 
   GraphBuilder& builder() { return builder_; }
+  // Where the node is, as its errors say ("node 3 'If_0' (If, opset 13)"), for subgraph scopes.
+  const std::string& location() const { return loc_.pointer; }
 
  private:
   const onnx::AttributeProto* find_attr(const std::string& name) const;

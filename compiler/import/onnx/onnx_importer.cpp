@@ -38,12 +38,60 @@ std::string graph_name(const std::string& name) {
   return out.empty() ? "model" : out;
 }
 
-class Importer {
+// Control flow is inlined at import (If branches, every Scan step): at most this many subgraph
+// nodes in all, so nested loops cannot multiply into a graph nobody can build.
+constexpr int64_t kMaxInlinedNodes = int64_t{1} << 17;
+
+class Importer : public SubgraphImporter {
  public:
   Importer(std::string file, std::string base_dir, const ImportOptions& options, std::string model_path)
       : file_(std::move(file)), base_dir_(std::move(base_dir)), options_(options) {
     builder_.file = file_;
     builder_.model_path = std::move(model_path);
+    builder_.subgraphs = this;
+  }
+
+  std::optional<std::vector<Operand>> import_subgraph(const onnx::GraphProto& body,
+                                                      const std::vector<std::pair<std::string, Operand>>& bound,
+                                                      const std::string& scope) override {
+    // The names the subgraph binds or defines, with what they meant outside, restored after:
+    // a subgraph's names are its own (a Scan body defines the same ones at every step).
+    std::vector<std::pair<std::string, std::optional<Operand>>> outer;
+    auto shadow = [&](const std::string& name) {
+      if (name.empty()) return;
+      const auto it = values_.find(name);
+      outer.emplace_back(name, it == values_.end() ? std::nullopt : std::optional<Operand>(it->second));
+    };
+    for (const auto& [name, operand] : bound) shadow(name);
+    for (const auto& init : body.initializer()) shadow(init.name());
+    for (const auto& node : body.node())
+      for (const std::string& output : node.output()) shadow(output);
+    const size_t errors_before = errors_.size();
+    // Nested Scans multiply: every inlined node counts against one budget for the whole import.
+    inlined_nodes_ += body.node_size();
+    if (inlined_nodes_ > kMaxInlinedNodes) {
+      error(scope, "inlining the subgraphs would take over " + std::to_string(kMaxInlinedNodes) +
+                       " nodes in all (nested Scan bodies multiply); kiln inlines control flow at import");
+      return std::nullopt;
+    }
+    const std::string outer_scope = scope_;
+    scope_ = scope + ": ";
+    for (const auto& [name, operand] : bound) values_[name] = operand;
+    for (const auto& init : body.initializer()) add_initializer(init);
+    for (int i = 0; i < body.node_size(); ++i) add_node(i, body.node(i));
+    std::vector<Operand> outputs;
+    for (const auto& output : body.output()) {
+      const auto it = values_.find(output.name());
+      if (it != values_.end() && !poisoned_.count(output.name())) outputs.push_back(it->second);
+      else if (!poisoned_.count(output.name())) error(scope_ + "output '" + output.name() + "'", "is not produced by any node");
+    }
+    scope_ = outer_scope;
+    for (auto it = outer.rbegin(); it != outer.rend(); ++it) {
+      if (it->second) values_[it->first] = *it->second;
+      else values_.erase(it->first);
+    }
+    if (errors_.size() != errors_before || outputs.size() != static_cast<size_t>(body.output_size())) return std::nullopt;
+    return outputs;
   }
 
   ir::Graph run(const std::string& bytes) {
@@ -195,7 +243,7 @@ class Importer {
 
   void add_node(int index, const onnx::NodeProto& node) {
     const std::string name = node.name().empty() ? node.op_type() + "_" + std::to_string(index) : node.name();
-    const std::string where = "node " + std::to_string(index) +
+    const std::string where = scope_ + "node " + std::to_string(index) +
                               (node.name().empty() ? "" : " '" + node.name() + "'") + " (" +
                               node.op_type() + ", opset " + std::to_string(opset_) + ")";
     const auto poison = [&] {
@@ -320,13 +368,15 @@ class Importer {
   std::unordered_set<std::string> poisoned_;  // names whose producer failed (reported there)
   std::unordered_set<const ir::Value*> renamed_;
   std::vector<Diagnostic> errors_;
+  int64_t inlined_nodes_ = 0;  // subgraph nodes imported so far (If branches, Scan steps)
+  std::string scope_;  // where a subgraph being imported sits ("node 3 'If_0' (If, opset 13) then_branch: ")
 };
 }  // namespace
 
 namespace onnx_import {
 const OpRule* find_rule(std::string_view op_type, int opset, std::string& why) {
   std::string ranges;
-  for (auto rules : {math_rules(), nn_rules(), shape_rules(), loss_rules(), index_rules(), axis_matrix_rules(), recurrent_rules(), quantize_rules(), einsum_rules(), sort_rules(), text_rules(), sample_rules(), spectral_rules()}) {
+  for (auto rules : {math_rules(), nn_rules(), shape_rules(), loss_rules(), index_rules(), axis_matrix_rules(), recurrent_rules(), quantize_rules(), einsum_rules(), sort_rules(), text_rules(), sample_rules(), spectral_rules(), control_rules(), linalg_rules()}) {
     for (const OpRule& rule : rules) {
       if (rule.op_type != op_type) continue;
       if (opset >= rule.first_opset && opset <= rule.last_opset) return &rule;

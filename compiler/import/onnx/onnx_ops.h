@@ -39,6 +39,8 @@ std::span<const OpRule> sort_rules();         // onnx_ops_sort.cpp: TopK by comp
 std::span<const OpRule> text_rules();         // onnx_ops_text.cpp: TfIdfVectorizer
 std::span<const OpRule> sample_rules();       // onnx_ops_sample.cpp: GridSample
 std::span<const OpRule> spectral_rules();     // onnx_ops_spectral.cpp: DFT, STFT, MelWeightMatrix
+std::span<const OpRule> control_rules();      // onnx_ops_control.cpp: If, Scan (subgraphs inlined)
+std::span<const OpRule> linalg_rules();       // onnx_ops_linalg.cpp: Det
 std::span<const OpRule> recurrent_rules();    // onnx_ops_recurrent.cpp: RNN, GRU, LSTM (unrolled)
 std::span<const OpRule> axis_matrix_rules();  // onnx_ops_axis_matrix.cpp: Resize, Upsample, CumSum, LRN
 

@@ -145,7 +145,155 @@ def empty_axes(directory):
                {"total": data.sum(keepdims=True), "same": data}, 13)
 
 
+def control_flow(directory):
+    """If with a run-time condition (both branches read an outer value; kiln computes both and
+    picks), If with a constant condition whose branches differ in shape (only the taken one is
+    imported), and Scan (opset 11) with a state and two scan inputs, one scanned along axis 1,
+    the other in reverse, its output stacked along axis 1 in reverse; NumPy is the oracle.
+    The If's expected output is written for both conditions (want_picked_true/false.npy)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    across = rng.standard_normal((3, 4)).astype(np.float32)  # scanned along axis 1: 4 steps of [3]
+    down = rng.standard_normal((4, 3)).astype(np.float32)    # scanned along axis 0, last row first
+    state = rng.standard_normal((3,)).astype(np.float32)
+    f32 = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    then_branch = helper.make_graph([helper.make_node("Add", ["x", "x"], ["doubled"])], "then", [], [f32("doubled", [2, 3])])
+    else_branch = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["squared"])], "else", [], [f32("squared", [2, 3])])
+    wide = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["wide"], axis=1)], "wide", [], [f32("wide", [2, 6])])
+    tall = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["tall"], axis=0)], "tall", [], [f32("tall", [4, 3])])
+    body = helper.make_graph(  # (sum, a, b) -> (sum + a * b, sum + a * b)
+        [helper.make_node("Mul", ["a", "b"], ["product"]),
+         helper.make_node("Add", ["sum_in", "product"], ["sum_out"]),
+         helper.make_node("Identity", ["sum_out"], ["partial"])],
+        "body", [f32("sum_in", [3]), f32("a", [3]), f32("b", [3])], [f32("sum_out", [3]), f32("partial", [3])])
+    nodes = [
+        helper.make_node("If", ["flag"], ["picked"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("Constant", [], ["yes"], value=helper.make_tensor("yes", TensorProto.BOOL, [], [True])),
+        helper.make_node("If", ["yes"], ["chosen"], then_branch=wide, else_branch=tall),
+        helper.make_node("Scan", ["state", "across", "down"], ["final", "partials"], body=body, num_scan_inputs=2,
+                         scan_input_axes=[1, 0], scan_input_directions=[0, 1], scan_output_axes=[1],
+                         scan_output_directions=[1]),
+    ]
+    total, parts = state.astype(np.float64), []
+    for t in range(4):
+        total = total + across[:, t].astype(np.float64) * down[3 - t]
+        parts.append(total)
+    outputs = {"picked": x + x, "chosen": np.concatenate([x, x], axis=1), "final": total.astype(np.float32),
+               "partials": np.stack(parts[::-1], axis=1).astype(np.float32)}
+    flag = np.array(True)
+    inputs = {"flag": flag, "x": x, "state": state, "across": across, "down": down}
+    graph = helper.make_graph(
+        nodes, "control_flow",
+        [helper.make_tensor_value_info("flag", TensorProto.BOOL, [])] + [f32(n, v.shape) for n, v in inputs.items() if n != "flag"],
+        [f32(n, v.shape) for n, v in outputs.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 8
+    with open(os.path.join(directory, "control_flow.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for n, v in inputs.items():
+        np.save(os.path.join(directory, n + ".npy"), v)
+    np.save(os.path.join(directory, "no.npy"), np.array(False))
+    for n, v in outputs.items():
+        np.save(os.path.join(directory, "want_" + n + ".npy"), v)
+    np.save(os.path.join(directory, "picked_false.npy"), x * x)
+
+    # A run-time condition whose branches disagree on shape: refused, naming both.
+    graph = helper.make_graph([helper.make_node("If", ["flag"], ["either"], then_branch=wide, else_branch=tall)], "mismatch",
+                              [helper.make_tensor_value_info("flag", TensorProto.BOOL, []), f32("x", [2, 3])], [f32("either", [2, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 8
+    with open(os.path.join(directory, "if_mismatch.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+
+    # An op kiln does not import, inside a branch: located inside it.
+    nonzero = helper.make_graph([helper.make_node("NonZero", ["x"], ["where"], name="find")], "nonzero", [],
+                                [helper.make_tensor_value_info("where", TensorProto.INT64, [2, 6])])
+    graph = helper.make_graph([helper.make_node("If", ["flag"], ["either"], name="choose", then_branch=nonzero,
+                                                else_branch=nonzero)], "unsupported",
+                              [helper.make_tensor_value_info("flag", TensorProto.BOOL, []), f32("x", [2, 3])],
+                              [helper.make_tensor_value_info("either", TensorProto.INT64, [2, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 8
+    with open(os.path.join(directory, "if_unsupported.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+
+    # A Scan of 300 steps whose body is a Scan of 300 steps of 4 nodes: each fits its own limit,
+    # together they would inline 360,000 nodes; refused by the import's overall budget.
+    inner_body = helper.make_graph(
+        [helper.make_node("Add", ["s", "v"], ["t"]), helper.make_node("Mul", ["t", "v"], ["u"]),
+         helper.make_node("Sub", ["u", "v"], ["w"]), helper.make_node("Identity", ["w"], ["s_out"])],
+        "inner", [f32("s", [1]), f32("v", [1])], [f32("s_out", [1])])
+    outer_body = helper.make_graph(
+        [helper.make_node("Scan", ["acc", "row"], ["acc_out"], body=inner_body, num_scan_inputs=1)],
+        "outer", [f32("acc", [1]), f32("row", [300, 1])], [f32("acc_out", [1])])
+    graph = helper.make_graph([helper.make_node("Scan", ["init", "grid"], ["total"], body=outer_body, num_scan_inputs=1)],
+                              "nested", [f32("init", [1]), f32("grid", [300, 300, 1])], [f32("total", [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 8
+    with open(os.path.join(directory, "scan_nested.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def det(directory):
+    """Det of a batch of 4x4 matrices, of a 5x5 one whose leading entry is 0 (elimination must
+    pivot), and of a singular 3x3 one (determinant 0, no NaN); NumPy is the oracle."""
+    from onnx import helper
+
+    rng = np.random.default_rng(4)
+    batch = rng.standard_normal((3, 4, 4)).astype(np.float32)
+    pivoting = rng.standard_normal((5, 5)).astype(np.float32)
+    pivoting[0, 0] = 0
+    singular = np.array([[1, 2, 3], [2, 4, 6], [0, 1, 5]], np.float32)
+    nodes = [helper.make_node("Det", ["batch"], ["batch_det"]), helper.make_node("Det", ["pivoting"], ["pivoting_det"]),
+             helper.make_node("Det", ["singular"], ["singular_det"])]
+    outputs = {"batch_det": np.linalg.det(batch.astype(np.float64)).astype(np.float32),
+               "pivoting_det": np.array(np.linalg.det(pivoting.astype(np.float64)), np.float32),
+               "singular_det": np.array(0.0, np.float32)}
+    save_model(directory, "det", nodes, {"batch": batch, "pivoting": pivoting, "singular": singular}, outputs, 11)
+
+
+def bitshift(directory):
+    """BitShift on uint8 (bits shifted out are lost: 200 << 1 is 144; a shift by 8 or more is 0)
+    and uint64 (1 << 63 and right shifts of the top bit, exact), with broadcasting; NumPy (with
+    its wrap-around) is the oracle."""
+    from onnx import TensorProto, helper
+
+    small = np.array([[200, 1, 255, 16], [3, 128, 7, 0]], np.uint8)
+    small_shift = np.array([1, 7, 8, 200], np.uint8)
+    big = np.array([1, 2**63, 2**64 - 1, 12345678901234567], np.uint64)
+    big_shift = np.array([63, 63, 1, 64], np.uint64)
+
+    def shifted(x, s, left):
+        bits = 8 * x.dtype.itemsize
+        out = np.where(s >= bits, 0, (x << np.minimum(s, bits - 1).astype(x.dtype)) if left else (x >> np.minimum(s, bits - 1).astype(x.dtype)))
+        return out.astype(x.dtype)
+
+    nodes = [helper.make_node("BitShift", ["small", "small_shift"], ["small_left"], direction="LEFT"),
+             helper.make_node("BitShift", ["small", "small_shift"], ["small_right"], direction="RIGHT"),
+             helper.make_node("BitShift", ["big", "big_shift"], ["big_left"], direction="LEFT"),
+             helper.make_node("BitShift", ["big", "big_shift"], ["big_right"], direction="RIGHT")]
+    inputs = {"small": small, "small_shift": small_shift, "big": big, "big_shift": big_shift}
+    outputs = {"small_left": shifted(small, small_shift, True), "small_right": shifted(small, small_shift, False),
+               "big_left": shifted(big, big_shift, True), "big_right": shifted(big, big_shift, False)}
+    types = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.uint64): TensorProto.UINT64}
+    graph = helper.make_graph(nodes, "bitshift",
+                              [helper.make_tensor_value_info(n, types[v.dtype], v.shape) for n, v in inputs.items()],
+                              [helper.make_tensor_value_info(n, types[v.dtype], v.shape) for n, v in outputs.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 8
+    with open(os.path.join(directory, "bitshift.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for n, v in {**inputs, **{"want_" + n: v for n, v in outputs.items()}}.items():
+        np.save(os.path.join(directory, n + ".npy"), v)
+
+
 MODELS = {
+    "bitshift": bitshift,
+    "det": det,
+    "control_flow": control_flow,
     "empty_axes": empty_axes,
     "spectral": spectral,
     "tfidf": tfidf,
