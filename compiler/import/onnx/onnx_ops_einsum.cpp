@@ -254,16 +254,12 @@ Outputs einsum(NodeContext& node) {
     return keep;
   };
   Term result = terms[0];
-  for (size_t i = 0; i < terms.size(); ++i) {
-    if (i > 0) {
-      std::set<int> keep_b = needed_after(i);
-      keep_b.insert(result.labels.begin(), result.labels.end());
-      sum_unneeded(node, terms[i], keep_b);
-      result = contract(node, result, terms[i], needed_after(i), sizes);
-    } else {
-      std::set<int> keep = needed_after(0);
-      sum_unneeded(node, result, keep);
-    }
+  sum_unneeded(node, result, needed_after(0));
+  for (size_t i = 1; i < terms.size(); ++i) {
+    std::set<int> keep = needed_after(i);
+    keep.insert(result.labels.begin(), result.labels.end());
+    sum_unneeded(node, terms[i], keep);
+    result = contract(node, result, terms[i], needed_after(i), sizes);
   }
   sum_unneeded(node, result, std::set<int>(output.begin(), output.end()));
   broadcast_to_sizes(node, result, sizes);

@@ -17,6 +17,30 @@ using ir::OpId;
 using Outputs = std::vector<Operand>;
 using Ints = std::vector<int64_t>;
 
+// Integer indices as i64, a negative one counted from the end of a dim of `size` (which may be a
+// tensor of sizes that broadcasts against the indices).
+Operand wrap_negative(NodeContext& node, Operand index, const Operand& size) {
+  if (index.type().dtype != ir::DType::I64) index = node.emit(OpId::Cast, {index}, {{"to", std::string("i64")}});
+  const Operand negative = node.emit(OpId::Less, {index, node.scalar(ir::DType::I64, 0.0)});
+  return node.emit(OpId::Where, {negative, node.emit(OpId::Add, {index, size}), index});
+}
+
+// The flat (row-major) position over `dims` of each index tuple, the last dim of `indices`
+// ([tuples..., dims.size()]; negative indices counted from the end), as i64 of shape `tuples`.
+Operand tuple_positions(NodeContext& node, const Operand& indices, const ir::Shape& dims, const ir::Shape& tuples) {
+  const int64_t last = indices.type().rank() - 1;
+  Operand flat = node.fill(ir::DType::I64, tuples, 0.0);
+  int64_t stride = 1;
+  for (int64_t j = static_cast<int64_t>(dims.size()) - 1; j >= 0; --j) {
+    Operand index = node.reshape(
+        node.emit(OpId::Slice, {indices}, {{"starts", Ints{j}}, {"ends", Ints{j + 1}}, {"axes", Ints{last}}, {"steps", Ints{1}}}), tuples);
+    index = wrap_negative(node, index, node.scalar(ir::DType::I64, static_cast<double>(dims[static_cast<size_t>(j)])));
+    flat = node.emit(OpId::Add, {flat, node.emit(OpId::Mul, {index, node.scalar(ir::DType::I64, static_cast<double>(stride))})});
+    stride *= dims[static_cast<size_t>(j)];
+  }
+  return flat;
+}
+
 // out[..., j, ...] = on where j == index (negative indices count from depth), off elsewhere;
 // the one-hot dim is inserted at `axis` (default -1: last).
 Outputs one_hot(NodeContext& node) {
@@ -32,12 +56,7 @@ Outputs one_hot(NodeContext& node) {
   const int axis = normalize_axis_or_fail(node, node.attr_int("axis", -1), rank, "axis");
 
   // Indices as i64 (float indices truncate), negative ones wrapped once.
-  Operand index = indices;
-  if (index.type().dtype != ir::DType::I64)
-    index = node.emit(OpId::Cast, {index}, {{"to", std::string("i64")}});
-  const Operand negative = node.emit(OpId::Less, {index, node.scalar(ir::DType::I64, 0.0)});
-  const Operand wrapped = node.emit(OpId::Add, {index, node.scalar(ir::DType::I64, static_cast<double>(depth))});
-  index = node.emit(OpId::Where, {negative, wrapped, index});
+  Operand index = wrap_negative(node, indices, node.scalar(ir::DType::I64, static_cast<double>(depth)));
   ir::Shape unit_at_axis(shape);
   unit_at_axis.insert(unit_at_axis.begin() + axis, 1);
   index = node.reshape(index, unit_at_axis);
@@ -116,14 +135,6 @@ Outputs hann_window(NodeContext& node) { return cosine_window(node, {0.5, 0.5});
 Outputs hamming_window(NodeContext& node) { return cosine_window(node, {25.0 / 46, 21.0 / 46}); }
 Outputs blackman_window(NodeContext& node) { return cosine_window(node, {0.42, 0.5, 0.08}); }
 
-// Integer indices as i64, a negative one counted from the end of a dim of `size` (which may be a
-// tensor of sizes that broadcasts against the indices).
-Operand wrap_negative(NodeContext& node, Operand index, const Operand& size) {
-  if (index.type().dtype != ir::DType::I64) index = node.emit(OpId::Cast, {index}, {{"to", std::string("i64")}});
-  const Operand negative = node.emit(OpId::Less, {index, node.scalar(ir::DType::I64, 0.0)});
-  return node.emit(OpId::Where, {negative, node.emit(OpId::Add, {index, size}), index});
-}
-
 // GatherND: each index tuple (the last dim of `indices`) picks a slice of `data`; the first
 // batch_dims dims of both are batch dims. The tuples become flat positions into `data` viewed
 // as [prod(leading dims), rest...] (batch position included), then one gather along axis 0.
@@ -144,16 +155,9 @@ Outputs gather_nd(NodeContext& node) {
     if (d[a] != i[a]) node.fail("batch dim " + std::to_string(a) + " differs: data has " + std::to_string(d[a]) + ", indices " + std::to_string(i[a]));
   const ir::Shape tuples(i.begin(), i.end() - 1);
   const int tuple_rank = q - 1;
-  // flat = sum over the index tuple of index_j * stride_j, plus the batch position's offset.
-  Operand flat = node.fill(ir::DType::I64, tuples, 0.0);
-  int64_t stride = 1;
-  for (int64_t j = k - 1; j >= 0; --j) {
-    const int64_t dim = d[b + j];
-    Operand index = node.reshape(node.emit(OpId::Slice, {indices}, {{"starts", Ints{j}}, {"ends", Ints{j + 1}}, {"axes", Ints{q - 1}}, {"steps", Ints{1}}}), tuples);
-    index = wrap_negative(node, index, node.scalar(ir::DType::I64, static_cast<double>(dim)));
-    flat = node.emit(OpId::Add, {flat, node.emit(OpId::Mul, {index, node.scalar(ir::DType::I64, static_cast<double>(stride))})});
-    stride *= dim;
-  }
+  // flat = the tuple's position within its batch entry, plus the batch position's offset.
+  Operand flat = tuple_positions(node, indices, ir::Shape(d.begin() + b, d.begin() + b + k), tuples);
+  int64_t stride = ir::num_elements(d, static_cast<size_t>(b), static_cast<size_t>(b + k));
   for (int64_t a = b - 1; a >= 0; --a) {
     const Operand position = node.positions(tuple_rank, static_cast<int>(a), d[a]);
     flat = node.emit(OpId::Add, {flat, node.emit(OpId::Mul, {position, node.scalar(ir::DType::I64, static_cast<double>(stride))})});
@@ -322,16 +326,7 @@ Outputs scatter_nd(NodeContext& node) {
   const Reduction reduction = read_reduction(node);
   const int64_t writers = ir::num_elements(i, 0, i.size() - 1), rows = ir::num_elements(d, 0, k),
                 row = ir::num_elements(d, k, d.size());
-  Operand flat = node.fill(ir::DType::I64, {writers}, 0.0);
-  int64_t stride = 1;
-  for (int64_t j = k - 1; j >= 0; --j) {
-    Operand index = node.reshape(node.emit(OpId::Slice, {indices}, {{"starts", Ints{j}}, {"ends", Ints{j + 1}},
-                                                                    {"axes", Ints{static_cast<int64_t>(i.size()) - 1}}, {"steps", Ints{1}}}),
-                                 {writers});
-    index = wrap_negative(node, index, node.scalar(ir::DType::I64, static_cast<double>(d[j])));
-    flat = node.emit(OpId::Add, {flat, node.emit(OpId::Mul, {index, node.scalar(ir::DType::I64, static_cast<double>(stride))})});
-    stride *= d[j];
-  }
+  const Operand flat = tuple_positions(node, indices, ir::Shape(d.begin(), d.begin() + k), {writers});
   const ir::DType dtype = data.type().dtype;
   const Operand rows_view = node.reshape(data, {rows, row});
   const Operand hot = node.emit(OpId::Cast, {node.emit(OpId::Equal, {node.reshape(flat, {writers, 1}), node.positions(2, 1, rows)})},
