@@ -89,6 +89,22 @@ Window read_window(NodeContext& node, const ir::Shape& x, Ints kernel) {
   return w;
 }
 
+// x with `before`/`after` elements of `value` added along `axis` (a concat with constants).
+Operand pad_axis(NodeContext& node, const Operand& x, int axis, int64_t before, int64_t after, double value) {
+  std::vector<Operand> parts;
+  // A block of `value`: a broadcast of one scalar, folded when small, filled at run time if not.
+  auto block = [&](int64_t count) {
+    ir::Shape shape = x.type().shape;
+    shape[axis] = count;
+    parts.push_back(node.fill(x.type().dtype, shape, value));
+  };
+  if (before > 0) block(before);
+  parts.push_back(x);
+  if (after > 0) block(after);
+  if (parts.size() == 1) return x;
+  return node.emit(OpId::Concat, parts, {{"axis", int64_t{axis}}});
+}
+
 // [N, C, L] → [N, C, 1, L] for 1-D ops.
 Operand to_2d(NodeContext& node, const Operand& x) {
   const ir::Shape& s = x.type().shape;
@@ -106,11 +122,51 @@ Outputs conv(NodeContext& node) {
 
 }  // namespace
 
+namespace {
+
+// A 3-D convolution as conv2d over depth slices: for each of the kernel's depth taps, the input's
+// depth positions that tap reads (a strided slice of the depth-padded input) fold into the batch,
+// and one conv2d with that tap's [O, C/g, kH, kW] weight slice covers them all; the taps' results
+// add up. K_d conv2d calls instead of one per output depth.
+Operand convolve_volume(NodeContext& node, const Operand& x, const Operand& weight, const Operand* bias) {
+  const ir::Shape& xs = x.type().shape;
+  const ir::Shape& ws = weight.type().shape;
+  const WindowNd w = read_window_nd(node, xs, Ints(ws.begin() + 2, ws.end()));
+  const int64_t group = node.attr_int("group", 1);
+  const int64_t n = xs[0], depth = xs[2], taps = w.kernel[0], step = w.stride[0], spacing = w.dilation[0];
+  const int64_t span = (taps - 1) * spacing + 1, padded = depth + w.pads[0] + w.pads[3];
+  if (padded < span) node.fail("the kernel's depth span " + std::to_string(span) + " exceeds the padded input's depth " + std::to_string(padded));
+  const int64_t out_depth = (padded - span) / step + 1;
+  const Operand volume = pad_axis(node, x, 2, w.pads[0], w.pads[3], 0.0);
+  Operand sum;
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t first = t * spacing;
+    const Operand slab = node.emit(OpId::Slice, {volume}, {{"starts", Ints{first}}, {"ends", Ints{first + (out_depth - 1) * step + 1}},
+                                                          {"axes", Ints{2}}, {"steps", Ints{step}}});  // [N, C, D', H, W]
+    const Operand batched = node.reshape(node.emit(OpId::Transpose, {slab}, {{"perm", Ints{0, 2, 1, 3, 4}}}),
+                                         {n * out_depth, xs[1], xs[3], xs[4]});
+    const Operand tap = node.reshape(
+        node.emit(OpId::Slice, {weight}, {{"starts", Ints{t}}, {"ends", Ints{t + 1}}, {"axes", Ints{2}}, {"steps", Ints{1}}}),
+        {ws[0], ws[1], ws[3], ws[4]});
+    const Operand y = node.emit(OpId::Conv2d, {batched, tap},
+                                {{"stride", Ints{w.stride[1], w.stride[2]}},
+                                 {"pad", Ints{w.pads[1], w.pads[2], w.pads[4], w.pads[5]}},
+                                 {"dilation", Ints{w.dilation[1], w.dilation[2]}}, {"groups", group}});
+    sum = sum.present() ? node.emit(OpId::Add, {sum, y}) : y;
+  }
+  if (bias) sum = node.emit(OpId::BiasAdd, {sum, *bias}, {{"axis", int64_t{1}}});
+  const ir::Shape& ys = sum.type().shape;  // [N * D', O, H', W']
+  return node.emit(OpId::Transpose, {node.reshape(sum, {n, out_depth, ys[1], ys[2], ys[3]})}, {{"perm", Ints{0, 2, 1, 3, 4}}});
+}
+
+}  // namespace
+
 Operand convolve(NodeContext& node, const Operand& x, const Operand& weight, const Operand* bias) {
   if (x.type().rank() < 3) node.fail("input must have rank >= 3 (N, C, spatial...)");
   if (weight.type().rank() != x.type().rank())
     node.fail("weight " + weight.type().to_string() + " must have the input's rank, " +
               std::to_string(x.type().rank()));
+  if (x.type().rank() == 5) return convolve_volume(node, x, weight, bias);
   const ir::Shape& ws = weight.type().shape;
   const Window w = read_window(node, x.type().shape, Ints(ws.begin() + 2, ws.end()));
   Operand input = x, kernel = weight;
@@ -230,22 +286,6 @@ void apply_ceil_mode(NodeContext& node, const ir::Shape& x, Window& w, bool coun
       node.fail("ceil_mode with count_include_pad changes the output shape; not supported");
     w.pad[d + 2] += (want - have) * w.stride[d];
   }
-}
-
-// x with `before`/`after` elements of `value` added along `axis` (a concat with constants).
-Operand pad_axis(NodeContext& node, const Operand& x, int axis, int64_t before, int64_t after, double value) {
-  std::vector<Operand> parts;
-  // A block of `value`: a broadcast of one scalar, folded when small, filled at run time if not.
-  auto block = [&](int64_t count) {
-    ir::Shape shape = x.type().shape;
-    shape[axis] = count;
-    parts.push_back(node.fill(x.type().dtype, shape, value));
-  };
-  if (before > 0) block(before);
-  parts.push_back(x);
-  if (after > 0) block(after);
-  if (parts.size() == 1) return x;
-  return node.emit(OpId::Concat, parts, {{"axis", int64_t{axis}}});
 }
 
 // kiln's pools pad at most half a window on each side; wider padding (which ONNX allows) is

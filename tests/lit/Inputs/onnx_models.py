@@ -588,35 +588,41 @@ def torch_grid_sample(directory):
         np.save(os.path.join(directory, "want_" + name + ".npy"), value)
 
 
-def torch_pool3d(directory):
-    """3-D pooling (kiln pools one spatial dim at a time): MaxPool3d with padding, dilation and
-    ceil_mode, AvgPool3d with and without counting the padding; PyTorch is the oracle."""
+def torch_volume(directory):
+    """3-D layers: Conv3d (kiln: conv2d per depth tap over depth slices folded into the batch)
+    with stride, padding, dilation and bias, and grouped without bias; pooling (one
+    spatial dim at a time): MaxPool3d with padding, dilation and ceil_mode, AvgPool3d with and
+    without counting the padding; PyTorch is the oracle."""
     import torch
 
     class Pools(torch.nn.Module):
         def __init__(self):
             super().__init__()
+            self.conv = torch.nn.Conv3d(3, 4, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 2), dilation=(2, 1, 1),
+                                        groups=1, bias=True)
+            self.grouped = torch.nn.Conv3d(3, 6, 3, padding=1, groups=3, bias=False)
             self.max = torch.nn.MaxPool3d(3, stride=2, padding=1, dilation=2, ceil_mode=True)
             self.avg = torch.nn.AvgPool3d((2, 3, 3), stride=(1, 2, 2), padding=(1, 1, 0), count_include_pad=False,
                                           ceil_mode=True)
             self.avg_padded = torch.nn.AvgPool3d(3, stride=2, padding=1)
 
         def forward(self, x):
-            return self.max(x), self.avg(x), self.avg_padded(x)
+            return self.max(x), self.avg(x), self.avg_padded(x), self.conv(x), self.grouped(x)
 
     torch.manual_seed(0)
     x = torch.randn(2, 3, 7, 9, 8)
-    names = ["max", "avg", "avg_padded"]
-    torch.onnx.export(Pools(), (x,), os.path.join(directory, "pool3d.onnx"), opset_version=13, input_names=["x"],
+    names = ["max", "avg", "avg_padded", "conv", "grouped"]
+    model = Pools().eval()
+    torch.onnx.export(model, (x,), os.path.join(directory, "volume.onnx"), opset_version=13, input_names=["x"],
                       output_names=names)
     np.save(os.path.join(directory, "x.npy"), x.numpy())
     with torch.no_grad():
-        for name, value in zip(names, Pools()(x)):
+        for name, value in zip(names, model(x)):
             np.save(os.path.join(directory, "want_" + name + ".npy"), value.numpy())
 
 
 MODELS = {
-    "torch_pool3d": torch_pool3d,
+    "torch_volume": torch_volume,
     "torch_grid_sample": torch_grid_sample,
     "torch_topk": torch_topk,
     "scatter": scatter,
