@@ -418,9 +418,39 @@ Outputs global_max_pool(NodeContext& node) {
   return {node.emit(OpId::ReduceMax, {x}, {{"axes", spatial_axes(x)}, {"keepdims", true}})};
 }
 
+// BatchNormalization with training_mode = 1 (opset 14+): normalized by the batch's statistics
+// (the population variance), with the running statistics updated by momentum as outputs.
+Outputs batch_norm_training(NodeContext& node) {
+  const Operand& x = node.input(0);
+  const int rank = x.type().rank();
+  if (rank < 2) node.fail("input must have rank >= 2");
+  const ir::DType t = x.type().dtype;
+  Ints axes{0};
+  for (int a = 2; a < rank; ++a) axes.push_back(a);
+  ir::Shape per_channel(static_cast<size_t>(rank), 1);
+  per_channel[1] = x.type().shape[1];
+  auto channels = [&](const Operand& v) { return node.reshape(v, per_channel); };
+  const ir::AttrMap over_batch{{"axes", axes}, {"keepdims", false}};
+  const Operand mean = node.emit(OpId::ReduceMean, {x}, over_batch);
+  const Operand centered = node.emit(OpId::Sub, {x, channels(mean)});
+  const Operand variance = node.emit(OpId::ReduceMean, {node.emit(OpId::Mul, {centered, centered})}, over_batch);
+  const Operand deviation = node.emit(OpId::Sqrt, {node.emit(OpId::Add, {variance, node.scalar(t, node.attr_float("epsilon", 1e-5))})});
+  const Operand y = node.emit(OpId::Add, {node.emit(OpId::Mul, {node.emit(OpId::Div, {centered, channels(deviation)}), channels(node.input(1))}),
+                                          channels(node.input(2))});
+  const double momentum = node.attr_float("momentum", 0.9);
+  auto update = [&](const Operand& running, const Operand& batch) {
+    return node.emit(OpId::Add, {node.emit(OpId::Mul, {running, node.scalar(t, momentum)}),
+                                 node.emit(OpId::Mul, {batch, node.scalar(t, 1.0 - momentum)})});
+  };
+  return {y, update(node.input(3), mean), update(node.input(4), variance)};
+}
+
 Outputs batch_norm(NodeContext& node) {
-  if (node.num_outputs() > 1) node.fail("training outputs (running mean and variance) are not supported");
-  if (node.attr_int("training_mode", 0) != 0) node.fail("training_mode = 1 is not supported");
+  if (node.attr_int("training_mode", 0) != 0) {
+    if (node.opset() < 14) node.fail("training_mode needs opset 14 or newer");
+    return batch_norm_training(node);
+  }
+  if (node.num_outputs() > 1) node.fail("training outputs (running mean and variance) need training_mode = 1 (opset 14+); the older saved_mean/saved_var outputs are not supported");
   if (node.opset() < 9 && node.attr_int("spatial", 1) == 0) node.fail("spatial = 0 is not supported");
   if (node.opset() < 7 && node.attr_int("is_test", 0) == 0) node.fail("is_test = 0 (training) is not supported");
   return {node.emit(OpId::BatchNorm,

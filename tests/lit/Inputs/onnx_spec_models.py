@@ -290,7 +290,30 @@ def bitshift(directory):
         np.save(os.path.join(directory, n + ".npy"), v)
 
 
+def batchnorm_training(directory):
+    """BatchNormalization with training_mode = 1 (opset 15): normalized by the batch's mean and
+    population variance, the running mean and variance updated by momentum 0.8; NumPy is the
+    oracle, as ONNX's reference computes it."""
+    from onnx import helper
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((4, 3, 5, 2)).astype(np.float32)
+    scale, bias = rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    mean, var = rng.standard_normal(3).astype(np.float32), rng.random(3).astype(np.float32) + 0.5
+    axes = (0, 2, 3)
+    batch_mean, batch_var = x.astype(np.float64).mean(axis=axes), x.astype(np.float64).var(axis=axes)
+    shape = (1, 3, 1, 1)
+    y = (x - batch_mean.reshape(shape)) / np.sqrt(batch_var.reshape(shape) + 1e-3) * scale.reshape(shape) + bias.reshape(shape)
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y", "running_mean", "running_var"],
+                            epsilon=1e-3, momentum=0.8, training_mode=1)
+    outputs = {"y": y.astype(np.float32), "running_mean": (mean * 0.8 + batch_mean * 0.2).astype(np.float32),
+               "running_var": (var * 0.8 + batch_var * 0.2).astype(np.float32)}
+    save_model(directory, "batchnorm_training", [node], {"x": x, "scale": scale, "bias": bias, "mean": mean, "var": var},
+               outputs, 15)
+
+
 MODELS = {
+    "batchnorm_training": batchnorm_training,
     "bitshift": bitshift,
     "det": det,
     "control_flow": control_flow,
