@@ -361,11 +361,69 @@ Operand pool_separable(NodeContext& node, OpId op, const Operand& x, const Windo
   return y;
 }
 
+// More window taps than this for MaxPool's Indices output: a window kiln's importer will not
+// unroll (each tap is a few ops).
+constexpr int64_t kMaxIndexedTaps = 1024;
+
+// MaxPool with its Indices output: the window taps visited in order (rows, then columns), each
+// a strided slice of the (-inf padded) input and of a constant map of positions, keeping the first
+// maximum and where it sits. Positions are flat over the whole input (batch and channel
+// included), row-major, or column-major within each plane with storage_order 1.
+Outputs max_pool_with_indices(NodeContext& node, const Operand& x) {
+  if (!ir::is_floating(x.type().dtype)) node.fail("the Indices output is supported for float inputs only");
+  if (x.type().rank() > 4) node.fail("the Indices output is supported for 1-D and 2-D pooling only");
+  Window w = read_window(node, x.type().shape, {});
+  const Operand input = w.one_d ? to_2d(node, x) : x;
+  const ir::Shape& s = input.type().shape;
+  apply_ceil_mode(node, s, w, false);
+  const int64_t n = s[0], c = s[1], h = s[2], wd = s[3];
+  if (w.kernel[0] * w.kernel[1] > kMaxIndexedTaps)
+    node.fail("a window of " + std::to_string(w.kernel[0] * w.kernel[1]) + " taps is over the " + std::to_string(kMaxIndexedTaps) +
+              " kiln unrolls for the Indices output");
+  const bool column_major = node.attr_int("storage_order", 0) != 0;
+  Operand padded = input;
+  for (int d = 0; d < 2; ++d) padded = pad_axis(node, padded, 2 + d, w.pad[d], w.pad[d + 2], -INFINITY);
+  const int64_t hp = h + w.pad[0] + w.pad[2], wp = wd + w.pad[1] + w.pad[3];
+  node.check_fold_size({ir::DType::I64, {hp, wp}}, "the position map");
+  std::vector<double> where(static_cast<size_t>(hp * wp), -1.0);
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < wd; ++j)
+      where[static_cast<size_t>((i + w.pad[0]) * wp + j + w.pad[1])] = double(column_major ? j * h + i : i * wd + j);
+  const Operand positions = node.constant(ir::Tensor::from_doubles({ir::DType::I64, {1, 1, hp, wp}}, where), "positions");
+  const int64_t out_h = (hp - ((w.kernel[0] - 1) * w.dilation[0] + 1)) / w.stride[0] + 1;
+  const int64_t out_w = (wp - ((w.kernel[1] - 1) * w.dilation[1] + 1)) / w.stride[1] + 1;
+  if (out_h < 1 || out_w < 1) node.fail("the window is larger than the padded input");
+  auto tap = [&](const Operand& v, int64_t i, int64_t j) {
+    const int64_t top = i * w.dilation[0], left = j * w.dilation[1];
+    return node.emit(OpId::Slice, {v}, {{"starts", Ints{top, left}}, {"ends", Ints{top + (out_h - 1) * w.stride[0] + 1, left + (out_w - 1) * w.stride[1] + 1}},
+                                        {"axes", Ints{2, 3}}, {"steps", Ints{w.stride[0], w.stride[1]}}});
+  };
+  Operand best, at;
+  for (int64_t i = 0; i < w.kernel[0]; ++i)
+    for (int64_t j = 0; j < w.kernel[1]; ++j) {
+      const Operand value = tap(padded, i, j), position = tap(positions, i, j);
+      if (!best.present()) {
+        best = value;
+        at = node.emit(OpId::BroadcastTo, {position}, {{"shape", ir::Shape{n, c, out_h, out_w}}});
+        continue;
+      }
+      const Operand better = node.emit(OpId::Greater, {value, best});  // ties keep the earlier tap
+      best = node.emit(OpId::Where, {better, value, best});
+      at = node.emit(OpId::Where, {better, position, at});
+    }
+  // The plane's offset in the flat input: (n * C + c) * H * W.
+  const Operand plane = node.emit(OpId::Add, {node.emit(OpId::Mul, {node.positions(4, 0, n), node.scalar(ir::DType::I64, double(c))}),
+                                               node.positions(4, 1, c)});
+  at = node.emit(OpId::Add, {at, node.emit(OpId::Mul, {plane, node.scalar(ir::DType::I64, double(h * wd))})});
+  if (w.one_d) return {from_2d(node, best), from_2d(node, at)};
+  return {best, at};
+}
+
 Outputs max_pool(NodeContext& node) {
   node.check_attrs({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
-  if (node.num_outputs() > 1) node.fail("the Indices output is not supported");
   const Operand& x = node.input(0);
   if (x.type().rank() < 3) node.fail("input must have rank >= 3");
+  if (node.num_outputs() > 1 && node.output_used(1)) return max_pool_with_indices(node, x);
   auto pool = [&](const Operand& input) {
     if (input.type().rank() > 4)
       return pool_separable(node, OpId::MaxPool2d, input, read_window_nd(node, input.type().shape, {}), {}, false);

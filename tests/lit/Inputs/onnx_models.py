@@ -621,7 +621,36 @@ def torch_volume(directory):
             np.save(os.path.join(directory, "want_" + name + ".npy"), value.numpy())
 
 
+def torch_pool_indices(directory):
+    """MaxPool2d and MaxPool1d with return_indices (ONNX MaxPool's Indices output, which PyTorch's
+    exporter turns into per-plane indices with a second pool and a Sub): padding, stride,
+    dilation, ceil_mode, and ties (a constant region, where the first maximum wins); PyTorch is
+    the oracle."""
+    import torch
+
+    class Pools(torch.nn.Module):
+        def forward(self, x, line):
+            a, ai = torch.nn.functional.max_pool2d(x, 3, stride=2, padding=1, dilation=(1, 2), ceil_mode=True,
+                                                   return_indices=True)
+            b, bi = torch.nn.functional.max_pool1d(line, 2, stride=2, return_indices=True)
+            return a, ai, b, bi
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 7, 9)
+    x[0, 0, :3, :3] = 1.5  # a tie: the first maximum's index
+    line = torch.randn(2, 4, 10)
+    names = ["a", "ai", "b", "bi"]
+    torch.onnx.export(Pools(), (x, line), os.path.join(directory, "pool_indices.onnx"), opset_version=12,
+                      input_names=["x", "line"], output_names=names)
+    np.save(os.path.join(directory, "x.npy"), x.numpy())
+    np.save(os.path.join(directory, "line.npy"), line.numpy())
+    with torch.no_grad():
+        for name, value in zip(names, Pools()(x, line)):
+            np.save(os.path.join(directory, "want_" + name + ".npy"), value.numpy())
+
+
 MODELS = {
+    "torch_pool_indices": torch_pool_indices,
     "torch_volume": torch_volume,
     "torch_grid_sample": torch_grid_sample,
     "torch_topk": torch_topk,
