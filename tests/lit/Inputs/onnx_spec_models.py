@@ -10,20 +10,29 @@ import sys
 import numpy as np
 
 
-def save_model(directory, name, nodes, inputs, outputs, opset, output_type=None):
+def write_model(directory, name, graph, opset):
+    """Writes graph as NAME.onnx at `opset` (IR version 8, which Debian's onnx reads)."""
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    with open(os.path.join(directory, name + ".onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def save_model(directory, name, nodes, inputs, outputs, opset):
     """Writes NAME.onnx (inputs and outputs typed from the arrays) and every array as .npy
     (outputs prefixed want_)."""
     from onnx import TensorProto, helper
 
     types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
-             np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float64): TensorProto.DOUBLE}
+             np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float64): TensorProto.DOUBLE,
+             np.dtype(np.bool_): TensorProto.BOOL, np.dtype(np.uint8): TensorProto.UINT8,
+             np.dtype(np.uint64): TensorProto.UINT64}
     graph = helper.make_graph(
         nodes, name, [helper.make_tensor_value_info(n, types[v.dtype], v.shape) for n, v in inputs.items()],
         [helper.make_tensor_value_info(n, types[v.dtype], v.shape) for n, v in outputs.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    with open(os.path.join(directory, name + ".onnx"), "wb") as f:
-        f.write(model.SerializeToString())
+    write_model(directory, name, graph, opset)
     for n, v in {**inputs, **{"want_" + n: v for n, v in outputs.items()}}.items():
         np.save(os.path.join(directory, n + ".npy"), v)
 
@@ -85,10 +94,7 @@ def tfidf_strings(directory):
                             max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_strings=["a", "b"])
     graph = helper.make_graph([node], "tfidf_strings", [helper.make_tensor_value_info("rows", TensorProto.INT32, [3, 9])],
                               [helper.make_tensor_value_info("tf", TensorProto.FLOAT, [3, 2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
-    model.ir_version = 8
-    with open(os.path.join(directory, "tfidf_strings.onnx"), "wb") as f:
-        f.write(model.SerializeToString())
+    write_model(directory, "tfidf_strings", graph, 9)
 
 
 def as_parts(z):
@@ -100,7 +106,7 @@ def spectral(directory):
     """DFT at opset 17 (a real signal zero-padded to dft_length 8 along axis 2, onesided; a
     complex one truncated to 5 points along axis 1, inverse) and at opset 20 (axis as an input,
     negative), and STFT of a real signal with a run-time Hann window: NumPy's FFT is the oracle."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     rng = np.random.default_rng(3)
     real = rng.standard_normal((2, 6, 5, 1)).astype(np.float32)
@@ -183,30 +189,15 @@ def control_flow(directory):
         parts.append(total)
     outputs = {"picked": x + x, "chosen": np.concatenate([x, x], axis=1), "final": total.astype(np.float32),
                "partials": np.stack(parts[::-1], axis=1).astype(np.float32)}
-    flag = np.array(True)
-    inputs = {"flag": flag, "x": x, "state": state, "across": across, "down": down}
-    graph = helper.make_graph(
-        nodes, "control_flow",
-        [helper.make_tensor_value_info("flag", TensorProto.BOOL, [])] + [f32(n, v.shape) for n, v in inputs.items() if n != "flag"],
-        [f32(n, v.shape) for n, v in outputs.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    model.ir_version = 8
-    with open(os.path.join(directory, "control_flow.onnx"), "wb") as f:
-        f.write(model.SerializeToString())
-    for n, v in inputs.items():
-        np.save(os.path.join(directory, n + ".npy"), v)
+    inputs = {"flag": np.array(True), "x": x, "state": state, "across": across, "down": down}
+    save_model(directory, "control_flow", nodes, inputs, outputs, 11)
     np.save(os.path.join(directory, "no.npy"), np.array(False))
-    for n, v in outputs.items():
-        np.save(os.path.join(directory, "want_" + n + ".npy"), v)
     np.save(os.path.join(directory, "picked_false.npy"), x * x)
 
     # A run-time condition whose branches disagree on shape: refused, naming both.
     graph = helper.make_graph([helper.make_node("If", ["flag"], ["either"], then_branch=wide, else_branch=tall)], "mismatch",
                               [helper.make_tensor_value_info("flag", TensorProto.BOOL, []), f32("x", [2, 3])], [f32("either", [2, 6])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    model.ir_version = 8
-    with open(os.path.join(directory, "if_mismatch.onnx"), "wb") as f:
-        f.write(model.SerializeToString())
+    write_model(directory, "if_mismatch", graph, 11)
 
     # An op kiln does not import, inside a branch: located inside it.
     nonzero = helper.make_graph([helper.make_node("NonZero", ["x"], ["where"], name="find")], "nonzero", [],
@@ -215,10 +206,7 @@ def control_flow(directory):
                                                 else_branch=nonzero)], "unsupported",
                               [helper.make_tensor_value_info("flag", TensorProto.BOOL, []), f32("x", [2, 3])],
                               [helper.make_tensor_value_info("either", TensorProto.INT64, [2, 6])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    model.ir_version = 8
-    with open(os.path.join(directory, "if_unsupported.onnx"), "wb") as f:
-        f.write(model.SerializeToString())
+    write_model(directory, "if_unsupported", graph, 11)
 
     # A Scan of 300 steps whose body is a Scan of 300 steps of 4 nodes: each fits its own limit,
     # together they would inline 360,000 nodes; refused by the import's overall budget.
@@ -231,10 +219,7 @@ def control_flow(directory):
         "outer", [f32("acc", [1]), f32("row", [300, 1])], [f32("acc_out", [1])])
     graph = helper.make_graph([helper.make_node("Scan", ["init", "grid"], ["total"], body=outer_body, num_scan_inputs=1)],
                               "nested", [f32("init", [1]), f32("grid", [300, 300, 1])], [f32("total", [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    model.ir_version = 8
-    with open(os.path.join(directory, "scan_nested.onnx"), "wb") as f:
-        f.write(model.SerializeToString())
+    write_model(directory, "scan_nested", graph, 11)
 
 
 def det(directory):
@@ -259,7 +244,7 @@ def bitshift(directory):
     """BitShift on uint8 (bits shifted out are lost: 200 << 1 is 144; a shift by 8 or more is 0)
     and uint64 (1 << 63 and right shifts of the top bit, exact), with broadcasting; NumPy (with
     its wrap-around) is the oracle."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     small = np.array([[200, 1, 255, 16], [3, 128, 7, 0]], np.uint8)
     small_shift = np.array([1, 7, 8, 200], np.uint8)
@@ -278,16 +263,7 @@ def bitshift(directory):
     inputs = {"small": small, "small_shift": small_shift, "big": big, "big_shift": big_shift}
     outputs = {"small_left": shifted(small, small_shift, True), "small_right": shifted(small, small_shift, False),
                "big_left": shifted(big, big_shift, True), "big_right": shifted(big, big_shift, False)}
-    types = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.uint64): TensorProto.UINT64}
-    graph = helper.make_graph(nodes, "bitshift",
-                              [helper.make_tensor_value_info(n, types[v.dtype], v.shape) for n, v in inputs.items()],
-                              [helper.make_tensor_value_info(n, types[v.dtype], v.shape) for n, v in outputs.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    model.ir_version = 8
-    with open(os.path.join(directory, "bitshift.onnx"), "wb") as f:
-        f.write(model.SerializeToString())
-    for n, v in {**inputs, **{"want_" + n: v for n, v in outputs.items()}}.items():
-        np.save(os.path.join(directory, n + ".npy"), v)
+    save_model(directory, "bitshift", nodes, inputs, outputs, 11)
 
 
 def batchnorm_training(directory):
