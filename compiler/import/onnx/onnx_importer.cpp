@@ -77,7 +77,21 @@ class Importer : public SubgraphImporter {
     const std::string outer_scope = scope_;
     scope_ = scope + ": ";
     for (const auto& [name, operand] : bound) values_[name] = operand;
-    for (const auto& init : body.initializer()) add_initializer(init);
+    for (const auto& init : body.initializer()) {
+      // A Scan body is imported once per step: its initializers are read once and shared, so
+      // a weight in the body becomes one parameter, not one per step.
+      if (const auto cached = inlined_initializers_.find(&init); cached != inlined_initializers_.end()) {
+        values_[init.name()] = cached->second;
+        continue;
+      }
+      add_initializer(init);
+      if (const auto it = values_.find(init.name()); it != values_.end()) {
+        // Not a reference into the model file by name: OnnxInitializers reads the main graph's
+        // initializers only, and sibling subgraphs may reuse a name. Its data travels instead.
+        it->second.initializer = false;
+        inlined_initializers_[&init] = it->second;
+      }
+    }
     for (int i = 0; i < body.node_size(); ++i) add_node(i, body.node(i));
     std::vector<Operand> outputs;
     for (const auto& output : body.output()) {
@@ -369,6 +383,7 @@ class Importer : public SubgraphImporter {
   std::unordered_set<const ir::Value*> renamed_;
   std::vector<Diagnostic> errors_;
   int64_t inlined_nodes_ = 0;  // subgraph nodes imported so far (If branches, Scan steps)
+  std::unordered_map<const onnx::TensorProto*, Operand> inlined_initializers_;  // read once, shared
   std::string scope_;  // where a subgraph being imported sits ("node 3 'If_0' (If, opset 13) then_branch: ")
 };
 }  // namespace

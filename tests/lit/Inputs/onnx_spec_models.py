@@ -170,11 +170,14 @@ def control_flow(directory):
     else_branch = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["squared"])], "else", [], [f32("squared", [2, 3])])
     wide = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["wide"], axis=1)], "wide", [], [f32("wide", [2, 6])])
     tall = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["tall"], axis=0)], "tall", [], [f32("tall", [4, 3])])
-    body = helper.make_graph(  # (sum, a, b) -> (sum + a * b, sum + a * b)
+    gain = np.array([0.5, 2.0, -1.0], np.float32)  # an initializer of the body: one parameter, not one per step
+    body = helper.make_graph(  # (sum, a, b) -> (sum + a * b * gain, the same)
         [helper.make_node("Mul", ["a", "b"], ["product"]),
-         helper.make_node("Add", ["sum_in", "product"], ["sum_out"]),
+         helper.make_node("Mul", ["product", "gain"], ["scaled"]),
+         helper.make_node("Add", ["sum_in", "scaled"], ["sum_out"]),
          helper.make_node("Identity", ["sum_out"], ["partial"])],
-        "body", [f32("sum_in", [3]), f32("a", [3]), f32("b", [3])], [f32("sum_out", [3]), f32("partial", [3])])
+        "body", [f32("sum_in", [3]), f32("a", [3]), f32("b", [3])], [f32("sum_out", [3]), f32("partial", [3])],
+        initializer=[helper.make_tensor("gain", TensorProto.FLOAT, [3], gain)])
     nodes = [
         helper.make_node("If", ["flag"], ["picked"], then_branch=then_branch, else_branch=else_branch),
         helper.make_node("Constant", [], ["yes"], value=helper.make_tensor("yes", TensorProto.BOOL, [], [True])),
@@ -185,7 +188,7 @@ def control_flow(directory):
     ]
     total, parts = state.astype(np.float64), []
     for t in range(4):
-        total = total + across[:, t].astype(np.float64) * down[3 - t]
+        total = total + across[:, t].astype(np.float64) * down[3 - t] * gain
         parts.append(total)
     outputs = {"picked": x + x, "chosen": np.concatenate([x, x], axis=1), "final": total.astype(np.float32),
                "partials": np.stack(parts[::-1], axis=1).astype(np.float32)}
