@@ -32,7 +32,7 @@ def finish():
 
 FLOAT_DTYPES = (torch.float32, torch.float16)
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "i32": torch.int32,
-                "i64": torch.int64, "bool": torch.bool}
+                "i64": torch.int64, "bool": torch.bool, "u8": torch.uint8}
 
 
 def kiln_dtype(t):

@@ -65,6 +65,12 @@ def elementwise_cases():
                  lambda x, y: torch.div(x, y, rounding_mode="trunc"))
         for op in ("add", "sub", "mul", "maximum", "minimum"):
             add_case(f"{op}_{tag}", op, {}, [a, b], BINARY[op])
+    # Bit shifts on u8 (the one unsigned type PyTorch 1.13 computes with): bits shifted out are
+    # lost, a shift by 8 or more gives 0; the shifts broadcast along the last dim.
+    bits = randint(0, 256, 3, 5, dtype=torch.uint8)
+    shifts = torch.tensor([0, 1, 7, 8, 9], dtype=torch.uint8)
+    add_case("bit_shift_left_u8", "bit_shift", {"direction": "left"}, [bits, shifts], torch.bitwise_left_shift)
+    add_case("bit_shift_right_u8", "bit_shift", {"direction": "right"}, [bits, shifts], torch.bitwise_right_shift)
 
     unary_shapes = [(7,), (2, 3, 5), (1, 1, 1), ()]
     unary = {
