@@ -4,6 +4,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -68,7 +69,7 @@ class Importer : public SubgraphImporter {
       for (const std::string& output : node.output()) shadow(output);
     const size_t errors_before = errors_.size();
     // Nested Scans multiply: every inlined node counts against one budget for the whole import.
-    inlined_nodes_ += body.node_size();
+    inlined_nodes_ += std::max(body.node_size(), 1);  // an empty body still costs a step
     if (inlined_nodes_ > kMaxInlinedNodes) {
       error(scope, "inlining the subgraphs would take over " + std::to_string(kMaxInlinedNodes) +
                        " nodes in all (nested Scan bodies multiply); kiln inlines control flow at import");

@@ -111,7 +111,8 @@ Outputs unroll_scan(NodeContext& node, const onnx::GraphProto& body, Outputs sta
     length = steps;
   }
   if (length < 0) node.fail("Scan needs at least one scan input");
-  if (length * std::max(body.node_size(), 1) > kMaxUnrolledNodes)
+  // An empty body still costs its slices and stacking per step: count it as one node.
+  if (length > kMaxUnrolledNodes / std::max(body.node_size(), 1))
     node.fail(std::to_string(length) + " steps of a " + std::to_string(body.node_size()) + "-node body would unroll to over " +
               std::to_string(kMaxUnrolledNodes) + " nodes; kiln unrolls Scan at import");
   std::vector<Outputs> elements(k);
@@ -164,6 +165,11 @@ Outputs scan8(NodeContext& node) {
     if (node.input(i).type().rank() < 1 || node.input(i).type().shape[0] != batch)
       node.fail("every state and scan input needs the batch dim first, of " + std::to_string(batch));
   const int64_t length = node.input(1 + n).type().rank() >= 2 ? node.input(1 + n).type().shape[1] : 0;
+  // Every batch element unrolls the whole sequence: the cap covers them together.
+  const int64_t per_element = std::max<int64_t>(length, 1) * std::max(graph_attr(node, "body").node_size(), 1);
+  if (per_element > kMaxUnrolledNodes || batch > kMaxUnrolledNodes / per_element)
+    node.fail("a batch of " + std::to_string(batch) + " sequences of " + std::to_string(length) +
+              " steps would unroll to over " + std::to_string(kMaxUnrolledNodes) + " nodes; kiln unrolls Scan at import");
   if (node.has_input(0))
     for (int64_t l : node.const_ints(0, "sequence_lens"))
       if (l != length) node.fail("sequence_lens must all be the full length " + std::to_string(length) + " (kiln unrolls a fixed count)");

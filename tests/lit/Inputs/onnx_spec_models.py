@@ -224,6 +224,13 @@ def control_flow(directory):
                               "nested", [f32("init", [1]), f32("grid", [300, 300, 1])], [f32("total", [1])])
     write_model(directory, "scan_nested", graph, 11)
 
+    # Scan-8 runs its body per batch element: 40,000 sequences of one step are 40,000 unrolled
+    # bodies, over the cap even though each sequence is short.
+    copy_body = helper.make_graph([helper.make_node("Identity", ["v"], ["w"])], "copy", [f32("v", [1])], [f32("w", [1])])
+    graph = helper.make_graph([helper.make_node("Scan", ["", "rows"], ["copied"], body=copy_body, num_scan_inputs=1)],
+                              "wide", [f32("rows", [40000, 1, 1])], [f32("copied", [40000, 1, 1])])
+    write_model(directory, "scan8_wide", graph, 8)
+
 
 def det(directory):
     """Det of a batch of 4x4 matrices, of a 5x5 one whose leading entry is 0 (elimination must
