@@ -34,6 +34,8 @@ const std::map<std::string, std::string> kExpected = {
     {"onnx-einsum-outer-product-2e90", "the contraction's result would have more than 2^48 elements"},
     {"onnx-lstm-4096-steps-bidirectional", "a sequence of 4096 steps would unroll to about 262144 nodes"},
     {"onnx-resize-cubic-huge-sizes", "the result [3876353,1,4108,197632] has more than 2^48 elements"},
+    {"keras-functional-name-not-a-string", "the Functional model's name must be a string"},
+    {"keras-sequential-name-not-a-string", "the Sequential model's name must be a string"},
     {"onnx-name-invalid-utf8", "node 0: error: name 'Resize_\\xd6' is not valid UTF-8 (at byte 7)"},
 };
 

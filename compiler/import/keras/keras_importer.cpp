@@ -166,10 +166,12 @@ class Importer {
     if (shape.is_null() || shape.empty() || shape.size() > 8)
       return error(&layer, "no batch_input_shape (a list of 1 to 8 dims, the first the batch)");
     const json dtype = config.value("dtype", json("float32"));
+    // A string, or a DTypePolicy object whose config names it (Keras 3); anything else: float32.
+    const json policy_name = dtype.is_object() && dtype.value("config", json::object()).is_object()
+                                 ? dtype.value("config", json::object()).value("name", json("float32"))
+                                 : json("float32");
     const std::string dtype_name = dtype.is_string() ? dtype.get<std::string>()
-                                   : dtype.is_object() && dtype.value("config", json::object()).is_object()
-                                       ? dtype.value("config", json::object()).value("name", std::string("float32"))
-                                       : "float32";
+                                   : policy_name.is_string() ? policy_name.get<std::string>() : "not a string";
     if (dtype_name != "float32")
       return error(&layer, "input dtype '" + escape_for_message(dtype_name) + "' is not supported (float32)");
     ir::Shape dims;

@@ -116,7 +116,8 @@ json declared_input_shape(const Layer& first) {
 Topology read_sequential(const json& config) {
   Topology topology;
   const json& layers = config.is_array() ? config : member(config, "layers", "the Sequential config");
-  if (config.is_object()) topology.name = config.value("name", std::string("sequential"));
+  topology.name = config.is_object() && config.contains("name") ? string_of(config.at("name"), "the Sequential model's name")
+                                                                : "sequential";
   if (!layers.is_array() || layers.empty()) fail("the Sequential model has no layers");
   std::vector<Layer> read;
   for (size_t i = 0; i < layers.size(); ++i) read.push_back(read_layer(layers[i], static_cast<int>(i)));
@@ -126,7 +127,7 @@ Topology read_sequential(const json& config) {
     input.class_name = "InputLayer";
     input.name = read.front().name + "_input";
     json shape = declared_input_shape(read.front());
-    if (shape.is_null() && read.front().config.contains("build_config"))
+    if (shape.is_null() && read.front().config.contains("build_config") && read.front().config.at("build_config").is_object())
       shape = read.front().config.at("build_config").value("input_shape", json());
     if (shape.is_null())
       fail("the Sequential model's first layer '" + escape_for_message(read.front().name) +
@@ -143,7 +144,7 @@ Topology read_sequential(const json& config) {
 
 Topology read_functional(const json& config) {
   Topology topology;
-  topology.name = config.value("name", std::string("model"));
+  topology.name = config.contains("name") ? string_of(config.at("name"), "the Functional model's name") : "model";
   const json& layers = member(config, "layers", "the model config");
   if (!layers.is_array() || layers.empty()) fail("the model has no layers");
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -256,7 +257,7 @@ WeightStore read_tfjs_weights(const json& manifest, const std::string& base_dir)
       const std::string name = string_of(member(spec, "name", where + " weight " + std::to_string(w)), "a weight name");
       const std::string what = "weight '" + escape_for_message(name) + "'";
       const ir::Shape shape = weight_shape(spec, what);
-      const std::string dtype = spec.value("dtype", std::string("float32"));
+      const std::string dtype = spec.contains("dtype") ? string_of(spec.at("dtype"), what + "'s dtype") : "float32";
       const int64_t count = ir::num_elements(shape);
       std::string stored = dtype;
       double scale = 1.0, minimum = 0.0;
