@@ -135,7 +135,7 @@ Outputs grid_sample(NodeContext& node) {
   Operand grid = node.input(1);
   const ir::TensorType& xt = x.type();
   const ir::DType t = xt.dtype;
-  if (t != ir::DType::F32 && t != ir::DType::F64 && t != ir::DType::F16 && t != ir::DType::BF16)
+  if (!ir::is_floating(t))
     node.fail("X must be a float tensor, got " + xt.to_string());
   const int spatial = xt.rank() - 2;
   if (spatial < 1 || (node.opset() < 20 && spatial != 2))

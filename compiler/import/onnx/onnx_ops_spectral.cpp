@@ -15,10 +15,6 @@ using ir::OpId;
 using Outputs = std::vector<Operand>;
 using Ints = std::vector<int64_t>;
 
-bool is_float(ir::DType t) {
-  return t == ir::DType::F32 || t == ir::DType::F64 || t == ir::DType::F16 || t == ir::DType::BF16;
-}
-
 // The DFT of `signal` ([..., n, 1] real or [..., n, 2] complex) along its second-to-last dim,
 // of `length` points (the signal truncated or zero-padded to it), keeping the first `bins`
 // frequencies; [..., bins, 2]. Inverse: the conjugate exponent and a 1/length scale.
@@ -80,7 +76,7 @@ Outputs dft(NodeContext& node) {
   const Operand& x = node.input(0);
   const ir::TensorType& type = x.type();
   const int rank = type.rank();
-  if (!is_float(type.dtype)) node.fail("input must be a float tensor, got " + type.to_string());
+  if (!ir::is_floating(type.dtype)) node.fail("input must be a float tensor, got " + type.to_string());
   if (rank < 3 || (type.shape.back() != 1 && type.shape.back() != 2))
     node.fail("input must be [batch, signal dims..., 1 or 2] (real or complex), got " + type.to_string());
   int64_t axis = node.opset() >= 20 ? -2 : node.attr_int("axis", 1);
@@ -117,7 +113,7 @@ Outputs stft(NodeContext& node) {
   node.check_attrs({"onesided"});
   const Operand& signal = node.input(0);
   const ir::TensorType& type = signal.type();
-  if (!is_float(type.dtype)) node.fail("signal must be a float tensor, got " + type.to_string());
+  if (!ir::is_floating(type.dtype)) node.fail("signal must be a float tensor, got " + type.to_string());
   if (type.rank() != 3 || (type.shape[2] != 1 && type.shape[2] != 2))
     node.fail("signal must be [batch, length, 1 or 2], got " + type.to_string());
   const Ints step_value = node.const_ints(1, "frame_step");
