@@ -108,13 +108,27 @@ double minimum(double a, double b) {
   return a < b ? a : b;
 }
 
+// A loaded integer back in its integer type. The largest i64 and u64 round up to 2^63 and 2^64
+// as doubles, where a plain cast is undefined: those clamp back to the type's maximum.
+template <typename Int>
+Int to_integer_clamped(double value) {
+  if (value >= static_cast<double>(std::numeric_limits<Int>::max()))
+    return std::numeric_limits<Int>::max();
+  return static_cast<Int>(value);
+}
+
 // Integer division truncates toward zero (C++ and CUDA semantics, torch's rounding_mode
-// "trunc"). It is done on int64 rather than as trunc(a / b) in double, where a quotient just
-// below an integer could round up to it for large i64 operands.
+// "trunc"). It is done on 64-bit integers rather than as trunc(a / b) in double, where a
+// quotient just below an integer could round up to it for large operands; u64 divides unsigned.
 Results integer_div(const ir::Node& node, const Inputs& in) {
-  return map_binary(node, in, [&node](double a, double b) {
+  const bool is_unsigned = ir::is_unsigned(in[0]->dtype());
+  return map_binary(node, in, [&node, is_unsigned](double a, double b) {
     if (b == 0) ref::node_error(node, "integer division by zero");
-    return static_cast<double>(static_cast<int64_t>(a) / static_cast<int64_t>(b));
+    if (is_unsigned)
+      return static_cast<double>(to_integer_clamped<uint64_t>(a) / to_integer_clamped<uint64_t>(b));
+    // kI64Min / -1 overflows (and traps on x86): the quotient is -a, which the store saturates.
+    if (b == -1) return -a;
+    return static_cast<double>(to_integer_clamped<int64_t>(a) / to_integer_clamped<int64_t>(b));
   });
 }
 
@@ -138,9 +152,12 @@ Results mod(const ir::Node& node, const Inputs& in) {
   const bool fmod = ref::attr_bool(node, "fmod");
   if (in[0]->dtype() != ir::DType::I64) {
     const bool integer = ir::is_integer(in[0]->dtype());
+    const bool is_unsigned = ir::is_unsigned(in[0]->dtype());
     return map_binary(node, in, [&](double a, double b) {
       if (!integer) return remainder_of(a, b, fmod);
       if (b == 0) ref::node_error(node, "integer modulo by zero");
+      if (is_unsigned)  // no signs to reconcile
+        return static_cast<double>(to_integer_clamped<uint64_t>(a) % to_integer_clamped<uint64_t>(b));
       return static_cast<double>(
           remainder_of(static_cast<int64_t>(a), static_cast<int64_t>(b), fmod));
     });

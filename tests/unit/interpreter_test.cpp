@@ -168,6 +168,31 @@ TEST(ReferenceInterpreter, IntegerDivisionTruncatesTowardZero) {
   expect_values(out.at(0), {-3, -3, 3, 0}, 0);
 }
 
+// kI64Min / -1 overflows (a trap on x86) and saturates instead; u64 divides unsigned, its
+// largest values included (2^63 and 2^64 - 1 do not fit an int64).
+TEST(ReferenceInterpreter, IntegerDivisionAtTheLimits) {
+  for (const DType dtype : {DType::I64, DType::U64}) {
+    ir::Graph graph;
+    const TensorType type{dtype, {3}};
+    ir::Value* a = graph.add_input("a", type);
+    ir::Value* b = graph.add_input("b", type);
+    graph.outputs = add_op(graph, "div", "div", {a, b})->results;
+    graph.outputs.push_back(add_op(graph, "mod", "mod", {a, b})->results[0]);
+    const double p63 = std::ldexp(1.0, 63);
+    const bool is_signed = dtype == DType::I64;
+    const auto out = run_reference(
+        graph, {{"a", Tensor::from_doubles(type, {is_signed ? -p63 : p63, 9, is_signed ? 7 : 2 * p63})},
+                {"b", Tensor::from_doubles(type, {is_signed ? -1 : std::ldexp(1.0, 62), 4, 3})}});
+    if (is_signed) {
+      expect_values(out.at(0), {p63 - 1, 2, 2}, 0);
+      expect_values(out.at(1), {0, 1, 1}, 0);
+    } else {
+      expect_values(out.at(0), {2, 2, 6148914691236517205.0}, 0);
+      expect_values(out.at(1), {0, 1, 0}, 0);
+    }
+  }
+}
+
 // Labels [N] against logits [N, C]; the node is located as if loaded from a model file.
 std::vector<Tensor> run_cross_entropy(const Tensor& logits, const Tensor& labels) {
   ir::Graph graph;
