@@ -167,28 +167,51 @@ class ProgramBuilder {
         graph_.name, graph_.nodes().size());
   }
 
-  // f64 and the small and unsigned integers have no kernels yet (a fused kernel's body counts).
-  static bool has_kernels_for(ir::DType dtype) {
+  // Which dtypes each op has kernels for. f32, f16, bf16, i32, i64 and bool: every op. The
+  // other integer widths and f64: data movement, and the element-wise ops whose functions are
+  // written for every width (arithmetic, saturating on integers; comparisons, select, casts,
+  // bit shifts). Activations, math rows, reductions and GEMMs compute in float: refused, as a
+  // result in f64 would silently lose precision. A fused kernel's body is checked node by
+  // node. Returns why not, or "" when the kernel exists.
+  static std::string refusal(const ir::Node& node, ir::DType dtype) {
+    using ir::DType;
+    using ir::OpId;
     switch (dtype) {
-      case ir::DType::F32: case ir::DType::F16: case ir::DType::BF16: case ir::DType::I32:
-      case ir::DType::I64: case ir::DType::Bool:
-        return true;
-      default:
-        return false;
+      case DType::F32: case DType::F16: case DType::BF16: case DType::I32: case DType::I64:
+      case DType::Bool:
+        return "";
+      default: break;
     }
+    switch (node.op) {
+      case OpId::Reshape: case OpId::Flatten: case OpId::Transpose: case OpId::Concat:
+      case OpId::Slice: case OpId::BroadcastTo: case OpId::GatherElements:
+      case OpId::Equal: case OpId::Less: case OpId::LessEqual: case OpId::Greater:
+      case OpId::GreaterEqual: case OpId::Where: case OpId::Cast:
+        return "";
+      case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Maximum:
+      case OpId::Minimum: case OpId::Neg: case OpId::Abs: case OpId::Clip: case OpId::Mod:
+        return "";
+      case OpId::BitShift:
+        if (ir::is_integer(dtype)) return "";
+        break;
+      default: break;
+    }
+    return fmt::format("codegen has no {} kernel for {} yet", ir::dtype_name(dtype),
+                       ir::to_string(node.op));
   }
 
   static void check_dtypes(const ir::Node& node, const ir::Node& site) {
+    if (site.body) {
+      for (const auto& inner : site.body->nodes()) check_dtypes(node, *inner);
+      return;
+    }
     for (const auto* values : {&site.inputs, &site.results})
       for (const ir::Value* value : *values)
-        if (!has_kernels_for(value->type.dtype))
+        if (const std::string why = refusal(site, value->type.dtype); !why.empty())
           throw Error(node.loc.render(),
-                      fmt::format("{}: codegen has no {} kernels yet (%{} is {}); graphs with {} "
-                                  "run on --backend=reference",
-                                  node.describe(), ir::dtype_name(value->type.dtype), value->name,
-                                  value->type.to_string(), ir::dtype_name(value->type.dtype)));
-    if (site.body)
-      for (const auto& inner : site.body->nodes()) check_dtypes(node, *inner);
+                      fmt::format("{}: {} (%{} is {}); graphs with {} run on --backend=reference",
+                                  node.describe(), why, value->name, value->type.to_string(),
+                                  ir::dtype_name(value->type.dtype)));
   }
 
   void emit_node(const ir::Node& node, std::string& kernels_text, std::string& entries_text) {

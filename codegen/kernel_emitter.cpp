@@ -136,8 +136,7 @@ std::string_view c_type(ir::DType dtype) {
     case ir::DType::I32: return "int";
     case ir::DType::I64: return "long long";
     case ir::DType::Bool: return "unsigned char";
-    case ir::DType::F64: return "double";  // never emitted: emit_program refuses f64
-    // Never emitted yet either (emit_program refuses them); named for the messages.
+    case ir::DType::F64: return "double";
     case ir::DType::I8: return "signed char";
     case ir::DType::U8: return "unsigned char";
     case ir::DType::I16: return "short";
@@ -152,11 +151,13 @@ std::string_view compute_type(ir::DType dtype) {
   switch (dtype) {
     case ir::DType::F32: case ir::DType::F16: case ir::DType::BF16: return "float";
     case ir::DType::I64: return "long long";
-    case ir::DType::I32: case ir::DType::Bool: return "int";
+    // Up to 16 bits, int holds every value (and C++ promotes to it anyway).
+    case ir::DType::I32: case ir::DType::Bool: case ir::DType::I8: case ir::DType::U8:
+    case ir::DType::I16: case ir::DType::U16:
+      return "int";
+    case ir::DType::U32: return "long long";
+    case ir::DType::U64: return "unsigned long long";
     case ir::DType::F64: return "double";
-    case ir::DType::I8: case ir::DType::U8: case ir::DType::I16: case ir::DType::U16:
-    case ir::DType::U32: case ir::DType::U64:
-      return "long long";  // never emitted yet (emit_program refuses them)
   }
   return "?";
 }
@@ -187,7 +188,9 @@ std::string literal(ir::DType dtype, double value) {
     if (text.find_first_of(".e") == std::string::npos) text += ".0";
     return text + "f";
   }
-  if (dtype == ir::DType::I64) return fmt::format("{}LL", static_cast<long long>(value));
+  if (dtype == ir::DType::I64 || dtype == ir::DType::U32)
+    return fmt::format("{}LL", static_cast<long long>(value));
+  if (dtype == ir::DType::U64) return fmt::format("{}ULL", static_cast<unsigned long long>(value));
   return fmt::format("{}", static_cast<long long>(value));
 }
 

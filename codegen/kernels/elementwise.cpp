@@ -10,10 +10,13 @@
 //     ulp of f32, so tests compare with a relative tolerance of 1e-5;
 //   - formulas avoid cancellation where a textbook form would lose the result's relative
 //     precision (sigmoid and GELU for large negative inputs);
-//   - integer results saturate as the reference's store does; integer division truncates, and
-//     division by zero (a run-time error in the reference) yields 0 on the GPU.
+//   - integer results saturate as the reference's store does, at every width (i8 to u64);
+//     integer division truncates, and division by zero (a run-time error in the reference)
+//     yields 0 on the GPU.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <utility>
 
 #include "codegen/kernels/elementwise_util.h"
 #include "ir/diagnostic.h"
@@ -25,34 +28,62 @@ namespace {
 using ir::DType;
 using Statements = std::vector<std::string>;
 
-// Constants that integer lambdas need, declared inside the lambda (no captures).
-const char* const kI32Limits[] = {"constexpr int kI32Min = -2147483647 - 1;",
-                                  "constexpr int kI32Max = 2147483647;"};
-const char* const kI64Limits[] = {"constexpr long long kI64Min = -9223372036854775807LL - 1;",
-                                  "constexpr long long kI64Max = 9223372036854775807LL;"};
+// The range of an integer dtype as literals of its compute type.
+std::pair<std::string, std::string> limit_literals(DType dtype) {
+  switch (dtype) {
+    case DType::I8: return {"-128", "127"};
+    case DType::U8: return {"0", "255"};
+    case DType::I16: return {"-32768", "32767"};
+    case DType::U16: return {"0", "65535"};
+    case DType::I32: return {"-2147483647 - 1", "2147483647"};
+    case DType::U32: return {"0LL", "4294967295LL"};
+    case DType::I64: return {"-9223372036854775807LL - 1", "9223372036854775807LL"};
+    case DType::U64: return {"0ULL", "18446744073709551615ULL"};
+    default: break;
+  }
+  KILN_CHECK(false) << ir::dtype_name(dtype) << " is not an integer type";
+  return {};
+}
 
-// Prepends the limit constants `body` mentions (an unused constexpr draws a warning).
+// The names integer lambdas give their type's range: kI32Min, kU8Max, ...
+std::string limit_name(DType dtype, bool max) {
+  std::string name(ir::dtype_name(dtype));
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return "k" + name + (max ? "Max" : "Min");
+}
+
+// Prepends the declarations of the limits `body` mentions (integer lambdas capture nothing, and
+// an unused constexpr draws a warning).
 Statements with_limits(DType dtype, Statements body) {
-  const auto& limits = dtype == DType::I64 ? kI64Limits : kI32Limits;
-  const char* const names[] = {dtype == DType::I64 ? "kI64Min" : "kI32Min",
-                               dtype == DType::I64 ? "kI64Max" : "kI32Max"};
+  const auto [lo, hi] = limit_literals(dtype);
+  const std::string names[] = {limit_name(dtype, false), limit_name(dtype, true)};
+  const std::string values[] = {lo, hi};
   Statements used;
   for (int k = 0; k < 2; ++k)
     for (const std::string& statement : body)
       if (statement.substr(0, statement.find("//")).find(names[k]) != std::string::npos) {
-        used.push_back(limits[k]);
+        used.push_back(fmt::format("constexpr {} {} = {};", compute_type(dtype), names[k], values[k]));
         break;
       }
   body.insert(body.begin(), used.begin(), used.end());
   return body;
 }
 
-// i32 +, -, *: exact in 64 bits, then saturated as the reference's store does.
-Statements saturating_i32(const char* op) {
-  return with_limits(DType::I32,
-                     {fmt::format("const long long wide = static_cast<long long>(lhs) {} rhs;", op),
-                      "return wide < kI32Min ? kI32Min "
-                      ": (wide > kI32Max ? kI32Max : static_cast<int>(wide));"});
+// +, -, * on an integer type of up to 32 bits: exact in 64 bits (u32 products, up to
+// (2^32 - 1)^2, in unsigned 64 bits), then saturated as the reference's store does.
+Statements saturating_narrow(DType dtype, const std::string& op) {
+  const std::string lo = limit_name(dtype, false);
+  const std::string hi = limit_name(dtype, true);
+  if (dtype == DType::U32 && op == "*")
+    return with_limits(dtype, {"const unsigned long long wide = static_cast<unsigned long long>(lhs) "
+                               "* static_cast<unsigned long long>(rhs);",
+                               fmt::format("return wide > static_cast<unsigned long long>({0}) ? {0} "
+                                           ": static_cast<long long>(wide);",
+                                           hi)});
+  return with_limits(
+      dtype, {fmt::format("const long long wide = static_cast<long long>(lhs) {} rhs;", op),
+              fmt::format("return wide < {0} ? {0} : (wide > {1} ? {1} : static_cast<{2}>(wide));",
+                          lo, hi, compute_type(dtype))});
 }
 
 // i64 +, -, *: wrap in unsigned arithmetic (defined behaviour), detect the overflow, saturate.
@@ -82,18 +113,41 @@ Statements saturating_i64(const std::string& op) {
        "if (overflow) return (lhs < 0) != (rhs < 0) ? kI64Min : kI64Max;", "return product;"});
 }
 
+// u64 +, -, *: unsigned arithmetic wraps; detect it and saturate (below zero is 0).
+Statements saturating_u64(const std::string& op) {
+  if (op == "+")
+    return with_limits(DType::U64, {"const unsigned long long sum = lhs + rhs;",
+                                    "// A wrapped sum is smaller than either operand.",
+                                    "return sum < lhs ? kU64Max : sum;"});
+  if (op == "-") return {"return lhs < rhs ? 0ULL : lhs - rhs;"};
+  return with_limits(DType::U64, {"if (lhs != 0 && rhs > kU64Max / lhs) return kU64Max;",
+                                  "return lhs * rhs;"});
+}
+
+Statements saturating_arithmetic(DType dtype, const std::string& op) {
+  if (dtype == DType::I64) return saturating_i64(op);
+  if (dtype == DType::U64) return saturating_u64(op);
+  return saturating_narrow(dtype, op);
+}
+
 Statements integer_div(DType dtype) {
   Statements body = {
       "// Division by zero is a run-time error in the reference; on the GPU it gives 0.",
       "if (rhs == 0) return 0;"};
-  if (dtype == DType::I32) {
-    body.push_back("// Truncates toward zero; kI32Min / -1 is the one quotient that overflows.");
-    body.push_back("const long long quotient = static_cast<long long>(lhs) / rhs;");
-    body.push_back("return quotient > kI32Max ? kI32Max : static_cast<int>(quotient);");
-  } else {
+  if (ir::is_unsigned(dtype)) {
+    body.push_back("return lhs / rhs;  // truncates; never overflows");
+  } else if (dtype == DType::I64) {
     body.push_back("// Truncates toward zero; kI64Min / -1 overflows: saturate.");
     body.push_back("if (lhs == kI64Min && rhs == -1) return kI64Max;");
     body.push_back("return lhs / rhs;");
+  } else {
+    const std::string hi = limit_name(dtype, true);
+    body.push_back(fmt::format(
+        "// Truncates toward zero; {} / -1 is the one quotient that overflows.",
+        limit_name(dtype, false)));
+    body.push_back("const long long quotient = static_cast<long long>(lhs) / rhs;");
+    body.push_back(fmt::format("return quotient > {0} ? {0} : static_cast<{1}>(quotient);", hi,
+                               compute_type(dtype)));
   }
   return with_limits(dtype, std::move(body));
 }
@@ -103,6 +157,12 @@ Statements mod_statements(DType dtype, bool fmod) {
   Statements body;
   if (ir::is_floating(dtype)) {
     body.push_back("T r = fmod(lhs, rhs);");
+  } else if (ir::is_unsigned(dtype)) {
+    body.push_back("// Modulo by zero is a run-time error in the reference; on the GPU it gives 0.");
+    body.push_back("if (rhs == 0) return 0;");
+    body.push_back("return lhs % rhs;  // no signs to reconcile");
+    body.insert(body.begin(), fmt::format("using T = {};", compute_type(dtype)));
+    return body;
   } else {
     body.push_back("// Modulo by zero is a run-time error in the reference; on the GPU it gives 0.");
     body.push_back("// x % -1 is 0 (and kMin % -1 would overflow).");
@@ -175,6 +235,10 @@ ElementFn binary_fn(ir::OpId op, DType dtype) {
   const std::string summary = fmt::format("{} of one element pair, in {}", op, compute_type(dtype));
   if (op == ir::OpId::Power) return {summary, {"return pow(lhs, rhs);"}};
   if (op == ir::OpId::Maximum || op == ir::OpId::Minimum) {
+    if (dtype == DType::F64)  // kiln_max and kiln_min are float functions: the same test, inline
+      return {summary + "; NaN propagates as in torch." + ir::to_string(op),
+              {fmt::format("return (lhs != lhs || lhs {} rhs) ? lhs : rhs;",
+                           op == ir::OpId::Maximum ? ">" : "<")}};
     if (is_float)
       return {summary + "; NaN propagates as in torch." + ir::to_string(op),
               {fmt::format("return {}(lhs, rhs);", op == ir::OpId::Maximum ? "kiln_max" : "kiln_min")}};
@@ -183,8 +247,8 @@ ElementFn binary_fn(ir::OpId op, DType dtype) {
   const std::string symbol = op == ir::OpId::Add ? "+" : op == ir::OpId::Sub ? "-" : op == ir::OpId::Mul ? "*" : "/";
   if (is_float) return {summary, {fmt::format("return lhs {} rhs;", symbol)}};
   if (op == ir::OpId::Div) return {summary + ", truncating", integer_div(dtype)};
-  if (dtype == DType::I32) return {summary + ", saturating to i32", saturating_i32(symbol.c_str())};
-  return {summary + ", saturating to i64", saturating_i64(symbol)};
+  return {summary + ", saturating to " + std::string(ir::dtype_name(dtype)),
+          saturating_arithmetic(dtype, symbol)};
 }
 
 // A row of scalar expressions (ir/ops.def: an activation, its backward op, or unary math):
@@ -225,15 +289,38 @@ ElementFn scalar_row_fn(const ir::Node& node) {
 }
 
 ElementFn integer_unary_fn(ir::OpId op, DType dtype) {
-  const std::string limit = dtype == DType::I64 ? "kI64" : "kI32";
+  KILN_CHECK(op == ir::OpId::Neg || op == ir::OpId::Abs) << "no integer element function for " << op;
+  if (ir::is_unsigned(dtype)) {
+    if (op == ir::OpId::Abs) return {"abs of an unsigned value: the identity", {"return value;"}};
+    return {"neg of an unsigned value: -x <= 0 saturates to 0 (the reference's store)",
+            {"(void)value;", "return 0;"}};
+  }
+  const std::string lo = limit_name(dtype, false);
+  const std::string hi = limit_name(dtype, true);
   if (op == ir::OpId::Neg)
-    return {
-        fmt::format("neg, saturating: -{}Min does not fit", limit),
-        with_limits(dtype, {fmt::format("return value == {}Min ? {}Max : -value;", limit, limit)})};
-  KILN_CHECK(op == ir::OpId::Abs) << "no integer element function for " << op;
-  return {fmt::format("abs, saturating: |{}Min| does not fit", limit),
-          with_limits(dtype, {fmt::format("if (value == {}Min) return {}Max;", limit, limit),
+    return {fmt::format("neg, saturating: -{}Min does not fit", lo.substr(0, lo.size() - 3)),
+            with_limits(dtype, {fmt::format("return value == {} ? {} : -value;", lo, hi)})};
+  return {fmt::format("abs, saturating: |{}Min| does not fit", lo.substr(0, lo.size() - 3)),
+          with_limits(dtype, {fmt::format("if (value == {}) return {};", lo, hi),
                               "return value < 0 ? -value : value;"})};
+}
+
+// An integer dtype's range as doubles (rounded where the type is wider than a double's mantissa).
+std::pair<double, double> integer_range(DType dtype) {
+  if (dtype == DType::Bool) return {0.0, 1.0};
+  if (dtype == DType::I64) return {-9223372036854775808.0, 9223372036854775807.0};
+  if (dtype == DType::U64) return {0.0, 18446744073709551615.0};
+  const int bits = static_cast<int>(8 * ir::dtype_size(dtype));
+  if (ir::is_unsigned(dtype)) return {0.0, std::ldexp(1.0, bits) - 1};
+  return {-std::ldexp(1.0, bits - 1), std::ldexp(1.0, bits - 1) - 1};
+}
+
+// A floating literal of `value` in the compute type of `dtype` (float or double).
+std::string floating_literal(DType dtype, double value) {
+  if (dtype != DType::F64) return literal(DType::F32, value);
+  std::string text = fmt::format("{:.17g}", value);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
 }
 
 // torch.clamp written as comparisons so NaN passes through; an infinite bound is dropped.
@@ -244,15 +331,12 @@ ElementFn clip_fn(const ir::Node& node) {
   const double lo = attr<double>(node, "min");
   const double hi = attr<double>(node, "max");
   const std::string type(compute_type(dtype));
-  const double type_min = dtype == DType::I32 ? -2147483648.0 : -9223372036854775808.0;
-  const double type_max = dtype == DType::I32 ? 2147483647.0 : 9223372036854775807.0;
   auto bound = [&](double value) {
-    if (ir::is_floating(dtype)) return literal(DType::F32, value);
+    if (ir::is_floating(dtype)) return floating_literal(dtype, value);
+    const auto [type_min, type_max] = integer_range(dtype);
     const double truncated = std::trunc(value);
-    if (truncated <= type_min)
-      return std::string(dtype == DType::I32 ? "-2147483647 - 1" : "-9223372036854775807LL - 1");
-    if (truncated >= type_max)
-      return std::string(dtype == DType::I32 ? "2147483647" : "9223372036854775807LL");
+    if (truncated <= type_min) return limit_literals(dtype).first;
+    if (truncated >= type_max) return limit_literals(dtype).second;
     return literal(dtype, truncated);
   };
   Statements body;
@@ -269,26 +353,65 @@ ElementFn clip_fn(const ir::Node& node) {
   return {"clip to [min, max]; comparisons let NaN through, as torch.clamp", body};
 }
 
-// Conversions between compute types: float→int saturates (NaN → 0) like the reference's
-// store; i64→i32 saturates; anything→bool is `!= 0` (the store adds it), NaN included.
+// Conversions between compute types, saturating like the reference's store: float -> int
+// truncates toward zero (NaN -> 0), int -> narrower int clamps, anything -> bool is `!= 0`
+// (the store adds it), NaN included.
 ElementFn cast_fn(DType from, DType to) {
   const std::string summary =
       fmt::format("cast {} -> {}", ir::dtype_name(from), ir::dtype_name(to));
   if (ir::is_floating(to)) {
+    if (from == DType::F64 && (to == DType::F16 || to == DType::BF16))
+      return {summary + ": rounded to odd in float, so the store's rounding is the only one",
+              {"// Rounding to nearest float, then to f16 or bf16, could round twice. Truncating",
+               "// toward zero and setting the last bit when bits were lost (\"round to odd\")",
+               "// keeps the information a single rounding of the double needs: float has 13",
+               "// (f16) or 16 (bf16) more mantissa bits than the target.",
+               "const float rounded = static_cast<float>(value);",
+               "if (value != value || rounded == INFINITY || rounded == -INFINITY ||",
+               "    static_cast<double>(rounded) == value)",
+               "  return rounded;",
+               "int bits = __float_as_int(rounded);",
+               "if (fabs(static_cast<double>(rounded)) > fabs(value)) bits -= 1;  // toward zero",
+               "return __int_as_float(bits | 1);"}};
     if (ir::is_floating(from))
       return {summary + ": f16/bf16 round once, on store", {"return value;"}};
-    return {summary, {"return static_cast<float>(value);"}};
+    return {summary, {fmt::format("return static_cast<{}>(value);", compute_type(to))}};
   }
   if (to == DType::Bool) return {summary + ": nonzero (and NaN) is true", {"return value != 0;"}};
-  if (ir::is_floating(from))
+  const std::string target(compute_type(to));
+  const std::string lo = limit_name(to, false);
+  const std::string hi = limit_name(to, true);
+  if (ir::is_floating(from)) {
+    if (from != DType::F64 && (to == DType::I32 || to == DType::I64))
+      return {summary + ", truncating toward zero and saturating (NaN -> 0)",
+              {fmt::format("return {}(value);",
+                           to == DType::I32 ? "kiln_float_to_i32" : "kiln_float_to_i64")}};
+    const auto [type_min, type_max] = integer_range(to);
     return {summary + ", truncating toward zero and saturating (NaN -> 0)",
-            {fmt::format("return {}(value);",
-                         to == DType::I32 ? "kiln_float_to_i32" : "kiln_float_to_i64")}};
-  if (from == DType::I64 && to == DType::I32)
+            with_limits(to, {"if (value != value) return 0;",
+                             fmt::format("if (value <= {}) return {};",
+                                         floating_literal(from, type_min), lo),
+                             fmt::format("if (value >= {}) return {};",
+                                         floating_literal(from, type_max), hi),
+                             fmt::format("return static_cast<{}>(value);", target)})};
+  }
+  const auto [from_min, from_max] = integer_range(from);
+  const auto [to_min, to_max] = integer_range(to);
+  if (from_min >= to_min && from_max <= to_max)
+    return {summary + ": exact", {fmt::format("return static_cast<{}>(value);", target)}};
+  // Each comparison below is made in a type that holds both operands exactly.
+  if (from == DType::U64)
     return {summary + ", saturating",
-            with_limits(DType::I32, {"return value < kI32Min ? kI32Min "
-                                     ": (value > kI32Max ? kI32Max : static_cast<int>(value));"})};
-  return {summary + ": exact", {fmt::format("return static_cast<{}>(value);", compute_type(to))}};
+            with_limits(to, {fmt::format("return value > static_cast<unsigned long long>({0}) ? "
+                                         "{0} : static_cast<{1}>(value);",
+                                         hi, target)})};
+  if (to == DType::U64)
+    return {summary + ", saturating (negative -> 0)",
+            {"return value < 0 ? 0ULL : static_cast<unsigned long long>(value);"}};
+  return {summary + ", saturating",
+          with_limits(to, {fmt::format("return value < {0} ? {0} : (value > {1} ? {1} : "
+                                       "static_cast<{2}>(value));",
+                                       lo, hi, target)})};
 }
 
 KernelSpec emit_binary(const KernelRequest& request) {
@@ -304,7 +427,7 @@ ElementFn numeric_unary_fn(const ir::Node& node) {
   const DType dtype = node.inputs[0]->type.dtype;
   if (!ir::is_floating(dtype)) return integer_unary_fn(node.op, dtype);
   if (node.op == ir::OpId::Neg) return {"neg", {"return -value;"}};
-  return {"abs", {"return fabsf(value);"}};
+  return {"abs", {dtype == DType::F64 ? "return fabs(value);" : "return fabsf(value);"}};
 }
 
 KernelSpec emit_numeric_unary(const KernelRequest& request) {

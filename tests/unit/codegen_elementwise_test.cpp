@@ -146,23 +146,6 @@ TEST(CodegenElementwise, IntegerDivisionByZeroIsZero) {
 #endif
 }
 
-// The small and unsigned integers run on the reference interpreter only, for now: emitting them
-// is a located error naming the value, also inside a fused kernel.
-TEST(CodegenElementwise, SmallIntegersAreRefusedWithTheValue) {
-  try {
-    (void)emit_program(testing::parse(R"(graph @bytes(%a: u8[4], %b: u8[4]) -> (u8[4]) {
-  %sum = add(%a, %b) : u8[4]
-  return %sum
-})"));
-    ADD_FAILURE() << "emitting u8 did not throw";
-  } catch (const kiln::Error& error) {
-    EXPECT_NE(std::string(error.what()).find("add: codegen has no u8 kernels yet (%a is u8[4]); "
-                                             "graphs with u8 run on --backend=reference"),
-              std::string::npos)
-        << error.what();
-  }
-}
-
 // Past 2^31 elements, indices are 64-bit. Too big to run here: emit and compile only.
 TEST(CodegenElementwise, HugeTensorsUse64BitIndices) {
   const Program program = emit_program(testing::parse(R"(graph @huge(%a: f32[3,1000000000],
