@@ -76,7 +76,10 @@ ir::Tensor random_tensor(const ir::TensorType& type, std::mt19937_64& rng) {
 }
 
 std::vector<ir::Tensor> bench_inputs(const Options& options, const std::vector<Slot>& slots) {
-  const std::map<std::string, ir::Tensor> given = read_input_flags(options.inputs);
+  std::map<std::string, ir::Tensor> given = read_input_flags(options.inputs);
+  std::vector<std::pair<std::string, ir::TensorType>> types;
+  for (const Slot& slot : slots) types.emplace_back(slot.name, slot.type);
+  conform_input_flags(given, options.inputs, types);
   for (const auto& [name, tensor] : given) {
     const bool known = std::any_of(slots.begin(), slots.end(),
                                    [&](const Slot& slot) { return slot.name == name; });

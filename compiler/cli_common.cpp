@@ -2,6 +2,7 @@
 
 #include "codegen/library_dispatch.h"
 #include "compiler/npy.h"
+#include "compiler/tensor_file_util.h"
 #include "ir/diagnostic.h"
 
 #include <fmt/format.h>
@@ -40,6 +41,20 @@ std::map<std::string, ir::Tensor> read_input_flags(const std::vector<std::string
     tensors.emplace(name, compiler::read_npy(spec.substr(equals + 1)));
   }
   return tensors;
+}
+
+void conform_input_flags(std::map<std::string, ir::Tensor>& inputs,
+                         const std::vector<std::string>& specs,
+                         const std::vector<std::pair<std::string, ir::TensorType>>& slots) {
+  for (const auto& [name, type] : slots) {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) continue;
+    std::string path = name;
+    for (const std::string& spec : specs)
+      if (spec.size() > name.size() && spec.compare(0, name.size() + 1, name + "=") == 0)
+        path = spec.substr(name.size() + 1);
+    it->second = compiler::conform_input(std::move(it->second), type, path);
+  }
 }
 
 namespace {

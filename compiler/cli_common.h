@@ -48,6 +48,11 @@ class PhaseTimer {
 // The tensors of repeated `--input NAME=FILE.npy` flags, by name (kiln::Error naming the flag
 // for a malformed or repeated one, or an unreadable file).
 std::map<std::string, ir::Tensor> read_input_flags(const std::vector<std::string>& specs);
+// Each of `inputs` as the graph input of its name takes it (compiler::conform_input: f64 data
+// rounds to an f32, f16 or bf16 input); a rounding error is located at the input's file.
+void conform_input_flags(std::map<std::string, ir::Tensor>& inputs,
+                         const std::vector<std::string>& specs,
+                         const std::vector<std::pair<std::string, ir::TensorType>>& slots);
 
 struct CacheFlags {
   bool no_cache = false;

@@ -86,6 +86,14 @@ std::vector<InputSlot> input_slots(const codegen::Program& program) {
   return slots;
 }
 
+// f64 data given for a float input of another width is rounded to it (conform_input_flags).
+void conform_inputs(std::map<std::string, ir::Tensor>& inputs, const Options& options,
+                    const std::vector<InputSlot>& slots) {
+  std::vector<std::pair<std::string, ir::TensorType>> types;
+  for (const InputSlot& slot : slots) types.emplace_back(slot.name, slot.type);
+  conform_input_flags(inputs, options.inputs, types);
+}
+
 // Inputs in graph order, checked against the graph's inputs (names, then types).
 std::vector<ir::Tensor> ordered_inputs(const std::vector<InputSlot>& slots,
                                        std::map<std::string, ir::Tensor>& by_name) {
@@ -205,6 +213,7 @@ std::vector<ir::Tensor> run_package(Options options, const CLI::App& command,
       throw Error("--backend=cuda", why + "; use --backend=host to run the same kernels on the CPU");
     runtime::require_code_for(program->binary, runtime::cuda::cuda_device_info(0).sm, options.model);
   }
+  conform_inputs(inputs, options, input_slots(program->program));
   const std::vector<ir::Tensor> ordered = ordered_inputs(input_slots(program->program), inputs);
   auto executable = timer.time("compile", [&] {
     return runtime::Executable::create(program->program, package.parameters(program->program, options.model),
@@ -236,6 +245,7 @@ int run(const Options& options, const CLI::App& command) {
     ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, import); });
     timer.time("weights", [&] { compiler::load_parameter_data(graph); });
     timer.time("passes", [&] { options.pipeline.run(graph); });
+    conform_inputs(inputs, options, input_slots(graph));
     if (options.backend == "reference") {
       if (!options.profile.empty())
         throw Error("--profile", "times generated kernels; the reference interpreter runs none "

@@ -35,11 +35,10 @@ struct NpyDType {
   size_t item_size;  // bytes per stored element
 };
 
-// f64 comes last so that writing f32 finds '<f4' first.
+// <f8 reads as f64; an f32 input given f64 data rounds it where it binds (conform_input).
 constexpr NpyDType kNpyDTypes[] = {
     {"<f4", ir::DType::F32, 4}, {"<f2", ir::DType::F16, 2}, {"<i4", ir::DType::I32, 4},
-    {"<i8", ir::DType::I64, 8}, {"|b1", ir::DType::Bool, 1}, {"<f8", ir::DType::F32, 8},
-    {"<f8", ir::DType::F64, 8},  // writing f64 (reading <f8 finds the entry before: f32)
+    {"<i8", ir::DType::I64, 8}, {"|b1", ir::DType::Bool, 1}, {"<f8", ir::DType::F64, 8},
     {"|i1", ir::DType::I8, 1},  {"|u1", ir::DType::U8, 1},   {"<i2", ir::DType::I16, 2},
     {"<u2", ir::DType::U16, 2}, {"<u4", ir::DType::U32, 4},  {"<u8", ir::DType::U64, 8},
     {"<i1", ir::DType::I8, 1},  {"<u1", ir::DType::U8, 1},  // NumPy writes '|', accepts both
@@ -329,9 +328,7 @@ ir::Tensor read_npy(const std::string& path) {
   in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(data_size));
   if (static_cast<uint64_t>(in.gcount()) != data_size)
     throw Error(path, "read failed (" + errno_text(errno) + ")");
-  return tensor_from_stored_bytes(type, header.dtype->item_size == 8 &&
-                                            header.dtype->dtype == ir::DType::F32,
-                                  std::move(bytes), path, "");
+  return tensor_from_stored_bytes(type, /*stored_f64=*/false, std::move(bytes), path, "");
 }
 
 void write_npy(const std::string& path, const ir::Tensor& tensor) {

@@ -58,11 +58,39 @@ inline std::string_view tensor_bytes_view(const ir::Tensor& tensor) {
   return {reinterpret_cast<const char*>(tensor.data()), tensor.byte_size()};
 }
 
+// Element `i`'s f64 `value` stored into `tensor`, a narrower float type: a finite value beyond
+// its range would silently become infinity, so it is an error located at `path` (`what` names
+// the tensor, "tensor 'w': ", or is empty) naming the element.
+inline void set_narrowed(ir::Tensor& tensor, int64_t i, double value, const std::string& path,
+                         const std::string& what) {
+  if (!ir::fits_dtype(value, tensor.dtype())) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", value);
+    throw Error(path, what + "f64 element " + std::to_string(i) + " (" + text +
+                          ") is beyond the range of " + std::string(ir::dtype_name(tensor.dtype())) +
+                          ", the type it is read as");
+  }
+  tensor.set(i, value);
+}
+
+// `given` as the input `slot` takes it: f64 data (NumPy's default float) given for an f32, f16
+// or bf16 input is rounded to it, range-checked as above; anything else is returned unchanged
+// for the caller's own type check.
+inline ir::Tensor conform_input(ir::Tensor given, const ir::TensorType& slot,
+                                const std::string& where) {
+  if (given.dtype() != ir::DType::F64 || !ir::is_floating(slot.dtype) ||
+      slot.dtype == ir::DType::F64 || given.shape() != slot.shape)
+    return given;
+  ir::Tensor narrowed(slot);
+  for (int64_t i = 0; i < narrowed.num_elements(); ++i)
+    set_narrowed(narrowed, i, given.get(i), where, "");
+  return narrowed;
+}
+
 // Builds a tensor from stored little-endian bytes. f64 data (`stored_f64`, 8 bytes an element)
-// narrows to the f32 `type`, since kiln has no f64 tensors: a finite value beyond f32's range
-// would silently become infinity, so it is an error located at `path` (`what` names the tensor,
-// "tensor 'w': ", or is empty) naming the element. Bools normalize to 0/1 because Tensor treats
-// any nonzero byte as true but kernels may compare bytes.
+// given for a narrower float `type` (a safetensors F64 entry for an f32 parameter) is rounded to
+// it, range-checked by set_narrowed. Bools normalize to 0/1 because Tensor treats any nonzero
+// byte as true but kernels may compare bytes.
 inline ir::Tensor tensor_from_stored_bytes(const ir::TensorType& type, bool stored_f64,
                                            std::vector<std::byte> bytes, const std::string& path,
                                            const std::string& what) {
@@ -71,14 +99,7 @@ inline ir::Tensor tensor_from_stored_bytes(const ir::TensorType& type, bool stor
     for (int64_t i = 0; i < tensor.num_elements(); ++i) {
       double value;
       std::memcpy(&value, bytes.data() + i * sizeof(double), sizeof(double));
-      if (!ir::fits_dtype(value, type.dtype)) {
-        char text[32];
-        std::snprintf(text, sizeof text, "%.17g", value);
-        throw Error(path, what + "f64 element " + std::to_string(i) + " (" + text +
-                              ") is beyond the range of " + std::string(ir::dtype_name(type.dtype)) +
-                              ", which kiln reads f64 data as");
-      }
-      tensor.set(i, value);
+      set_narrowed(tensor, i, value, path, what);
     }
     return tensor;
   }

@@ -12,6 +12,7 @@
 namespace kiln::api {
 
 ir::Tensor to_ir(const Tensor& tensor);
+ir::DType to_ir(DType dtype);
 Tensor from_ir(const ir::Tensor& tensor);
 DType from_ir(ir::DType dtype);
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "compiler/api/api_internal.h"
+#include "compiler/tensor_file_util.h"
 #include "ir/diagnostic.h"
 #include "runtime/cuda/cuda_executable.h"
 
@@ -95,6 +96,11 @@ int64_t Model::train_batch_size() const { return impl_->train_batch; }
 void Model::set_input(const std::string& name, Tensor value) {
   for (const TensorInfo& input : impl_->inputs) {
     if (input.name != name) continue;
+    // NumPy's default float64 data rounds to an f32 (f16, bf16) input.
+    if (value.dtype() == DType::F64)
+      value = api::from_ir(compiler::conform_input(api::to_ir(value),
+                                                   {api::to_ir(input.dtype), input.shape},
+                                                   "input '" + name + "'"));
     if (value.dtype() != input.dtype || value.shape() != input.shape)
       throw Error("input '" + name + "'", fmt::format("expected {}, got {}",
                                                       Tensor(input.dtype, input.shape).type_string(),

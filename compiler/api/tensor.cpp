@@ -70,6 +70,8 @@ DType from_ir(ir::DType dtype) {
   return DType::F32;
 }
 
+ir::DType to_ir(DType dtype) { return kiln::to_ir(dtype); }
+
 ir::Tensor to_ir(const Tensor& tensor) {
   std::vector<std::byte> bytes(tensor.data(), tensor.data() + tensor.byte_size());
   return ir::Tensor(ir::TensorType{kiln::to_ir(tensor.dtype()), tensor.shape()}, std::move(bytes));

@@ -1,5 +1,6 @@
 // .npy reading and writing: round trips, header variants, every error, and NumPy interop.
 #include "compiler/npy.h"
+#include "compiler/tensor_file_util.h"
 
 #include <gtest/gtest.h>
 
@@ -81,14 +82,32 @@ TEST(Npy, WritesBf16AsF32) {
   EXPECT_EQ(back.to_doubles(), (std::vector<double>{1.5, -2.0, 0.25}));
 }
 
-TEST(Npy, ReadsF64AsF32) {
+// <f8 stays f64; an f32 input given it (NumPy's default float) takes it rounded, and a value
+// beyond f32's range is an error naming the element, not an infinity.
+TEST(Npy, ReadsF64AsF64AndAnF32InputRoundsIt) {
   const auto dir = fresh_test_dir();
   write_raw(dir / "d.npy", npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
                                     raw_values<double>({0.5, 1e-3})));
   const Tensor tensor = read_npy((dir / "d.npy").string());
-  EXPECT_EQ(tensor.type().to_string(), "f32[2]");
-  EXPECT_EQ(tensor.get(0), 0.5);
-  EXPECT_EQ(tensor.get(1), double(1e-3f));
+  EXPECT_EQ(tensor.type().to_string(), "f64[2]");
+  EXPECT_EQ(tensor.get(1), 1e-3);
+  const Tensor as_f32 = compiler::conform_input(tensor, {ir::DType::F32, {2}}, "d.npy");
+  EXPECT_EQ(as_f32.type().to_string(), "f32[2]");
+  EXPECT_EQ(as_f32.get(1), double(1e-3f));
+  // An f64 input keeps it; another shape or an integer input is left to the caller's check.
+  EXPECT_EQ(compiler::conform_input(tensor, {ir::DType::F64, {2}}, "d.npy").get(1), 1e-3);
+  EXPECT_EQ(compiler::conform_input(tensor, {ir::DType::F32, {1, 2}}, "d.npy").dtype(), ir::DType::F64);
+  EXPECT_EQ(compiler::conform_input(tensor, {ir::DType::I32, {2}}, "d.npy").dtype(), ir::DType::F64);
+  const Tensor huge = Tensor::from_doubles({ir::DType::F64, {2}}, {1.0, 1e300});
+  try {
+    (void)compiler::conform_input(huge, {ir::DType::F32, {2}}, "d.npy");
+    ADD_FAILURE() << "1e300 became an f32";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("d.npy: error: f64 element 1 (1.0000000000000001e+300) "
+                                             "is beyond the range of f32"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 TEST(Npy, ReadsVersionsTwoAndThreeAndHeaderVariants) {
@@ -260,8 +279,8 @@ TEST(Npy, InteroperatesWithNumpy) {
   EXPECT_EQ(read("f32.npy").type().to_string(), "f32[2,3]");
   EXPECT_EQ(read("f32.npy").get(5), 1.25);
   EXPECT_EQ(read("f16.npy").to_doubles(), (std::vector<double>{0.5, -1.25}));
-  EXPECT_EQ(read("f64.npy").type().to_string(), "f32[2,1]");
-  EXPECT_EQ(read("f64.npy").get(0), double(1e-3f));
+  EXPECT_EQ(read("f64.npy").type().to_string(), "f64[2,1]");
+  EXPECT_EQ(read("f64.npy").get(0), 1e-3);
   EXPECT_EQ(read("i32.npy").to_doubles(), (std::vector<double>{-7, 7}));
   EXPECT_EQ(read("i64.npy").get(0), double(int64_t{1} << 40));
   EXPECT_EQ(read("bool.npy").to_doubles(), (std::vector<double>{1, 0, 1}));

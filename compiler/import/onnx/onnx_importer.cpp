@@ -1,5 +1,6 @@
 // ModelProto → ir::Graph. See onnx_importer.h for the contract and onnx_ops.h for the op table.
 #include "compiler/import/onnx/onnx_importer.h"
+#include "compiler/tensor_file_util.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/onnx_pb.h>
@@ -243,8 +244,11 @@ class Importer : public SubgraphImporter {
     operand.value = builder_.graph.add_input(builder_.unique_value_name(input.name()), type,
                                              ir::SourceLoc{file_, where, 0, 0});
     operand.name = input.name();
-    if (auto given = options_.input_values.find(input.name()); given != options_.input_values.end())
-      if (given->second.type() == type) operand.given = std::make_shared<const ir::Tensor>(given->second);
+    if (auto given = options_.input_values.find(input.name()); given != options_.input_values.end()) {
+      // f64 data (NumPy's default) for an f32 input is rounded to it, as `kiln run` binds it.
+      ir::Tensor value = compiler::conform_input(given->second, type, "input '" + input.name() + "'");
+      if (value.type() == type) operand.given = std::make_shared<const ir::Tensor>(std::move(value));
+    }
     values_[input.name()] = operand;
   }
 
