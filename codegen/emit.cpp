@@ -168,11 +168,13 @@ class ProgramBuilder {
   }
 
   // Which dtypes each op has kernels for. f32, f16, bf16, i32, i64 and bool: every op. The
-  // other integer widths and f64: data movement, and the element-wise ops whose functions are
-  // written for every width (arithmetic, saturating on integers; comparisons, select, casts,
-  // bit shifts). Activations, math rows, reductions and GEMMs compute in float: refused, as a
-  // result in f64 would silently lose precision. A fused kernel's body is checked node by
-  // node. Returns why not, or "" when the kernel exists.
+  // other integer widths and f64: data movement, arg reductions, and the element-wise ops whose
+  // functions are written for every width (arithmetic, saturating on integers; comparisons,
+  // select, casts, bit shifts). f64 also: the activation and math rows, sums, means, maxima and
+  // GEMMs, all in double. The rest (softmax, norms, pooling, losses, training ops) computes in
+  // float: refused, as an f64 result would silently lose precision, and so are reductions and
+  // GEMMs on the narrow integers. A fused kernel's body is checked node by node. Returns why
+  // not, or "" when the kernel exists.
   static std::string refusal(const ir::Node& node, ir::DType dtype) {
     using ir::DType;
     using ir::OpId;
@@ -184,7 +186,8 @@ class ProgramBuilder {
     }
     switch (node.op) {
       case OpId::Reshape: case OpId::Flatten: case OpId::Transpose: case OpId::Concat:
-      case OpId::Slice: case OpId::BroadcastTo: case OpId::GatherElements:
+      case OpId::Slice: case OpId::BroadcastTo: case OpId::GatherElements: case OpId::Argmax:
+      case OpId::Argmin:
       case OpId::Equal: case OpId::Less: case OpId::LessEqual: case OpId::Greater:
       case OpId::GreaterEqual: case OpId::Where: case OpId::Cast:
         return "";
@@ -194,7 +197,15 @@ class ProgramBuilder {
       case OpId::BitShift:
         if (ir::is_integer(dtype)) return "";
         break;
-      default: break;
+      // In double for f64: sums, means and maxima, GEMMs (matmul, dense, conv2d).
+      case OpId::ReduceSum: case OpId::ReduceMean: case OpId::ReduceMax: case OpId::Matmul:
+      case OpId::Dense: case OpId::Conv2d:
+        if (dtype == DType::F64) return "";
+        break;
+      default:
+        // The activation and math rows are templates on T: instantiated with T = double.
+        if (dtype == DType::F64 && !node.def->forward_expr.empty()) return "";
+        break;
     }
     return fmt::format("codegen has no {} kernel for {} yet", ir::dtype_name(dtype),
                        ir::to_string(node.op));

@@ -152,6 +152,14 @@ Statements integer_div(DType dtype) {
   return with_limits(dtype, std::move(body));
 }
 
+// A floating literal of `value` in the compute type of `dtype` (float or double).
+std::string floating_literal(DType dtype, double value) {
+  if (dtype != DType::F64) return literal(DType::F32, value);
+  std::string text = fmt::format("{:.17g}", value);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
 // The remainder with the divisor's sign (fmod = false) or the dividend's (fmod = true).
 Statements mod_statements(DType dtype, bool fmod) {
   Statements body;
@@ -253,12 +261,14 @@ ElementFn binary_fn(ir::OpId op, DType dtype) {
 
 // A row of scalar expressions (ir/ops.def: an activation, its backward op, or unary math):
 // its attributes as named constants, its operands under the names the expression uses, then
-// the expression itself, instantiated with T = float. ir/scalar_math.h (pasted into every
-// translation unit) defines the kiln_* helpers the expressions call.
+// the expression itself, instantiated with T = float (T = double for f64, as the reference
+// evaluator does). ir/scalar_math.h (pasted into every translation unit) defines the kiln_*
+// helpers the expressions call.
 ElementFn scalar_row_fn(const ir::Node& node) {
   const ir::OpDef& def = *node.def;
   KILN_CHECK(!def.forward_expr.empty()) << node.describe() << " is not a scalar-expression row";
-  Statements body = {"using T = float;"};
+  const bool in_double = node.results[0]->type.dtype == DType::F64;
+  Statements body = {in_double ? "using T = double;" : "using T = float;"};
   for (const ir::AttrSpec& spec : def.attrs) {
     const ir::Attribute& value = node.attrs.at(spec.name);
     if (!spec.choices.empty()) {
@@ -269,8 +279,8 @@ ElementFn scalar_row_fn(const ir::Node& node) {
       body.push_back(fmt::format("constexpr int {} = {};  // \"{}\"", spec.name, *index,
                                  choice));
     } else if (const auto* number = std::get_if<double>(&value)) {
-      body.push_back(fmt::format("constexpr float {} = {};", spec.name,
-                                 literal(DType::F32, *number)));
+      body.push_back(fmt::format("constexpr {} {} = {};", in_double ? "double" : "float", spec.name,
+                                 floating_literal(in_double ? DType::F64 : DType::F32, *number)));
     } else if (const auto* integer = std::get_if<int64_t>(&value)) {
       body.push_back(fmt::format("constexpr long long {} = {}LL;", spec.name, *integer));
     } else {
@@ -313,14 +323,6 @@ std::pair<double, double> integer_range(DType dtype) {
   const int bits = static_cast<int>(8 * ir::dtype_size(dtype));
   if (ir::is_unsigned(dtype)) return {0.0, std::ldexp(1.0, bits) - 1};
   return {-std::ldexp(1.0, bits - 1), std::ldexp(1.0, bits - 1) - 1};
-}
-
-// A floating literal of `value` in the compute type of `dtype` (float or double).
-std::string floating_literal(DType dtype, double value) {
-  if (dtype != DType::F64) return literal(DType::F32, value);
-  std::string text = fmt::format("{:.17g}", value);
-  if (text.find_first_of(".e") == std::string::npos) text += ".0";
-  return text;
 }
 
 // torch.clamp written as comparisons so NaN passes through; an infinite bound is dropped.

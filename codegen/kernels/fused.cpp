@@ -304,7 +304,8 @@ KernelSpec emit_reduce(const KernelRequest& request, const BodyPlan& plan) {
   for (const ir::Node* node : producers) emit_element_lambda(w, *node, names);
   w.comment(fmt::format("Element i of {}'s input, computed from the kernel's inputs.",
                         reduction.describe()));
-  w.open("const auto fused_x = [&]({} i) -> float", type);
+  w.open("const auto fused_x = [&]({} i) -> {}", type,
+         reduction.inputs[0]->type.dtype == ir::DType::F64 ? "double" : "float");
   const std::string last = emit_element_chain(w, producers, loop, names, "i", type);
   w.line("return {};", last);
   w.close(";");

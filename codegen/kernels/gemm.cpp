@@ -54,7 +54,7 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
   if (mentions(guard, outer) || mentions(operand.fetch, outer))
     w.line("const {} {} = {} + {};", spec.index_type, outer, block_outer, outer_offset);
   w.line("const {} k = k0 + {};", spec.index_type, k_offset);
-  w.line("float value = 0.0f;");
+  w.line("{} value = 0;", spec.value_type);
   if (!guard.empty()) w.open("if ({})", guard);
   w.lines(operand.fetch);
   if (!guard.empty()) w.close();
@@ -64,8 +64,9 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
 }
 
 // Where each thread stages its share of an operand tile, and the operand's own setup.
-void staging_position(BodyWriter& w, const GemmOperand& operand, const std::string& name,
-                      const std::string& outer, const std::string& outer_tile) {
+void staging_position(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
+                      const std::string& name, const std::string& outer,
+                      const std::string& outer_tile) {
   const std::string step = "k" + std::string(name == "a" ? "A" : "B") + "Step";
   if (operand.k_contiguous) {
     w.comment(fmt::format("Staging {}: each thread copies one k column, kLoadsPerThread {}s "
@@ -83,8 +84,8 @@ void staging_position(BodyWriter& w, const GemmOperand& operand, const std::stri
     w.line("constexpr int {} = kThreads / {};", step, outer_tile);
   }
   w.comment("The thread's first slot in the shared tile; the others are constant offsets away.");
-  w.line("float* {0}_slot = {0}_tile + {0}_k * k{1}TileStride + {0}_{2};", name,
-         name == "a" ? "A" : "B", outer);
+  w.line("{3}* {0}_slot = {0}_tile + {0}_k * k{1}TileStride + {0}_{2};", name,
+         name == "a" ? "A" : "B", outer, spec.value_type);
   w.lines(operand.setup);
 }
 
@@ -126,8 +127,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.comment("Shared tiles are k-major; the padding spreads stores along k over all banks.");
   w.line("constexpr int kATileStride = kTileM + {};", kGemmTilePad);
   w.line("constexpr int kBTileStride = kTileN + {};", kGemmTilePad);
-  w.line("float* a_tile = reinterpret_cast<float*>(kiln_smem);");
-  w.line("float* b_tile = a_tile + kTileK * kATileStride;");
+  w.line("{0}* a_tile = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
+  w.line("{}* b_tile = a_tile + kTileK * kATileStride;", spec.value_type);
   w.blank();
   w.line("const int thread_m = threadIdx.x / kThreadsN;");
   w.line("const int thread_n = threadIdx.x % kThreadsN;");
@@ -135,16 +136,16 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.line("const index_t block_col = static_cast<index_t>(blockIdx.x) * kTileN;");
   w.declare(spec.z_name, "const int {} = blockIdx.z;", spec.z_name);
   w.lines(spec.batch_setup);
-  staging_position(w, spec.a, "a", "row", "kTileM");
-  staging_position(w, spec.b, "b", "col", "kTileN");
+  staging_position(w, spec, spec.a, "a", "row", "kTileM");
+  staging_position(w, spec, spec.b, "b", "col", "kTileN");
   w.blank();
   w.comment("Accumulators: constant indices after unrolling, so they live in registers.");
-  w.line("float acc[kPerThreadM][kPerThreadN];");
+  w.line("{} acc[kPerThreadM][kPerThreadN];", spec.value_type);
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kPerThreadM; ++i)");
   w.line("#pragma unroll");
   w.open("for (int j = 0; j < kPerThreadN; ++j)");
-  w.line("acc[i][j] = 0.0f;");
+  w.line("acc[i][j] = 0;");
   w.close();
   w.close();
   w.open("for (int k0 = 0; k0 < kK; k0 += kTileK)");
@@ -155,8 +156,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.line("__syncthreads();");
   w.line("#pragma unroll");
   w.open("for (int kk = 0; kk < kTileK; ++kk)");
-  w.line("float a_frag[kPerThreadM];");
-  w.line("float b_frag[kPerThreadN];");
+  w.line("{} a_frag[kPerThreadM];", spec.value_type);
+  w.line("{} b_frag[kPerThreadN];", spec.value_type);
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kPerThreadM; ++i)");
   w.line("a_frag[i] = a_tile[kk * kATileStride + thread_m + i * kThreadsM];");
@@ -187,7 +188,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   const std::string guard = conjunction({spec.m % kGemmTileM != 0 ? "row < kM" : "",
                                          spec.n % kGemmTileN != 0 ? "col < kN" : ""});
   if (!guard.empty()) w.open("if ({})", guard);
-  w.line("float value = acc[i][j];");
+  w.line("{} value = acc[i][j];", spec.value_type);
   w.declare("channel", "const int channel = {};", spec.channel);
   w.line("const index_t out_index = {};", spec.out_index);
   w.lines(spec.epilogue);
@@ -201,7 +202,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   kernel.grid = Dim3{static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m),
                      static_cast<uint32_t>(spec.batch)};
   kernel.block = Dim3{kGemmThreads, 1, 1};
-  kernel.shared_bytes = kGemmSharedBytes;
+  kernel.shared_bytes = kGemmSharedSlots * (spec.value_type == "double" ? sizeof(double) : sizeof(float));
   kernel.uses_barriers = true;
   kernel.note = spec.note;
   return kernel;

@@ -28,9 +28,9 @@ inline constexpr int kGemmThreads = kGemmThreadsM * kGemmThreadsN;
 // Shared tiles are k-major rows of 64 floats padded by 2: threads that stage a tile walking
 // along k then write 32 different banks.
 inline constexpr int kGemmTilePad = 2;
-inline constexpr uint32_t kGemmSharedBytes =
-    (kGemmTileK * (kGemmTileM + kGemmTilePad) + kGemmTileK * (kGemmTileN + kGemmTilePad)) *
-    sizeof(float);
+inline constexpr uint32_t kGemmSharedSlots =
+    kGemmTileK * (kGemmTileM + kGemmTilePad) + kGemmTileK * (kGemmTileN + kGemmTilePad);
+inline constexpr uint32_t kGemmSharedBytes = kGemmSharedSlots * sizeof(float);
 
 // One operand as the tile loader sees it. The outer index is `row` for A and `col` for B; both it
 // and `k` are in range when `fetch` runs.
@@ -76,6 +76,9 @@ struct GemmSpec {
   std::string epilogue;
   std::string out_param = "out";
   ir::DType out_dtype = ir::DType::F32;
+  // What tiles, accumulators and `value` hold: float, or double when an operand or the result is
+  // f64 (the same tiling; the shared tiles take twice the bytes).
+  std::string value_type = "float";
   std::string note;  // the algorithm, for the kernel's comment
 };
 

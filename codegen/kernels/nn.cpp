@@ -74,6 +74,10 @@ GemmSpec gemm_for(const KernelRequest& request) {
   spec.index_type = index_type_with_overhang(largest_tensor(request.node));
   spec.out_param = request.output_params[0];
   spec.out_dtype = request.node.results[0]->type.dtype;
+  // f64 anywhere: the whole product in double (an f64 GEMM is for exactness, not speed).
+  bool any_f64 = spec.out_dtype == ir::DType::F64;
+  for (const ir::Value* input : request.node.inputs) any_f64 |= input->type.dtype == ir::DType::F64;
+  if (any_f64) spec.value_type = "double";
   return spec;
 }
 

@@ -10,8 +10,8 @@
 //   - columns: otherwise consecutive threads take consecutive outputs, so their reads are
 //     consecutive too; long columns are split over kSlices threads (blockDim.y) whose partial
 //     results meet in shared memory.
-// Accumulation: float for float dtypes (see reduce_util.h for the order and tolerance), 64-bit
-// for i32 sums (saturated to i32 at the end, as the reference's store), i64 sums wrap past
+// Accumulation: float for f32, f16 and bf16 (see reduce_util.h for the order and tolerance),
+// double for f64, 64-bit for i32 sums (saturated to i32 at the end, as the reference's store), i64 sums wrap past
 // 2^63 where the reference saturates.
 #include "codegen/kernels/reduce_util.h"
 
@@ -33,6 +33,12 @@ struct Accumulator {
 };
 
 Accumulator accumulator_for(ir::OpId op, DType dtype) {
+  if (dtype == DType::F64) {
+    if (op == ir::OpId::ReduceMax)
+      return {"double", "-INFINITY", Combine::Max, "acc", "max in double; NaN propagates"};
+    const std::string finish = op == ir::OpId::ReduceMean ? "acc / kReducedCount" : "acc";
+    return {"double", "0.0", Combine::Sum, finish, "sum in double"};
+  }
   if (op == ir::OpId::ReduceMax) {
     if (ir::is_floating(dtype))
       return {"float", "-INFINITY", Combine::Max, "acc", "max in float; NaN propagates (kiln_max)"};
@@ -55,6 +61,9 @@ Accumulator accumulator_for(ir::OpId op, DType dtype) {
 std::string fold(const Accumulator& acc, const std::string& value) {
   if (acc.combine == Combine::Sum) return "acc += " + value + ";";
   if (acc.type == "float") return "acc = kiln_max(acc, " + value + ");";
+  if (acc.type == "double") {  // kiln_max's test, inline: NaN propagates
+    return "{ const double v = " + value + "; acc = (acc != acc || acc > v) ? acc : v; }";
+  }
   return "acc = " + value + " > acc ? " + value + " : acc;";
 }
 
@@ -92,7 +101,9 @@ void emit_common_constants(BodyWriter& w, const ReducePlan& plan, const Accumula
   w.line("constexpr {} kOutputs = {};", type, int_literal(plan.outputs, type));
   w.line("constexpr {} kReduced = {};", type, int_literal(plan.per_output, type));
   if (acc.finish.find("kReducedCount") != std::string::npos)
-    w.line("constexpr float kReducedCount = {};", literal(DType::F32, double(plan.per_output)));
+    w.line("constexpr {} kReducedCount = {};", acc.type,
+           acc.type == "double" ? fmt::format("{}.0", plan.per_output)
+                                : literal(DType::F32, double(plan.per_output)));
   if (acc.finish.find("kI32Min") != std::string::npos) {
     w.line("constexpr long long kI32Min = -2147483647LL - 1;");
     w.line("constexpr long long kI32Max = 2147483647LL;");

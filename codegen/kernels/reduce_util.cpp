@@ -32,6 +32,8 @@ void emit_warp_combine(BodyWriter& w, const std::string& var, Combine combine,
   w.line("const {} other = __shfl_xor_sync(kFullMask, {}, offset);", type, var);
   if (combine == Combine::Sum)
     w.line("{} += other;", var);
+  else if (type == "double")  // kiln_max's test: NaN propagates
+    w.line("{0} = ({0} != {0} || {0} > other) ? {0} : other;", var);
   else
     w.line("{} = other > {} ? other : {};", var, var, var);
   w.close();
@@ -51,6 +53,8 @@ void emit_block_combine(BodyWriter& w, const std::string& var, Combine combine,
     w.line("{} += {}[k];", var, partial);
   else if (type == "float")
     w.line("{} = kiln_max({}, {}[k]);", var, var, partial);
+  else if (type == "double")
+    w.line("{0} = ({0} != {0} || {0} > {1}[k]) ? {0} : {1}[k];", var, partial);
   else
     w.line("{} = {}[k] > {} ? {}[k] : {};", var, partial, var, partial, var);
   w.close();
