@@ -328,7 +328,7 @@ ir::Tensor read_npy(const std::string& path) {
   in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(data_size));
   if (static_cast<uint64_t>(in.gcount()) != data_size)
     throw Error(path, "read failed (" + errno_text(errno) + ")");
-  return tensor_from_stored_bytes(type, /*stored_f64=*/false, std::move(bytes), path, "");
+  return tensor_from_stored_bytes(type, std::move(bytes));
 }
 
 void write_npy(const std::string& path, const ir::Tensor& tensor) {

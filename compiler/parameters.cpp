@@ -13,6 +13,7 @@
 #include "compiler/import/onnx/onnx_importer.h"
 #include "compiler/model_loader.h"
 #include "compiler/safetensors.h"
+#include "compiler/tensor_file_util.h"
 #include "ir/diagnostic.h"
 #include "ir/initializer.h"
 #include "ir/op_registry.h"
@@ -80,8 +81,10 @@ const SafetensorsEntry& check_external(const ir::Value& param, const ir::Externa
       notes.push_back(file_name(source.path) + " holds " + some_keys(file));
     fail(param, message, {}, std::move(notes));
   }
-  // F64 narrows to f32 on read (entry->type already says f32); no other conversion is implicit.
-  const bool dtype_ok = entry->type.dtype == param.type.dtype;
+  // F64 data rounds to an f32, f16 or bf16 parameter (load_external); no other conversion is
+  // implicit.
+  const bool dtype_ok = entry->type.dtype == param.type.dtype ||
+                        (entry->type.dtype == ir::DType::F64 && ir::is_floating(param.type.dtype));
   const bool shape_ok = entry->type.shape == param.type.shape;
   const std::string declared = " does not match the declared " + param.type.to_string();
   if (!dtype_ok && !shape_ok)
@@ -100,13 +103,11 @@ void check_inline(const ir::Value& param, const ir::InlineData& source) {
                     (source.values.size() == 1 ? "" : "s") + ", but " + param.type.to_string() +
                     " needs " + std::to_string(needed));
   if (ir::is_floating(param.type.dtype)) return;
-  const double limit = param.type.dtype == ir::DType::I32 ? 2147483648.0
-                       : param.type.dtype == ir::DType::I64 ? 9223372036854775808.0
-                                                            : 2.0;
-  const double low = param.type.dtype == ir::DType::Bool ? 0.0 : -limit;
   for (size_t i = 0; i < source.values.size(); ++i) {
     const double value = source.values[i];
-    if (value == std::trunc(value) && value >= low && value < limit) continue;
+    const bool fits = param.type.dtype == ir::DType::Bool ? value == 0 || value == 1
+                                                          : ir::fits_dtype(value, param.type.dtype);
+    if (fits) continue;
     fail(param, "inline value " + std::to_string(i) + " (" + ir::float_to_string(value) +
                     ") is not representable in " + param.type.to_string());
   }
@@ -172,7 +173,8 @@ const SafetensorsEntry* check_source(ir::Value& param, FileCache& cache, OnnxCac
 ir::Tensor load_external(const ir::Value& param, const ir::ExternalData& source,
                          const FileCache& cache) {
   try {
-    return cache.at(source.path).read(source.key);
+    return conform_input(cache.at(source.path).read(source.key), param.type, source.path,
+                         "tensor '" + escape_for_message(source.key) + "': ");
   } catch (const Error& inner) {
     fail(param, "weights file '" + source.path + "': " + inner.diagnostic().message);
   }

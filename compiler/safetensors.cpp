@@ -31,12 +31,11 @@ struct StoredDType {
   uint64_t size;  // bytes per stored element
 };
 
-// F64 comes after F32 so that writing an f32 tensor finds "F32".
+// F64 reads as f64; an f32 (f16, bf16) parameter stored as F64 is rounded where it loads
+// (compiler/parameters.cpp).
 constexpr StoredDType kStoredDTypes[] = {
     {"F32", ir::DType::F32, 4},   {"F16", ir::DType::F16, 2}, {"BF16", ir::DType::BF16, 2},
     {"I32", ir::DType::I32, 4},   {"I64", ir::DType::I64, 8}, {"BOOL", ir::DType::Bool, 1},
-    {"F64", ir::DType::F32, 8},
-    // Writing an f64 tensor (reading F64 finds the entry above: weights load as f32).
     {"F64", ir::DType::F64, 8},
     {"I8", ir::DType::I8, 1},     {"U8", ir::DType::U8, 1},   {"I16", ir::DType::I16, 2},
     {"U16", ir::DType::U16, 2},   {"U32", ir::DType::U32, 4}, {"U64", ir::DType::U64, 8},
@@ -200,8 +199,7 @@ ir::Tensor SafetensorsFile::read(const std::string& name) const {
     throw Error(path_, "tensor '" + escape_for_message(name) + "': the file changed since its header was read (" +
                            std::to_string(in.gcount() < 0 ? 0 : in.gcount()) + " of " +
                            std::to_string(size) + " bytes could be read)");
-  return tensor_from_stored_bytes(entry->type, entry->stored_dtype == "F64", std::move(bytes), path_,
-                                  "tensor '" + escape_for_message(name) + "': ");
+  return tensor_from_stored_bytes(entry->type, std::move(bytes));
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, ir::Tensor>& tensors,

@@ -77,32 +77,19 @@ inline void set_narrowed(ir::Tensor& tensor, int64_t i, double value, const std:
 // or bf16 input is rounded to it, range-checked as above; anything else is returned unchanged
 // for the caller's own type check.
 inline ir::Tensor conform_input(ir::Tensor given, const ir::TensorType& slot,
-                                const std::string& where) {
+                                const std::string& where, const std::string& what = "") {
   if (given.dtype() != ir::DType::F64 || !ir::is_floating(slot.dtype) ||
       slot.dtype == ir::DType::F64 || given.shape() != slot.shape)
     return given;
   ir::Tensor narrowed(slot);
   for (int64_t i = 0; i < narrowed.num_elements(); ++i)
-    set_narrowed(narrowed, i, given.get(i), where, "");
+    set_narrowed(narrowed, i, given.get(i), where, what);
   return narrowed;
 }
 
-// Builds a tensor from stored little-endian bytes. f64 data (`stored_f64`, 8 bytes an element)
-// given for a narrower float `type` (a safetensors F64 entry for an f32 parameter) is rounded to
-// it, range-checked by set_narrowed. Bools normalize to 0/1 because Tensor treats any nonzero
-// byte as true but kernels may compare bytes.
-inline ir::Tensor tensor_from_stored_bytes(const ir::TensorType& type, bool stored_f64,
-                                           std::vector<std::byte> bytes, const std::string& path,
-                                           const std::string& what) {
-  if (stored_f64) {
-    ir::Tensor tensor(type);
-    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
-      double value;
-      std::memcpy(&value, bytes.data() + i * sizeof(double), sizeof(double));
-      set_narrowed(tensor, i, value, path, what);
-    }
-    return tensor;
-  }
+// Builds a tensor from stored little-endian bytes of its own type. Bools normalize to 0/1
+// because Tensor treats any nonzero byte as true but kernels may compare bytes.
+inline ir::Tensor tensor_from_stored_bytes(const ir::TensorType& type, std::vector<std::byte> bytes) {
   if (type.dtype == ir::DType::Bool)
     for (std::byte& b : bytes) b = b != std::byte{0} ? std::byte{1} : std::byte{0};
   return ir::Tensor(type, std::move(bytes));

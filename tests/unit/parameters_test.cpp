@@ -128,7 +128,9 @@ TEST(Parameters, LoadsFromSafetensors) {
   EXPECT_EQ(w->data, before);
 }
 
-TEST(Parameters, LoadsStoredF64IntoF32Only) {
+// F64 data loads into f64 exactly and into f32 and f16 rounded; an integer parameter does not
+// take it.
+TEST(Parameters, LoadsStoredF64IntoFloatsOnly) {
   const auto dir = fresh_test_dir();
   std::string data(16, '\0');
   const double values[] = {0.25, -1.0};
@@ -144,11 +146,22 @@ TEST(Parameters, LoadsStoredF64IntoF32Only) {
   load_parameter_data(graph);
   EXPECT_EQ(d->data->to_doubles(), (std::vector<double>{0.25, -1.0}));
 
+  ir::Graph wide;
+  ir::Value* w = wide.add_parameter("d", {DType::F64, {2}}, ir::ExternalData{path, "d"}, kJsonLoc);
+  load_parameter_data(wide);
+  EXPECT_EQ(w->data->type().to_string(), "f64[2]");
+  EXPECT_EQ(w->data->to_doubles(), (std::vector<double>{0.25, -1.0}));
+
   ir::Graph half;
-  half.add_parameter("d", {DType::F16, {2}}, ir::ExternalData{path, "d"}, kJsonLoc);
-  EXPECT_EQ(check_error(half),
+  ir::Value* h = half.add_parameter("d", {DType::F16, {2}}, ir::ExternalData{path, "d"}, kJsonLoc);
+  load_parameter_data(half);
+  EXPECT_EQ(h->data->type().to_string(), "f16[2]");
+
+  ir::Graph ints;
+  ints.add_parameter("d", {DType::I32, {2}}, ir::ExternalData{path, "d"}, kJsonLoc);
+  EXPECT_EQ(check_error(ints),
             "model.json: /parameters/0: error: parameter 'd': dtype F64 in d.safetensors does "
-            "not match the declared f16[2]");
+            "not match the declared i32[2]");
 }
 
 TEST(Parameters, ReportsMismatchedTypes) {
