@@ -318,11 +318,7 @@ ElementFn integer_unary_fn(ir::OpId op, DType dtype) {
 // An integer dtype's range as doubles (rounded where the type is wider than a double's mantissa).
 std::pair<double, double> integer_range(DType dtype) {
   if (dtype == DType::Bool) return {0.0, 1.0};
-  if (dtype == DType::I64) return {-9223372036854775808.0, 9223372036854775807.0};
-  if (dtype == DType::U64) return {0.0, 18446744073709551615.0};
-  const int bits = static_cast<int>(8 * ir::dtype_size(dtype));
-  if (ir::is_unsigned(dtype)) return {0.0, std::ldexp(1.0, bits) - 1};
-  return {-std::ldexp(1.0, bits - 1), std::ldexp(1.0, bits - 1) - 1};
+  return {ir::integer_min(dtype), ir::integer_max(dtype)};
 }
 
 // torch.clamp written as comparisons so NaN passes through; an infinite bound is dropped.

@@ -28,9 +28,9 @@ inline constexpr int kGemmThreads = kGemmThreadsM * kGemmThreadsN;
 // Shared tiles are k-major rows of 64 floats padded by 2: threads that stage a tile walking
 // along k then write 32 different banks.
 inline constexpr int kGemmTilePad = 2;
+// Slots of both tiles: 4 bytes each for float GEMMs, 8 for double (GemmSpec::value_type).
 inline constexpr uint32_t kGemmSharedSlots =
     kGemmTileK * (kGemmTileM + kGemmTilePad) + kGemmTileK * (kGemmTileN + kGemmTilePad);
-inline constexpr uint32_t kGemmSharedBytes = kGemmSharedSlots * sizeof(float);
 
 // One operand as the tile loader sees it. The outer index is `row` for A and `col` for B; both it
 // and `k` are in range when `fetch` runs.
