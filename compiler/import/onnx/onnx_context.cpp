@@ -21,6 +21,7 @@ std::vector<int64_t> tensor_ints(const ir::Tensor& tensor) {
   }
   for (size_t i = 0; i < values.size(); ++i) {
     const double v = tensor.get(static_cast<int64_t>(i));
+    if (std::isnan(v)) throw ConvertError{"element " + std::to_string(i) + " is NaN where an integer is expected"};
     values[i] = v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : static_cast<int64_t>(v);
   }
   return values;
@@ -101,11 +102,15 @@ const Operand& NodeContext::input(int index) const {
 
 std::vector<int64_t> NodeContext::const_ints(int index, const char* what) const {
   const Operand& operand = input(index);
-  if (operand.given) return tensor_ints(*operand.given);
-  if (!operand.is_constant())
-    fail(std::string(what) + " (input " + std::to_string(index) + " '" + node_.input(index) +
-         "') must be known at import: kiln needs static shapes, and it is computed at run time");
-  return tensor_ints(*operand.constant);
+  const std::string named = std::string(what) + " (input " + std::to_string(index) + " '" + node_.input(index) + "')";
+  if (!operand.given && !operand.is_constant())
+    fail(named + " must be known at import: kiln needs static shapes, and it is computed at run time");
+  try {
+    return tensor_ints(operand.given ? *operand.given : *operand.constant);
+  } catch (const ConvertError& error) {
+    fail(named + ": " + error.message);
+  }
+  return {};
 }
 
 std::vector<double> NodeContext::const_doubles(int index, const char* what) const {
