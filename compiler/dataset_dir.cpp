@@ -28,8 +28,8 @@ data::Dataset load_npy_dataset_dir(const std::string& dir, data::Split split) {
   return dataset;
 }
 
-data::Dataset load_dataset(std::string_view spec, data::Split split) {
-  if (data::is_builtin_dataset(spec)) return data::load_builtin_dataset(spec, split);
+data::Dataset load_dataset(std::string_view spec, data::Split split, int64_t first) {
+  if (data::is_builtin_dataset(spec)) return data::load_builtin_dataset(spec, split, first);
   const std::string dir(spec);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {

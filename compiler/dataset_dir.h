@@ -17,8 +17,9 @@
 namespace kiln::compiler {
 
 // "mnist" or "fashion-mnist" (data::load_builtin_dataset), else a directory in the layout above.
-// Anything else is a kiln::Error that says what SPEC may be.
-data::Dataset load_dataset(std::string_view spec, data::Split split);
+// Anything else is a kiln::Error that says what SPEC may be. `first` > 0: a built-in dataset
+// converts only its first `first` samples (a directory's arrays load whole).
+data::Dataset load_dataset(std::string_view spec, data::Split split, int64_t first = 0);
 
 // One split of a directory of .npy files (layout above).
 data::Dataset load_npy_dataset_dir(const std::string& dir, data::Split split);

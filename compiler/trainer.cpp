@@ -190,11 +190,12 @@ double evaluate(runtime::TrainingExecutable& executable, const data::Dataset& da
 
 data::Dataset load_split(const TrainOptions& options, data::Split split, int64_t samples,
                          const char* flag) {
-  data::Dataset dataset = load_dataset(options.data, split);
   if (samples < 0) throw Error(flag, fmt::format("must be >= 0, got {}", samples));
+  // A built-in dataset loads only the samples asked for (and all of them when it has fewer).
+  data::Dataset dataset = load_dataset(options.data, split, samples);
   if (samples > dataset.size())
     throw Error(flag, fmt::format("{} asked for, {} has {}", samples, dataset.source, dataset.size()));
-  if (samples > 0) dataset = data::take_first(dataset, samples);
+  if (samples > 0 && samples < dataset.size()) dataset = data::take_first(dataset, samples);
   return dataset;
 }
 

@@ -131,10 +131,11 @@ fs::path find_builtin_dataset_dir(std::string_view name, Split split) {
   throw Error(std::move(diagnostic));
 }
 
-Dataset load_builtin_dataset(std::string_view name, Split split) {
+Dataset load_builtin_dataset(std::string_view name, Split split, int64_t first) {
   const fs::path dir = find_builtin_dataset_dir(name, split);
   const std::string labels_path = find_file(dir, file_stem(split, false)).string();
-  Dataset dataset = load_idx_dataset(find_file(dir, file_stem(split, true)).string(), labels_path);
+  Dataset dataset =
+      load_idx_dataset(find_file(dir, file_stem(split, true)).string(), labels_path, first);
   const auto* labels = reinterpret_cast<const int32_t*>(dataset.labels.data());
   for (int64_t i = 0; i < dataset.size(); ++i) {
     if (labels[i] >= kBuiltinClasses) {
@@ -146,7 +147,8 @@ Dataset load_builtin_dataset(std::string_view name, Split split) {
   return dataset;
 }
 
-Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path) {
+Dataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
+                         int64_t first) {
   const IdxArray images = read_idx_images(images_path);
   const IdxArray labels = read_idx_labels(labels_path);
   if (images.num_elements() == 0) {
@@ -158,17 +160,17 @@ Dataset load_idx_dataset(const std::string& images_path, const std::string& labe
     throw Error(labels_path, std::to_string(labels.dims[0]) + " labels for " +
                                  std::to_string(images.dims[0]) + " images in " + images_path);
   }
+  const int64_t count = first > 0 ? std::min<int64_t>(first, images.dims[0]) : images.dims[0];
   Dataset dataset;
   // A channel axis of 1 makes the images NCHW, the layout of kiln's conv2d.
-  dataset.images = ir::Tensor(
-      {ir::DType::F32, {images.dims[0], 1, images.dims[1], images.dims[2]}});
+  dataset.images = ir::Tensor({ir::DType::F32, {count, 1, images.dims[1], images.dims[2]}});
   auto* pixels = reinterpret_cast<float*>(dataset.images.data());
   const auto* raw = reinterpret_cast<const uint8_t*>(images.data.data());
-  for (int64_t i = 0, n = images.num_elements(); i < n; ++i) pixels[i] = raw[i] / kPixelScale;
-  dataset.labels = ir::Tensor({ir::DType::I32, {labels.dims[0]}});
+  for (int64_t i = 0, n = dataset.images.num_elements(); i < n; ++i) pixels[i] = raw[i] / kPixelScale;
+  dataset.labels = ir::Tensor({ir::DType::I32, {count}});
   auto* out_labels = reinterpret_cast<int32_t*>(dataset.labels.data());
   const auto* raw_labels = reinterpret_cast<const uint8_t*>(labels.data.data());
-  for (int64_t i = 0; i < labels.dims[0]; ++i) out_labels[i] = raw_labels[i];
+  for (int64_t i = 0; i < count; ++i) out_labels[i] = raw_labels[i];
   dataset.source = images_path;
   return dataset;
 }

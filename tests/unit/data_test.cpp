@@ -199,9 +199,20 @@ TEST(DataIdx, IdxDatasetScalesPixelsAndAddsAChannel) {
   EXPECT_EQ(dataset.images.to_doubles(), (std::vector<double>{0, 1, 0.2f, 0.4f}));
   EXPECT_EQ(dataset.labels.to_doubles(), (std::vector<double>{7, 3}));
 
+  // The first N samples only (--train-samples N); more than the file has means all of them.
+  const Dataset first = load_idx_dataset((dir / "images").string(), (dir / "labels").string(), 1);
+  EXPECT_EQ(first.images.type().to_string(), "f32[1,1,1,2]");
+  EXPECT_EQ(first.images.to_doubles(), (std::vector<double>{0, 1}));
+  EXPECT_EQ(first.labels.to_doubles(), (std::vector<double>{7}));
+  EXPECT_EQ(load_idx_dataset((dir / "images").string(), (dir / "labels").string(), 5).size(), 2);
+
   write_raw(dir / "labels3", idx_u8({3}, {7, 3, 1}));
   EXPECT_NE(error_of([&] {
               load_idx_dataset((dir / "images").string(), (dir / "labels3").string());
+            }).message.find("3 labels for 2 images"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_idx_dataset((dir / "images").string(), (dir / "labels3").string(), 1);
             }).message.find("3 labels for 2 images"),
             std::string::npos);
 
