@@ -30,7 +30,8 @@ SANITIZER_EXITS = {"ASAN_OPTIONS": "exitcode=86", "UBSAN_OPTIONS": "halt_on_erro
 for name, required in SANITIZER_EXITS.items():
     config.environment[name] = ":".join(filter(None, [os.environ.get(name, ""), required]))
 
-# The sanitizer build (Debug, ASan + UBSan) runs kiln many times slower: tests of scale say
-# `UNSUPPORTED: sanitizer` and run in the normal build only.
+# The sanitizer build (ASan + UBSan) runs kiln many times slower: tests of scale say
+# `UNSUPPORTED: sanitizer`, live in scale/, and run in the normal build only (ctest lit_scale:
+# CI runs the rest of the lit suite in the sanitizer build alone).
 if config.kiln_sanitize.upper() in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("sanitizer")
