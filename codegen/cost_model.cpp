@@ -191,7 +191,8 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::GlobalAvgPool:
     case OpId::ReduceMean: return mean_flops;
     case OpId::ReduceSum:
-    case OpId::ReduceMax: return reduce_flops;
+    case OpId::ReduceMax:
+    case OpId::GatherElementsGrad: return reduce_flops;  // an add per dy element
     case OpId::BatchNorm: return batch_norm_flops;
     // Mean (1), variance (subtract, square, add: 3), normalize, scale, shift (4).
     case OpId::LayerNorm: return per_result<8>;

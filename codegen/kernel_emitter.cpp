@@ -58,6 +58,7 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::Argmax:
     case OpId::Argmin:
     case OpId::GatherElements:
+    case OpId::GatherElementsGrad:
       return EmitterFamily::Index;
     case OpId::Reshape: case OpId::Flatten: case OpId::Transpose: case OpId::Concat:
     case OpId::Slice:

@@ -9,6 +9,12 @@
 //     index, reads its index (negative counts from the end) and copies x's element, so every
 //     dtype moves exactly. An index out of range reads element 0 of the axis (the reference
 //     reports it as an error; a kernel has no way to).
+//   - gather_elements_grad, its adjoint (an embedding's gradient): a gather over the result
+//     rather than a scatter over dy. One thread per result element walks dy's axis at its own
+//     coordinates and adds the dy elements whose index points at it, in index order: no atomics,
+//     so the sum is the same on every run (torch's scatter_add is not), and every result element
+//     is written once. The cost is the result's size times dy's axis length, which suits
+//     embedding tables of a few thousand rows; a sort-based kernel would be the next step.
 #include <algorithm>
 
 #include "codegen/kernels/elementwise_util.h"
@@ -107,12 +113,66 @@ KernelSpec emit_gather_elements(const KernelRequest& request) {
   return spec;
 }
 
+KernelSpec emit_gather_elements_grad(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& shape = node.results[0]->type.shape;
+  const ir::Shape& dy_shape = node.inputs[0]->type.shape;
+  const ir::DType dtype = node.results[0]->type.dtype;
+  const int rank = static_cast<int>(shape.size());
+  const int64_t axis_attr = attr<int64_t>(node, "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+  const int64_t count = ir::num_elements(shape);
+  const std::string type = index_type(std::max(count, ir::num_elements(dy_shape)));
+  const std::string sum_type(compute_type(dtype));
+  const std::string& indices = request.input_params[1];
+
+  BodyWriter w;
+  w.comment(fmt::format("out is shaped as the forward's x. Element j along axis {} sums, in index",
+                        axis));
+  w.comment("order, the dy elements of its row (the other coordinates) whose index is j.");
+  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  w.line("constexpr int kRank = {};", rank);
+  w.line("constexpr int kAxis = {};", axis);
+  w.line("constexpr {} kDims[kRank] = {};  // the result", type, array_literal(shape, type));
+  w.line("constexpr {} kDyDims[kRank] = {};  // dy and the indices", type, array_literal(dy_shape, type));
+  w.line("constexpr {} kDyStrides[kRank] = {};", type,
+         array_literal(ir::row_major_strides(dy_shape), type));
+  w.line("constexpr long long kAxisDim = {}LL;", shape[axis]);
+  open_grid_stride_loop(w, "i", type, "kCount");
+  w.line("{} rest = i;", type);
+  w.line("{} row = 0;  // dy's offset at this element's coordinates, axis at 0", type);
+  w.line("long long j = 0;");
+  w.line("bool inside = true;  // dy may be smaller than the result off the axis");
+  w.open("for (int d = kRank - 1; d >= 0; --d)");
+  w.line("const {} coordinate = rest % kDims[d];", type);
+  w.line("rest /= kDims[d];");
+  w.line("if (d == kAxis) j = coordinate;");
+  w.line("else if (coordinate >= kDyDims[d]) inside = false;");
+  w.line("else row += coordinate * kDyStrides[d];");
+  w.close();
+  w.line("{} sum = 0;", sum_type);
+  w.open("if (inside)");
+  w.open("for ({} k = 0; k < kDyDims[kAxis]; ++k)", type);
+  w.line("long long index = {}[row + k * kDyStrides[kAxis]];", indices);
+  w.line("if (index < 0) index += kAxisDim;");
+  w.line("if (index == j) sum += {};", load_input(request, 0, "row + k * kDyStrides[kAxis]"));
+  w.close();
+  w.close();
+  w.line("{}[i] = {};", request.output_params[0], store(dtype, "sum"));
+  w.close();
+  KernelSpec spec = grid_stride_spec(count);
+  spec.body = w.take();
+  spec.note = "grid-stride gather over the result, summing dy along the axis in index order";
+  return spec;
+}
+
 }  // namespace
 
 void add_index_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::Argmax, emit_arg_reduce);
   table.emplace_back(ir::OpId::Argmin, emit_arg_reduce);
   table.emplace_back(ir::OpId::GatherElements, emit_gather_elements);
+  table.emplace_back(ir::OpId::GatherElementsGrad, emit_gather_elements_grad);
 }
 
 }  // namespace kiln::codegen

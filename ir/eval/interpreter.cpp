@@ -63,6 +63,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::Argmax:
     case OpId::Argmin:
     case OpId::GatherElements:
+    case OpId::GatherElementsGrad:
       return KernelFamily::Index;
     case OpId::Conv2d: case OpId::Matmul: case OpId::Dense: case OpId::BiasAdd:
     case OpId::MaxPool2d: case OpId::AvgPool2d: case OpId::GlobalAvgPool: case OpId::BatchNorm:

@@ -1,5 +1,5 @@
 // Reference kernels for comparisons, logic on bool, where, the float predicates (is_nan,
-// is_inf), the arg reductions (argmax, argmin) and gather_elements.
+// is_inf), the arg reductions (argmax, argmin), gather_elements and its adjoint.
 //
 // Selections (where, gather_elements) copy element bytes, so every dtype moves exactly; i64
 // comparisons compare the integers themselves, not their (rounded) doubles.
@@ -147,6 +147,29 @@ Results gather_elements(const ir::Node& node, const Inputs& in) {
   return {std::move(out)};
 }
 
+// The adjoint of gather_elements: each dy element is added where the forward read it, in the
+// order of dy's elements (so a result element sums its contributions in index order, as the
+// kernel does), in double.
+Results gather_elements_grad(const ir::Node& node, const Inputs& in) {
+  const ir::Tensor& dy = *in[0];
+  const ir::Tensor& indices = *in[1];
+  const ir::Shape& shape = ref::result_type(node).shape;
+  const int axis = ref::norm_axis(ref::attr_int(node, "axis"), static_cast<int>(shape.size()));
+  const int64_t dim = shape[axis];
+  std::vector<double> out(static_cast<size_t>(ir::num_elements(shape)), 0.0);
+  for (int64_t i = 0; i < dy.num_elements(); ++i) {
+    std::vector<int64_t> position = ref::unravel(i, dy.shape());
+    const int64_t index = get_index(indices, i);
+    if (index < -dim || index >= dim)
+      ref::node_error(node, "index " + std::to_string(index) + " at element " + std::to_string(i) +
+                                " is outside [-" + std::to_string(dim) + ", " +
+                                std::to_string(dim) + ") on axis " + std::to_string(axis));
+    position[axis] = index < 0 ? index + dim : index;
+    out[ref::ravel(position, shape)] += dy.get(i);
+  }
+  return {ref::make_result(node, out)};
+}
+
 }  // namespace
 
 void add_index_kernels(KernelTable& table) {
@@ -177,6 +200,7 @@ void add_index_kernels(KernelTable& table) {
     return arg_reduce(node, in, false);
   };
   table[OpId::GatherElements] = gather_elements;
+  table[OpId::GatherElementsGrad] = gather_elements_grad;
 }
 
 }  // namespace kiln::eval

@@ -2,7 +2,8 @@
 //
 // Shape ops only move elements, so their gradients move dy back: reshape undoes reshape, the
 // inverse permutation undoes transpose, slices of dy undo concat, and a zero-padded scatter
-// (slice_grad) undoes slice, and summing over the broadcast dims undoes broadcast_to. Sum and
+// (slice_grad) undoes slice, an adding scatter (gather_elements_grad) undoes gather_elements,
+// and summing over the broadcast dims undoes broadcast_to. Sum and
 // mean spread dy evenly over the elements they reduced; max sends it to the maxima.
 #include "ir/gradients/gradients.h"
 
@@ -82,6 +83,17 @@ void add_shape_reduce_rules(OpRegistry& registry) {
     return {b.op(OpId::SliceGrad, {dy[0]},
                  {{"shape", Ints(n.inputs[0]->type.shape)}, {"starts", starts},
                   {"ends", ints_attr(n, "ends")}, {"axes", axes}, {"steps", steps}})};
+  });
+  // gather_elements (an embedding lookup, as ONNX Gather imports) reads x at the indices: its
+  // adjoint adds dy back there. The indices get no gradient.
+  set_rule(registry, OpId::GatherElements,
+           "gather_elements_grad(dy, indices) into zeros of x.shape (float x only)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    if (!is_floating(n.inputs[0]->type.dtype)) return {nullptr, nullptr};
+    return {b.op(OpId::GatherElementsGrad, {dy[0], n.inputs[1]},
+                 {{"axis", std::get<int64_t>(n.attrs.at("axis"))},
+                  {"shape", Ints(n.inputs[0]->type.shape)}}),
+            nullptr};
   });
   // broadcast_to's adjoint sums dy back over the broadcast dims.
   set_rule(registry, OpId::BroadcastTo,

@@ -95,6 +95,29 @@ Types infer_slice_grad(const InferContext& ctx) {
   return {ops::checked_result(ctx.inputs[0].dtype, shape)};
 }
 
+Types infer_gather_elements_grad(const InferContext& ctx) {
+  const TensorType& dy = ctx.inputs[0];
+  const TensorType& indices = ctx.inputs[1];
+  const Shape& shape = ctx.get_ints("shape");
+  if (!is_floating(dy.dtype)) throw OpError{"dy must be float, got " + dy.to_string(), 0};
+  if (indices.dtype != DType::I32 && indices.dtype != DType::I64)
+    throw OpError{"indices must be i32 or i64, got " + indices.to_string(), 1};
+  if (indices.shape != dy.shape)
+    throw OpError{"indices " + indices.to_string() + " must have dy's shape " + shape_to_string(dy.shape), 1};
+  const int rank = dy.rank();
+  if (rank == 0 || static_cast<int>(shape.size()) != rank)
+    throw OpError{"'shape' " + shape_to_string(shape) + " must have dy's rank " + std::to_string(rank) +
+                      " (at least 1)",
+                  -1, "shape"};
+  const int axis = ops::require_axis(ctx.get_int("axis"), rank, "axis");
+  for (int d = 0; d < rank; ++d)
+    if (d != axis && dy.shape[d] > shape[d])
+      throw OpError{"dy " + dy.to_string() + " is larger than 'shape' " + shape_to_string(shape) +
+                        " in dim " + std::to_string(d) + " (only the axis may differ freely)",
+                    0};
+  return {ops::checked_result(dy.dtype, shape)};
+}
+
 Types infer_softmax_like_grad(const InferContext& ctx) {
   std::vector<TensorType> out = infer_like_dy(ctx);
   require_axis(ctx.get_int("axis"), ctx.inputs[0].rank(), "axis");

@@ -1,6 +1,7 @@
 """Whole-model training checks against PyTorch autograd and torch.optim.
 
-For each model (an MLP and a small CNN with the seed CNN's ops, dropout included) this script
+For each model (an MLP and a small CNN with the seed CNN's ops, dropout included, and a token
+classifier whose embedding table trains through gather_elements_grad) this script
 writes random weights, lets kiln build the training graph (`kiln opt --training-graph`), and
 compares with the same model in PyTorch (float64):
   1. the loss and every parameter's gradient (kiln's autodiff pass, reference interpreter);
@@ -126,6 +127,26 @@ def cnn():
     return "train_cnn", (1, 1, 14, 14), params, nodes, forward, {"dropout": 0.5}
 
 
+def embedding():
+    """Token ids -> an embedding table (gather_elements on the table's rows, as ONNX Gather
+    imports) -> dense. Ids repeat (20 lookups in 7 rows), so rows sum several gradients."""
+    vocab, tokens, width = 7, 5, 3
+    params = {"embed.weight": (vocab, width), "fc.weight": (10, tokens * width), "fc.bias": (10,)}
+    nodes = [
+        {"op": "reshape", "name": "ids", "inputs": ["tokens"], "attrs": {"shape": [BATCH * tokens, 1]}},
+        {"op": "broadcast_to", "name": "ids_wide", "inputs": ["ids"],
+         "attrs": {"shape": [BATCH * tokens, width]}},
+        {"op": "gather_elements", "name": "embed", "inputs": ["embed.weight", "ids_wide"]},
+        {"op": "reshape", "name": "flat", "inputs": ["embed"], "attrs": {"shape": [BATCH, tokens * width]}},
+        {"op": "dense", "name": "fc", "inputs": ["flat", "fc.weight", "fc.bias"]},
+        {"op": "softmax", "name": "probs", "inputs": ["fc"], "attrs": {"axis": -1}},
+    ]
+
+    def forward(p, ids, masks):
+        return F.linear(F.embedding(ids, p["embed.weight"]).flatten(1), p["fc.weight"], p["fc.bias"])
+    return "train_embedding", (BATCH, tokens), params, nodes, forward, {}, vocab
+
+
 # ---- the check -------------------------------------------------------------------------------
 # Element by element, |kiln - torch| <= atol + rtol * |torch|, per kind of result (a new kind is
 # one line). kiln computes in float32 and rounds each node's result (the host backend also sums
@@ -151,7 +172,9 @@ def worst_ratio(actual, expected, atol, rtol):
 
 
 def check_model(kiln, work, model):
-    name, input_shape, shapes, nodes, forward, dropout_rates = model
+    name, input_shape, shapes, nodes, forward, dropout_rates, *tokens = model
+    vocab = tokens[0] if tokens else None  # a token model's input: i64 ids below vocab
+    input_name = "image" if vocab is None else "tokens"
     rng = np.random.default_rng(7)
     weights = {k: (rng.standard_normal(s) * (0.5 if len(s) > 1 else 0.1)).astype(np.float32)
                for k, s in shapes.items()}
@@ -160,15 +183,17 @@ def check_model(kiln, work, model):
     write_safetensors(os.path.join(folder, "w.safetensors"), weights)
     with open(os.path.join(folder, "model.json"), "w") as f:
         json.dump({"format": "kiln.model", "version": 1, "name": name, "weights": "w.safetensors",
-                   "inputs": [{"name": "image", "dtype": "f32", "shape": list(input_shape)}],
+                   "inputs": [{"name": input_name, "dtype": "f32" if vocab is None else "i64",
+                               "shape": list(input_shape)}],
                    "parameters": [{"name": k, "shape": list(s)} for k, s in shapes.items()],
                    "nodes": nodes, "outputs": ["probs"]}, f)
-    x = rng.random((BATCH,) + input_shape[1:]).astype(np.float32)
+    x = (rng.random((BATCH,) + input_shape[1:]).astype(np.float32) if vocab is None
+         else rng.integers(0, vocab, (BATCH,) + input_shape[1:]).astype(np.int64))
     y = rng.integers(0, 10, BATCH).astype(np.int32)
     np.save(os.path.join(folder, "x.npy"), x)
     np.save(os.path.join(folder, "y.npy"), y)
     model_path = os.path.join(folder, "model.json")
-    inputs = ["-i", f"image={folder}/x.npy", "-i", f"label={folder}/y.npy"]
+    inputs = ["-i", f"{input_name}={folder}/x.npy", "-i", f"label={folder}/y.npy"]
 
     failures = []
 
@@ -197,7 +222,7 @@ def check_model(kiln, work, model):
     for node, rate in dropout_rates.items():
         count = BATCH * shapes["fc1.bias"][0]
         masks[node] = torch.tensor(dropout_mask(count, rate, seeds[node], 1), dtype=torch.float64)
-    logits = forward(params, torch.tensor(x, dtype=torch.float64), masks)
+    logits = forward(params, torch.tensor(x, dtype=torch.float64 if vocab is None else torch.int64), masks)
     loss = F.cross_entropy(logits, torch.tensor(y, dtype=torch.int64))
     loss.backward()
 
@@ -235,7 +260,7 @@ def main():
     args = parser.parse_args()
     torch.manual_seed(0)
     failures = []
-    for model in (mlp(), cnn()):
+    for model in (mlp(), cnn(), embedding()):
         failures += check_model(args.kiln, args.work, model)
     if failures:
         sys.exit("FAILED: " + ", ".join(failures))
