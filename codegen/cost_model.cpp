@@ -196,6 +196,7 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::BatchNorm: return batch_norm_flops;
     // Mean (1), variance (subtract, square, add: 3), normalize, scale, shift (4).
     case OpId::LayerNorm: return per_result<8>;
+    case OpId::RmsNorm: return per_result<5>;
     // Row max, subtract, exp, row sum, divide (softmax) or subtract the log (log_softmax).
     case OpId::Softmax:
     case OpId::LogSoftmax: return per_result<5>;
@@ -224,6 +225,7 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::BatchNormTrain: return per_result<7>;
     case OpId::BatchNormTrainGrad: return per_result<9>;
     case OpId::LayerNormGrad: return per_result<14>;
+    case OpId::RmsNormGrad: return per_result<11>;
     // A fused kernel: the sum over the nodes of its body.
     case OpId::Kernel: return kernel_flops;
   }

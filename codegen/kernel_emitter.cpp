@@ -65,7 +65,7 @@ EmitterFamily emitter_family(ir::OpId op) {
       return EmitterFamily::Shape;
     // Row and whole-tensor reductions: reduce.cpp, normalize.cpp, loss.cpp.
     case OpId::ReduceSum: case OpId::ReduceMean: case OpId::ReduceMax: case OpId::Softmax:
-    case OpId::LogSoftmax: case OpId::LayerNorm: case OpId::SoftmaxCrossEntropy:
+    case OpId::LogSoftmax: case OpId::LayerNorm: case OpId::RmsNorm: case OpId::SoftmaxCrossEntropy:
     case OpId::MseLoss:
       return EmitterFamily::Reduce;
     // GEMMs (nn.cpp), pooling and per-channel ops (pool_norm.cpp), their backward (nn_grad.cpp).
@@ -75,6 +75,7 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::AvgPool2dGrad:
       return EmitterFamily::Nn;
     case OpId::BatchNormTrain: case OpId::BatchNormTrainGrad: case OpId::LayerNormGrad:
+    case OpId::RmsNormGrad:
       return EmitterFamily::NormTrain;
     case OpId::SgdUpdate: case OpId::AdamUpdate: case OpId::AdamwUpdate:
       return EmitterFamily::Optimizer;

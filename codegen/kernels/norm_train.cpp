@@ -163,9 +163,11 @@ void emit_row_combine(BodyWriter& w, bool per_warp, const std::string& var) {
     emit_block_combine(w, var, Combine::Sum, "float", "partial");
 }
 
-// Operands: dy 0, x 1, scale 2. Results: dx, dy * xhat.
+// Operands: dy 0, x 1, scale 2. Results: dx, dy * xhat. rms_norm_grad: no mean pass (the
+// mean is taken as 0) and no sum(g) pass.
 KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
   const ir::Node& node = request.node;
+  const bool centred = node.op == ir::OpId::LayerNormGrad;
   const DType dtype = node.inputs[1]->type.dtype;
   const ir::Shape& shape = node.inputs[1]->type.shape;
   const int axis = axis_of(node);
@@ -187,28 +189,44 @@ KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
   emit_warp_constants(w, kRowBlock);
   if (!per_warp) w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
   open_row_loop(w, per_warp, type, "kRows");
-  w.comment("Pass 1: the mean. Pass 2: the biased variance from centred values, as the forward.");
-  w.line("float sum = 0.0f;");
-  emit_row_fold(w, {{"sum", x}}, {}, first, step);
-  emit_row_combine(w, per_warp, "sum");
-  w.line("const float mean = sum / kSizeF;");
+  if (centred) {
+    w.comment("Pass 1: the mean. Pass 2: the biased variance from centred values, as the forward.");
+    w.line("float sum = 0.0f;");
+    emit_row_fold(w, {{"sum", x}}, {}, first, step);
+    emit_row_combine(w, per_warp, "sum");
+    w.line("const float mean = sum / kSizeF;");
+  } else {
+    w.comment("Pass 1: the mean square, as the forward (rms_norm does not centre: mean is 0).");
+    w.line("const float mean = 0.0f;");
+  }
   w.line("float squares = 0.0f;");
   emit_row_fold(w, {{"squares", "centred * centred"}}, {"const float centred = " + x + " - mean;"},
                 first, step);
   emit_row_combine(w, per_warp, "squares");
   w.line("const float inv_std = 1.0f / sqrtf(squares / kSizeF + kEpsilon);");
-  w.comment("Pass 3: sums of g = dy * scale and of g * xhat over the row.");
-  w.line("float sum_g = 0.0f;");
-  w.line("float sum_g_xhat = 0.0f;");
-  emit_row_fold(w, {{"sum_g", "g"}, {"sum_g_xhat", "g * xhat"}},
-                {"const float xhat = (" + x + " - mean) * inv_std;",
-                 "const float g = " + dy + " * " + scale + ";"},
-                first, step);
-  emit_row_combine(w, per_warp, "sum_g");
-  emit_row_combine(w, per_warp, "sum_g_xhat");
-  w.line("const float mean_g = sum_g / kSizeF;");
+  if (centred) {
+    w.comment("Pass 3: sums of g = dy * scale and of g * xhat over the row.");
+    w.line("float sum_g = 0.0f;");
+    w.line("float sum_g_xhat = 0.0f;");
+    emit_row_fold(w, {{"sum_g", "g"}, {"sum_g_xhat", "g * xhat"}},
+                  {"const float xhat = (" + x + " - mean) * inv_std;",
+                   "const float g = " + dy + " * " + scale + ";"},
+                  first, step);
+    emit_row_combine(w, per_warp, "sum_g");
+    emit_row_combine(w, per_warp, "sum_g_xhat");
+    w.line("const float mean_g = sum_g / kSizeF;");
+  } else {
+    w.comment("Pass 2: the sum of g * xhat over the row, g = dy * scale.");
+    w.line("float sum_g_xhat = 0.0f;");
+    emit_row_fold(w, {{"sum_g_xhat", "g * xhat"}},
+                  {"const float xhat = " + x + " * inv_std;",
+                   "const float g = " + dy + " * " + scale + ";"},
+                  first, step);
+    emit_row_combine(w, per_warp, "sum_g_xhat");
+    w.line("const float mean_g = 0.0f;  // no centring, no -mean(g) term");
+  }
   w.line("const float mean_g_xhat = sum_g_xhat / kSizeF;");
-  w.comment("Pass 4: dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)), and dy * xhat.");
+  w.comment("Last pass: dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)), and dy * xhat.");
   w.open("for (int k = {}; k < kSize; k += {})", first, step);
   w.line("const float xhat = ({} - mean) * inv_std;", x);
   w.line("const float grad_out = {};", dy);
@@ -226,7 +244,8 @@ KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
   spec.shared_bytes = per_warp ? 0 : static_cast<uint32_t>(kRowBlock / kWarpSize * sizeof(float));
   spec.uses_barriers = true;
   spec.note = std::string(per_warp ? "one warp" : "one block") +
-              " per row: mean, variance, sum(g) and sum(g * xhat) passes, then dx and dy * xhat";
+              (centred ? " per row: mean, variance, sum(g) and sum(g * xhat) passes, then dx and dy * xhat"
+                       : " per row: mean square and sum(g * xhat) passes, then dx and dy * xhat");
   return spec;
 }
 
@@ -236,6 +255,7 @@ void add_norm_train_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::BatchNormTrain, emit_batch_norm_train);
   table.emplace_back(ir::OpId::BatchNormTrainGrad, emit_batch_norm_train_grad);
   table.emplace_back(ir::OpId::LayerNormGrad, emit_layer_norm_grad);
+  table.emplace_back(ir::OpId::RmsNormGrad, emit_layer_norm_grad);
 }
 
 }  // namespace kiln::codegen

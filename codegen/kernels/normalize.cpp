@@ -137,7 +137,7 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   const std::string first = per_warp ? "lane" : "static_cast<int>(threadIdx.x)";
   const std::string step = per_warp ? "kWarpSize" : "static_cast<int>(blockDim.x)";
   const std::string& scale = request.input_params[1];
-  const std::string& bias = request.input_params[2];
+  const bool centred = node.op == ir::OpId::LayerNorm;  // rms_norm: no mean, no bias
   const double epsilon = attr<double>(node, "epsilon");
 
   BodyWriter w;
@@ -150,10 +150,15 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   open_row_loop(w, per_warp, type, "kRows");
   w.line("{}* out_row = {} + row * kSize;", element, request.output_params[0]);
   const std::string in_row_k = load_input(request, 0, "row * kSize + k");
-  w.comment("Pass 1: the mean.");
-  emit_row_sum(w, per_warp, "sum", in_row_k, first, step);
-  w.line("const float mean = sum / kSizeF;");
-  w.comment("Pass 2: the biased variance, from centred values (no cancellation).");
+  if (centred) {
+    w.comment("Pass 1: the mean.");
+    emit_row_sum(w, per_warp, "sum", in_row_k, first, step);
+    w.line("const float mean = sum / kSizeF;");
+    w.comment("Pass 2: the biased variance, from centred values (no cancellation).");
+  } else {
+    w.line("const float mean = 0.0f;  // rms_norm does not centre");
+    w.comment("Pass 1: the mean square.");
+  }
   w.line("float squares = 0.0f;");
   w.open("for (int k = {}; k < kSize; k += {})", first, step);
   w.line("const float centred = {} - mean;", in_row_k);
@@ -164,17 +169,19 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   else
     emit_block_combine(w, "squares", Combine::Sum, "float", "partial");
   w.line("const float inv_std = 1.0f / sqrtf(squares / kSizeF + kEpsilon);");
-  w.comment("Pass 3: normalize, scale and shift.");
+  w.comment(centred ? "Pass 3: normalize, scale and shift." : "Pass 2: normalize and scale.");
   w.open("for (int k = {}; k < kSize; k += {})", first, step);
   w.line("const float normalized = ({} - mean) * inv_std;", in_row_k);
-  w.line("out_row[k] = {};", store(dtype, "normalized * " + load(dtype, scale + "[k]") + " + " +
-                                              load(dtype, bias + "[k]")));
+  const std::string scaled = "normalized * " + load(dtype, scale + "[k]");
+  w.line("out_row[k] = {};",
+         store(dtype, centred ? scaled + " + " + load(dtype, request.input_params[2] + "[k]") : scaled));
   w.close();
   w.close();
   KernelSpec spec = row_spec(per_warp, rows, static_cast<uint32_t>(kRowBlock / kWarpSize * 4));
   spec.body = w.take();
   spec.note = std::string(per_warp ? "one warp" : "one block") +
-              " per row: mean pass, centred variance pass, normalize pass";
+              (centred ? " per row: mean pass, centred variance pass, normalize pass"
+                       : " per row: mean-square pass, normalize pass");
   return spec;
 }
 
@@ -184,6 +191,7 @@ void add_normalize_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::Softmax, [](const KernelRequest& r) { return emit_softmax(r, false); });
   table.emplace_back(ir::OpId::LogSoftmax, [](const KernelRequest& r) { return emit_softmax(r, true); });
   table.emplace_back(ir::OpId::LayerNorm, emit_layer_norm);
+  table.emplace_back(ir::OpId::RmsNorm, emit_layer_norm);
 }
 
 }  // namespace kiln::codegen

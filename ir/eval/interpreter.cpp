@@ -67,7 +67,7 @@ KernelFamily kernel_family(ir::OpId op) {
       return KernelFamily::Index;
     case OpId::Conv2d: case OpId::Matmul: case OpId::Dense: case OpId::BiasAdd:
     case OpId::MaxPool2d: case OpId::AvgPool2d: case OpId::GlobalAvgPool: case OpId::BatchNorm:
-    case OpId::LayerNorm: case OpId::Softmax: case OpId::LogSoftmax:
+    case OpId::LayerNorm: case OpId::RmsNorm: case OpId::Softmax: case OpId::LogSoftmax:
       return KernelFamily::Nn;
     case OpId::Conv2dGradInput: case OpId::Conv2dGradWeight: case OpId::MaxPool2dGrad:
     case OpId::AvgPool2dGrad:
@@ -85,6 +85,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::SgdUpdate: case OpId::AdamUpdate: case OpId::AdamwUpdate:
       return KernelFamily::Optimizer;
     case OpId::BatchNormTrain: case OpId::BatchNormTrainGrad: case OpId::LayerNormGrad:
+    case OpId::RmsNormGrad:
       return KernelFamily::NormTrain;
     case OpId::Kernel:
       return KernelFamily::Fused;

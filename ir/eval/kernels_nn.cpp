@@ -263,20 +263,23 @@ Results batch_norm(const ir::Node& node, const Inputs& in) {
 
 // Normalizes each row of x viewed as [prod(dims[:axis]), prod(dims[axis:])] with its own mean
 // and biased variance; scale and bias cover the row.
+// layer_norm, and rms_norm (no centring, no bias): per row of x viewed as
+// [prod(dims[:axis]), prod(dims[axis:])].
 Results layer_norm(const ir::Node& node, const Inputs& in) {
   const ir::Shape& xs = in[0]->shape();
   const int axis = ref::norm_axis(ref::attr_int(node, "axis"), static_cast<int>(xs.size()));
   const double eps = ref::attr_float(node, "epsilon");
+  const bool centred = node.op == ir::OpId::LayerNorm;
   const std::vector<double> x = in[0]->to_doubles();
   const std::vector<double> scale = in[1]->to_doubles();
-  const std::vector<double> bias = in[2]->to_doubles();
+  const std::vector<double> bias = centred ? in[2]->to_doubles() : std::vector<double>(scale.size(), 0.0);
   const int64_t rows = ir::num_elements(xs, 0, axis), size = ir::num_elements(xs, axis, xs.size());
   std::vector<double> out(x.size());
   for (int64_t r = 0; r < rows; ++r) {
     const double* row = &x[r * size];
     double sum = 0;
     for (int64_t i = 0; i < size; ++i) sum += row[i];
-    const double mean = sum / static_cast<double>(size);
+    const double mean = centred ? sum / static_cast<double>(size) : 0.0;
     double squares = 0;
     for (int64_t i = 0; i < size; ++i) squares += (row[i] - mean) * (row[i] - mean);
     const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(size) + eps);
@@ -320,6 +323,7 @@ void add_nn_kernels(KernelTable& table) {
   table[ir::OpId::GlobalAvgPool] = global_avg_pool;
   table[ir::OpId::BatchNorm] = batch_norm;
   table[ir::OpId::LayerNorm] = layer_norm;
+  table[ir::OpId::RmsNorm] = layer_norm;
   table[ir::OpId::Softmax] = [](const ir::Node& node, const Inputs& in) {
     return softmax(node, in, false);
   };

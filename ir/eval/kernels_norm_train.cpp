@@ -83,11 +83,13 @@ Results batch_norm_train_grad(const ir::Node& node, const Inputs& in) {
           ref::make_result(node, dbias, 2)};
 }
 
-// (dx, dy * xhat) per row of x viewed as [prod(dims[:axis]), prod(dims[axis:])].
+// (dx, dy * xhat) per row of x viewed as [prod(dims[:axis]), prod(dims[axis:])]. rms_norm_grad
+// is the same without the centring: its mean is 0, and dx has no -mean(g) term.
 Results layer_norm_grad(const ir::Node& node, const Inputs& in) {
   const ir::Shape& xs = in[1]->shape();
   const int axis = ref::norm_axis(ref::attr_int(node, "axis"), static_cast<int>(xs.size()));
   const double eps = ref::attr_float(node, "epsilon");
+  const bool centred = node.op == ir::OpId::LayerNormGrad;
   const std::vector<double> dy = in[0]->to_doubles();
   const std::vector<double> x = in[1]->to_doubles();
   const std::vector<double> scale = in[2]->to_doubles();
@@ -98,7 +100,7 @@ Results layer_norm_grad(const ir::Node& node, const Inputs& in) {
     const int64_t base = r * size;
     double sum = 0;
     for (int64_t i = 0; i < size; ++i) sum += x[base + i];
-    const double mean = sum / n;
+    const double mean = centred ? sum / n : 0.0;
     double squares = 0;
     for (int64_t i = 0; i < size; ++i) squares += std::pow(x[base + i] - mean, 2);
     const double inv_std = 1.0 / std::sqrt(squares / n + eps);
@@ -111,7 +113,7 @@ Results layer_norm_grad(const ir::Node& node, const Inputs& in) {
     }
     for (int64_t i = 0; i < size; ++i) {
       const double g = dy[base + i] * scale[i];
-      dx[base + i] = inv_std * (g - sum_g / n - xhat[i] * sum_g_xhat / n);
+      dx[base + i] = inv_std * (g - (centred ? sum_g / n : 0.0) - xhat[i] * sum_g_xhat / n);
       dy_xhat[base + i] = dy[base + i] * xhat[i];
     }
   }
@@ -124,6 +126,7 @@ void add_norm_train_kernels(KernelTable& table) {
   table[ir::OpId::BatchNormTrain] = batch_norm_train;
   table[ir::OpId::BatchNormTrainGrad] = batch_norm_train_grad;
   table[ir::OpId::LayerNormGrad] = layer_norm_grad;
+  table[ir::OpId::RmsNormGrad] = layer_norm_grad;
 }
 
 }  // namespace kiln::eval

@@ -271,11 +271,11 @@ Types infer_layer_norm(const InferContext& ctx) {
   const int axis = require_axis(ctx.get_int("axis"), x.rank(), "axis");
   const Shape normalized(x.shape.begin() + axis, x.shape.end());
   const std::string why = "dims " + str(axis) + ".. of input " + x.to_string();
-  for (int i : {1, 2}) {
-    if (ctx.inputs[i].shape != normalized)
+  for (int i = 1; i < static_cast<int>(ctx.inputs.size()); ++i) {  // scale, and layer_norm's bias
+    if (ctx.inputs[static_cast<size_t>(i)].shape != normalized)
       throw OpError{std::string(i == 1 ? "scale" : "bias") + " must have shape " +
                         shape_to_string(normalized) + " (" + why + "), got " +
-                        ctx.inputs[i].to_string(),
+                        ctx.inputs[static_cast<size_t>(i)].to_string(),
                     i};
   }
   require_epsilon(ctx);

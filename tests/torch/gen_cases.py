@@ -30,11 +30,12 @@ import torch.nn.functional as F
 sys.dont_write_bytecode = True  # importing the sibling modules must not leave __pycache__ here
 import case_writer
 from case_writer import TORCH_DTYPES, add_case, kiln_dtype, positive, randint, randn, shape_tag
-from grad_cases import backward_op_cases, gather_grad_cases, vjp
+from grad_cases import backward_op_cases, vjp
 from nn_cases import conv_cases, matmul_cases, norm_cases, pool_cases
 from norm_train_cases import norm_train_cases
 from conv_pool_grad_cases import conv_pool_grad_cases
 from optimizer_cases import optimizer_cases
+from transformer_cases import transformer_cases
 
 
 # --- elementwise --------------------------------------------------------------------------------
@@ -366,7 +367,7 @@ def main():
     for generate in (elementwise_cases, conv_cases, matmul_cases, pool_cases, norm_cases,
                      shape_cases, reduce_cases, loss_cases, f16_cases, optimizer_cases,
                      backward_op_cases, norm_train_cases, conv_pool_grad_cases, activation_row_cases,
-                     compare_index_cases, gather_grad_cases):
+                     compare_index_cases, transformer_cases):
         generate()
     count = case_writer.finish()
     print(f"wrote {count} cases to {case_writer.OUT_DIR}", file=sys.stderr)

@@ -118,22 +118,3 @@ def backward_op_cases():
     for factor in (0.5, -2.0, 0.0):
         add_case(f"scale_{str(factor).replace('.', 'p').replace('-', 'm')}", "scale",
                  {"factor": factor}, [randn(3, 4)], lambda t, f=factor: t * f)
-
-
-def gather_grad_cases():
-    """gather_elements_grad, an embedding's gradient: repeated indices add up, negative ones
-    count from the end (torch.gather wants them normalized), dy may be smaller than x off the
-    axis. Generated last, so that the earlier families' random inputs stay what they were."""
-    for name, xs, index_shape, axis, index_dtype, half in (
-            ("embedding", (6, 4), (9, 4), 0, torch.int64, False),
-            ("axis1_i32", (3, 5), (3, 7), 1, torch.int32, False),
-            ("neg_axis_smaller", (4, 6, 3), (2, 8, 3), -2, torch.int64, False),
-            ("f16", (5, 3), (8, 3), 0, torch.int64, True)):
-        dim = xs[axis]
-        index = randint(-dim, dim, *index_shape, dtype=index_dtype)
-        dy = randn(*index_shape).half() if half else randn(*index_shape)
-        add_case(f"gather_elements_grad_{name}", "gather_elements_grad",
-                 {"axis": axis, "shape": list(xs)}, [dy, index],
-                 lambda d, i, xs=xs, axis=axis, dim=dim: vjp(
-                     lambda t: torch.gather(t, axis, torch.where(i < 0, i + dim, i).long()),
-                     torch.zeros(xs, dtype=torch.float64), d))

@@ -193,6 +193,9 @@ std::vector<Case> cases() {
   all.push_back({"concat", {{{2, 3}}, {{4, 3}}}, {{"axis", int64_t{-2}}}});
   all.push_back({"slice", {{{5, 7}}}, {{"starts", Ints{1}}, {"ends", Ints{-1}}, {"axes", Ints{1}}, {"steps", Ints{2}}}});
   all.push_back({"slice", {{{4, 3, 6}}}, {{"starts", Ints{-3, 0}}, {"ends", Ints{100, 2}}}});
+  // Labels draw indices below operand 0's last dim: repeats (which add up) are certain.
+  all.push_back({"gather_elements", {{{3, 5}}, {{3, 7}, L}}, {{"axis", int64_t{1}}}});
+  all.push_back({"gather_elements", {{{6, 4}}, {{9, 4}, L}}});
   all.push_back({"broadcast_to", {{{3, 1}}}, {{"shape", Ints{2, 3, 4}}}});
   all.push_back({"broadcast_to", {{{}}}, {{"shape", Ints{5}}}});
   all.push_back({"scale", {{{2, 3}}}, {{"factor", -1.5}}});
@@ -233,6 +236,8 @@ std::vector<Case> cases() {
                     {"count_include_pad", include}}});
   all.push_back({"layer_norm", {{{3, 7}}, {{7}}, {{7}}}});
   all.push_back({"layer_norm", {{{2, 3, 4}}, {{3, 4}}, {{3, 4}}}, {{"axis", int64_t{1}}}});
+  all.push_back({"rms_norm", {{{3, 7}}, {{7}}}});
+  all.push_back({"rms_norm", {{{2, 3, 4}}, {{3, 4}}}, {{"axis", int64_t{1}}, {"epsilon", 1e-3}}});
   all.push_back({"batch_norm_train", {{{2, 3, 4, 5}}, {{3}}, {{3}}}});
   all.push_back({"batch_norm_train", {{{5, 4}}, {{4}}, {{4}}}, {{"epsilon", 1e-2}}});
   all.push_back({"softmax_cross_entropy", {{{4, 6}}, {{4}, L}}});
