@@ -46,10 +46,11 @@ run() {
   done <"$dir/io.txt"
 }
 
-for model in seq_cnn branches seq_misc; do
+for model in seq_cnn branches seq_misc tokens; do
   run "$work/$model" reference
 done
 run "$work/branches" host
+run "$work/tokens" host
 
 # Keras HDF5: the same weights read from a Keras 2 whole-model .h5 and a Keras 3 .weights.h5.
 for model in seq_cnn branches; do

@@ -24,8 +24,8 @@ function rng(seed) {
   };
 }
 
-function writeNpy(file, shape, data) {
-  let header = `{'descr': '<f4', 'fortran_order': False, 'shape': (${shape.join(', ')}${shape.length === 1 ? ',' : ''}), }`;
+function writeNpy(file, shape, data, descr = '<f4') {
+  let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${shape.join(', ')}${shape.length === 1 ? ',' : ''}), }`;
   const total = 10 + header.length + 1;
   header += ' '.repeat((64 - (total % 64)) % 64) + '\n';
   const head = Buffer.alloc(10);
@@ -33,7 +33,7 @@ function writeNpy(file, shape, data) {
   head[6] = 1;
   head[7] = 0;
   head.writeUInt16LE(header.length, 8);
-  const body = Buffer.from(new Float32Array(data).buffer);
+  const body = Buffer.from((descr === '<i4' ? new Int32Array(data) : new Float32Array(data)).buffer);
   fs.writeFileSync(file, Buffer.concat([head, Buffer.from(header, 'latin1'), body]));
 }
 
@@ -62,7 +62,8 @@ function randomizeWeights(model, seed) {
   }
 }
 
-async function save(model, dir, inputShapes, seed) {
+// tokens: when given, the inputs are int32 token ids below it rather than floats in [-1, 1).
+async function save(model, dir, inputShapes, seed, tokens = 0) {
   fs.mkdirSync(dir, {recursive: true});
   await model.save(tf.io.withSaveHandler(async (artifacts) => {
     const manifest = {
@@ -79,6 +80,11 @@ async function save(model, dir, inputShapes, seed) {
   const next = rng(seed + 7);
   const inputs = inputShapes.map((shape, i) => {
     const size = shape.reduce((a, b) => a * b, 1);
+    if (tokens > 0) {
+      const ids = Array.from({length: size}, () => Math.floor(next() * tokens));
+      writeNpy(path.join(dir, `input${i}.npy`), shape, ids, '<i4');
+      return tf.tensor(ids, shape, 'int32');
+    }
     const values = Array.from({length: size}, () => 2 * next() - 1);
     writeNpy(path.join(dir, `input${i}.npy`), shape, values);
     return tf.tensor(values, shape);
@@ -151,6 +157,18 @@ function sequentialMisc() {
   return m;
 }
 
+// A token classifier, the way transformers start: int32 ids → Embedding → LayerNormalization
+// → Dense over the sequence's last axis → Flatten → Dense + softmax.
+function sequenceTokens() {
+  const ids = tfl.input({shape: [6], dtype: 'int32', name: 'ids'});
+  const e = tfl.layers.embedding({inputDim: 11, outputDim: 8, name: 'embed'}).apply(ids);
+  const n = tfl.layers.layerNormalization({epsilon: 1e-5, name: 'norm'}).apply(e);
+  const h = tfl.layers.dense({units: 5, activation: 'relu', name: 'mix'}).apply(n);
+  const f = tfl.layers.flatten({name: 'flat'}).apply(h);
+  const out = tfl.layers.dense({units: 4, activation: 'softmax', name: 'probs'}).apply(f);
+  return tfl.model({inputs: ids, outputs: out, name: 'tokens'});
+}
+
 async function main() {
   const out = process.argv[2];
   if (!out) throw new Error('usage: node make_models.js OUT_DIR');
@@ -159,11 +177,12 @@ async function main() {
     ['seq_cnn', sequentialCnn(), [[2, 12, 12, 3]]],
     ['branches', functionalBranches(), [[2, 9, 9, 4]]],
     ['seq_misc', sequentialMisc(), [[3, 8, 8, 2]]],
+    ['tokens', sequenceTokens(), [[3, 6]], 11],
   ];
   let seed = 1;
-  for (const [name, model, shapes] of models) {
+  for (const [name, model, shapes, tokens] of models) {
     randomizeWeights(model, seed);
-    await save(model, path.join(out, name), shapes, seed);
+    await save(model, path.join(out, name), shapes, seed, tokens || 0);
     seed += 1;
   }
 }

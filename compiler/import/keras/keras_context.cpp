@@ -110,6 +110,19 @@ ir::Value* LayerContext::constant(ir::Tensor tensor, const std::string& suffix) 
   return value;
 }
 
+std::pair<ir::Value*, ir::Value*> LayerContext::gamma_beta(int64_t size) {
+  const ir::Shape shape{size};
+  const auto weight_or = [&](const char* flag, const char* name, double fallback) {
+    if (get_bool(flag, true))
+      return param(name, shape, shape, [](const ir::Tensor& t) { return t; }, std::string(name) + "_initializer");
+    ir::Tensor t(ir::TensorType{ir::DType::F32, shape});
+    for (int64_t i = 0; i < size; ++i) t.set(i, fallback);
+    return constant(std::move(t), name);
+  };
+  ir::Value* gamma = weight_or("scale", "gamma", 1.0);
+  return {gamma, weight_or("center", "beta", 0.0)};
+}
+
 namespace {
 
 // Keras's fans (keras.initializers.VarianceScaling): the last two dims are input and output,

@@ -172,8 +172,12 @@ class Importer {
                                  : json("float32");
     const std::string dtype_name = dtype.is_string() ? dtype.get<std::string>()
                                    : policy_name.is_string() ? policy_name.get<std::string>() : "not a string";
-    if (dtype_name != "float32")
-      return error(&layer, "input dtype '" + escape_for_message(dtype_name) + "' is not supported (float32)");
+    // Integer inputs are token ids (an Embedding's): kept as integers, not read as floats.
+    const ir::DType input_dtype = dtype_name == "int32" ? ir::DType::I32
+                                  : dtype_name == "int64" ? ir::DType::I64 : ir::DType::F32;
+    if (dtype_name != "float32" && input_dtype == ir::DType::F32)
+      return error(&layer, "input dtype '" + escape_for_message(dtype_name) +
+                               "' is not supported (float32, int32, int64)");
     ir::Shape dims;
     const auto hint = options_.input_shapes.find(layer.name);
     if (hint != options_.input_shapes.end() && hint->second.size() != shape.size())
@@ -199,7 +203,7 @@ class Importer {
       }
     }
     if (!ir::checked_num_elements(dims)) return error(&layer, "shape " + ir::shape_to_string(dims) + " is too large");
-    ir::Value* input = b_.graph.add_input(b_.unique_name(layer.name), ir::TensorType{ir::DType::F32, dims}, b_.loc(layer));
+    ir::Value* input = b_.graph.add_input(b_.unique_name(layer.name), ir::TensorType{input_dtype, dims}, b_.loc(layer));
     LayerContext context(b_, layer, 0);
     try {
       values_[key_of(ref)] = context.from_keras_order(input);

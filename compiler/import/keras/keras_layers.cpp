@@ -164,11 +164,22 @@ Outputs separable_conv2d(LayerContext& c, const Inputs& in) {
 
 // Dense on [batch, features]. After a Flatten of an NCHW tensor the features arrive in c,h,w
 // order; the kernel's rows (Keras: h,w,c order) are permuted to match instead of the data.
+// On a sequence [batch, ..., features] it applies to the last axis: the leading dims are
+// folded into the batch and unfolded again.
 Outputs dense(LayerContext& c, const Inputs& in) {
   const KTensor& x = one_input(c, in);
-  if (x.value->type.rank() != 2)
-    c.fail("Dense on a rank-" + std::to_string(x.value->type.rank()) +
-           " input is not supported (flatten it first)");
+  const int rank = x.value->type.rank();
+  if (rank > 2 && !x.channels_first && x.pad.empty()) {
+    const ir::Shape& shape = x.value->type.shape;
+    KTensor rows{c.emit(OpId::Reshape, {x.value}, {{"shape", Ints{ir::num_elements(shape) / shape.back(), shape.back()}}})};
+    KTensor y = dense(c, {rows})[0];
+    Ints out_shape(shape.begin(), shape.end() - 1);
+    out_shape.push_back(y.value->type.shape.back());
+    return {KTensor{c.emit(OpId::Reshape, {y.value}, {{"shape", out_shape}})}};
+  }
+  if (rank != 2)
+    c.fail("Dense on a rank-" + std::to_string(rank) +
+           " image input is not supported (flatten or pool it first)");
   const int64_t units = c.get_int("units", 0);
   if (units < 1) c.fail("units must be positive");
   const int64_t features = x.value->type.shape[1];
@@ -236,13 +247,7 @@ Outputs batch_norm(LayerContext& c, const Inputs& in) {
            " is not supported (the channels: the last axis)");
   const int64_t channels = x.value->type.shape[1];
   const ir::Shape shape{channels};
-  const auto fixed = [&](double value, const char* suffix) {
-    ir::Tensor t(ir::TensorType{ir::DType::F32, shape});
-    for (int64_t i = 0; i < channels; ++i) t.set(i, value);
-    return c.constant(std::move(t), suffix);
-  };
-  ir::Value* gamma = c.get_bool("scale", true) ? c.param("gamma", shape, shape, same, "gamma_initializer") : fixed(1.0, "gamma");
-  ir::Value* beta = c.get_bool("center", true) ? c.param("beta", shape, shape, same, "beta_initializer") : fixed(0.0, "beta");
+  const auto [gamma, beta] = c.gamma_beta(channels);
   ir::Value* mean = c.param("moving_mean", shape, shape, same, "moving_mean_initializer");
   ir::Value* variance = c.param("moving_variance", shape, shape, same, "moving_variance_initializer");
   // Keras's momentum weighs the old average (0.99); kiln's, like PyTorch's, the new batch.
@@ -448,6 +453,8 @@ const std::unordered_map<std::string, LayerConverter>& converters() {
       {"Reshape", reshape},
       {"Flatten", flatten},
       {"Identity", identity},
+      {"Embedding", embedding_layer},
+      {"LayerNormalization", layer_normalization_layer},
   };
   return table;
 }
@@ -464,12 +471,13 @@ std::vector<std::string> weight_order(const std::string& class_name, const json&
     return !config.is_object() || !config.contains(key) || !config.at(key).is_boolean() || config.at(key).get<bool>();
   };
   std::vector<std::string> names;
-  if (class_name == "BatchNormalization") {
+  if (class_name == "BatchNormalization" || class_name == "LayerNormalization") {
     if (flag("scale")) names.push_back("gamma");
     if (flag("center")) names.push_back("beta");
-    names.insert(names.end(), {"moving_mean", "moving_variance"});
+    if (class_name == "BatchNormalization") names.insert(names.end(), {"moving_mean", "moving_variance"});
     return names;
   }
+  if (class_name == "Embedding") return {"embeddings"};
   if (class_name == "DepthwiseConv2D") names = {"depthwise_kernel"};
   else if (class_name == "SeparableConv2D" || class_name == "SeparableConvolution2D") names = {"depthwise_kernel", "pointwise_kernel"};
   else if (class_name == "Conv2D" || class_name == "Convolution2D" || class_name == "Dense") names = {"kernel"};

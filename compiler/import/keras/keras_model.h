@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -131,6 +132,9 @@ class LayerContext {
   ir::Value* param(const std::string& weight, const ir::Shape& keras_shape, const ir::Shape& kiln_shape,
                    const std::function<ir::Tensor(const ir::Tensor&)>& convert, const std::string& initializer_key);
   ir::Value* constant(ir::Tensor tensor, const std::string& suffix);
+  // A normalization's gamma and beta [size]: the layer's weights where its `scale` and `center`
+  // say so (the default), else constants 1 and 0.
+  std::pair<ir::Value*, ir::Value*> gamma_beta(int64_t size);
 
   // --- layout -------------------------------------------------------------------------------
   // The tensor as Keras sees it (NHWC for 4-D, flatten in h,w,c order), materialized.
@@ -155,6 +159,9 @@ class LayerContext {
 
 // Converts one call of a layer: its inputs → its outputs.
 using LayerConverter = std::function<std::vector<KTensor>(LayerContext&, const std::vector<KTensor>&)>;
+// The sequence layers (keras_layers_sequence.cpp).
+std::vector<KTensor> embedding_layer(LayerContext& c, const std::vector<KTensor>& in);
+std::vector<KTensor> layer_normalization_layer(LayerContext& c, const std::vector<KTensor>& in);
 const LayerConverter* find_converter(const std::string& class_name);
 std::vector<std::string> supported_layers();  // sorted, for messages
 
