@@ -1,7 +1,7 @@
 """Whole-model training checks against PyTorch autograd and torch.optim.
 
 For each model (an MLP and a small CNN with the seed CNN's ops, dropout included, and a token
-classifier whose embedding table trains through gather_elements_grad) this script
+classifier whose embedding table trains through gather_elements_grad and rms_norm_grad) this script
 writes random weights, lets kiln build the training graph (`kiln opt --training-graph`), and
 compares with the same model in PyTorch (float64):
   1. the loss and every parameter's gradient (kiln's autodiff pass, reference interpreter);
@@ -129,21 +129,26 @@ def cnn():
 
 def embedding():
     """Token ids -> an embedding table (gather_elements on the table's rows, as ONNX Gather
-    imports) -> dense. Ids repeat (20 lookups in 7 rows), so rows sum several gradients."""
+    imports) -> rms_norm -> dense. Ids repeat (20 lookups in 7 rows), so rows sum several
+    gradients."""
     vocab, tokens, width = 7, 5, 3
-    params = {"embed.weight": (vocab, width), "fc.weight": (10, tokens * width), "fc.bias": (10,)}
+    params = {"embed.weight": (vocab, width), "norm.weight": (width,),
+              "fc.weight": (10, tokens * width), "fc.bias": (10,)}
     nodes = [
         {"op": "reshape", "name": "ids", "inputs": ["tokens"], "attrs": {"shape": [BATCH * tokens, 1]}},
         {"op": "broadcast_to", "name": "ids_wide", "inputs": ["ids"],
          "attrs": {"shape": [BATCH * tokens, width]}},
         {"op": "gather_elements", "name": "embed", "inputs": ["embed.weight", "ids_wide"]},
-        {"op": "reshape", "name": "flat", "inputs": ["embed"], "attrs": {"shape": [BATCH, tokens * width]}},
+        {"op": "rms_norm", "name": "norm", "inputs": ["embed", "norm.weight"], "attrs": {"epsilon": 1e-5}},
+        {"op": "reshape", "name": "flat", "inputs": ["norm"], "attrs": {"shape": [BATCH, tokens * width]}},
         {"op": "dense", "name": "fc", "inputs": ["flat", "fc.weight", "fc.bias"]},
         {"op": "softmax", "name": "probs", "inputs": ["fc"], "attrs": {"axis": -1}},
     ]
 
     def forward(p, ids, masks):
-        return F.linear(F.embedding(ids, p["embed.weight"]).flatten(1), p["fc.weight"], p["fc.bias"])
+        e = F.embedding(ids, p["embed.weight"])
+        e = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + 1e-5) * p["norm.weight"]
+        return F.linear(e.flatten(1), p["fc.weight"], p["fc.bias"])
     return "train_embedding", (BATCH, tokens), params, nodes, forward, {}, vocab
 
 
