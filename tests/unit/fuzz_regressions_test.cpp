@@ -36,6 +36,7 @@ const std::map<std::string, std::string> kExpected = {
     {"onnx-resize-cubic-huge-sizes", "the result [3876353,1,4108,197632] has more than 2^48 elements"},
     {"keras-functional-name-not-a-string", "the Functional model's name must be a string"},
     {"keras-sequential-name-not-a-string", "the Sequential model's name must be a string"},
+    {"onnx-initializer-gigabyte-without-values", "holds 0 values, u8[115,116,10,52,8,1,18] needs 998899200"},
     {"onnx-resize-sizes-nan", "sizes (input 3 'sizes'): element 0 is NaN where an integer is expected"},
     {"onnx-name-invalid-utf8", "node 0: error: name 'Resize_\\xd6' is not valid UTF-8 (at byte 7)"},
 };
