@@ -57,6 +57,25 @@ int64_t conv2d_grad_flops(const ir::Node& node) {
                                                       : node.results.at(0)->type.shape;
   return 2 * operand_elements(node, 0) * w[1] * w[2] * w[3];
 }
+// attention per (batch, query, key): the q.k product (2 D), the softmax (5) and p v (2 Dv).
+// attention_grad: the score again (2 D + 1), dy.v (2 Dv), ds (2), dv (2 Dv), dq and dk (4 D).
+struct AttentionSizes {
+  int64_t scores, depth, value_depth;
+};
+AttentionSizes attention_sizes(const ir::Node& node, size_t first) {
+  const ir::Shape& q = operand_shape(node, first);
+  const ir::Shape& v = operand_shape(node, first + 2);
+  return {ir::num_elements(q, 0, q.size() - 1) * v[v.size() - 2], q.back(), v.back()};
+}
+int64_t attention_flops(const ir::Node& node) {
+  const AttentionSizes a = attention_sizes(node, 0);
+  return a.scores * (2 * a.depth + 5 + 2 * a.value_depth);
+}
+int64_t attention_grad_flops(const ir::Node& node) {
+  const AttentionSizes a = attention_sizes(node, 1);
+  return a.scores * (6 * a.depth + 4 * a.value_depth + 3);
+}
+
 int64_t pool_grad_flops(const ir::Node& node) {
   const std::vector<int64_t>& kernel = attr<std::vector<int64_t>>(node, "kernel");
   return operand_elements(node, 0) * kernel[0] * kernel[1];
@@ -201,6 +220,8 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::Softmax:
     case OpId::LogSoftmax: return per_result<5>;
     case OpId::SoftmaxCrossEntropy: return softmax_cross_entropy_flops;
+    case OpId::Attention: return attention_flops;
+    case OpId::AttentionGrad: return attention_grad_flops;
     case OpId::MseLoss: return mse_loss_flops;
     // Optimizer updates: a fixed count per parameter element.
     case OpId::SgdUpdate: return sgd_update_flops;
@@ -253,6 +274,18 @@ NodeCost node_cost(const ir::Node& node) {
 }
 
 int64_t unfused_bytes(const ir::Node& node) {
+  // attention as kiln runs the subgraph it replaces: the q k^T matmul writes the scores (scale
+  // fused into its epilogue), the row kernel reads them (mask fused) and writes the
+  // probabilities, and the second matmul reads those: four passes over an S x S tensor. The
+  // unfused graph has no logsumexp result.
+  if (node.op == ir::OpId::Attention) {
+    const ir::TensorType& q = node.inputs[0]->type;
+    const ir::Shape& v = node.inputs[2]->type.shape;
+    const ir::TensorType scores{q.dtype, ir::Shape{ir::num_elements(q.shape, 0, q.shape.size() - 1),
+                                                   v[v.size() - 2]}};
+    return node_cost(node).bytes() - ir::tensor_bytes(node.results[1]->type) +
+           4 * ir::tensor_bytes(scores);
+  }
   if (!node.is_kernel()) return node_cost(node).bytes();
   int64_t bytes = 0;
   for (const auto& inner : node.body->nodes()) bytes += unfused_bytes(*inner);

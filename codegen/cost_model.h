@@ -31,7 +31,9 @@ struct NodeCost {
 NodeCost node_cost(const ir::Node& node);
 
 // The DRAM bytes the node would move had each of its source nodes run as a kernel of its own:
-// the sum of the body nodes' own bytes for a fused kernel, node_cost(node).bytes() otherwise.
+// the sum of the body nodes' own bytes for a fused kernel; for attention, the matmul, softmax,
+// matmul chain it replaces (its S x S scores written and read twice); node_cost(node).bytes()
+// otherwise.
 int64_t unfused_bytes(const ir::Node& node);
 
 // A roofline: a kernel takes the longer of its compute time and its memory time.

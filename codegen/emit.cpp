@@ -296,8 +296,11 @@ class ProgramBuilder {
         "// launch: grid ({},{},{}), block ({},{},{}), {} bytes of shared memory{}\n",
         spec.grid.x, spec.grid.y, spec.grid.z, spec.block.x, spec.block.y, spec.block.z,
         spec.shared_bytes, spec.uses_barriers ? ", threads cooperate" : "");
+    const std::string bounds = spec.min_blocks_per_sm > 0
+                                   ? fmt::format("{}, {}", spec.block.count(), spec.min_blocks_per_sm)
+                                   : fmt::format("{}", spec.block.count());
     kernels_text += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n    {}) {{\n",
-                                spec.block.count(), kernel.name, fmt::join(params, ",\n    "));
+                                bounds, kernel.name, fmt::join(params, ",\n    "));
     kernels_text += spec.body;
     if (!spec.body.empty() && spec.body.back() != '\n') kernels_text += "\n";
     kernels_text += "}\n\n";

@@ -72,7 +72,7 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::Conv2d: case OpId::Matmul: case OpId::Dense: case OpId::BiasAdd:
     case OpId::MaxPool2d: case OpId::AvgPool2d: case OpId::GlobalAvgPool: case OpId::BatchNorm:
     case OpId::Conv2dGradInput: case OpId::Conv2dGradWeight: case OpId::MaxPool2dGrad:
-    case OpId::AvgPool2dGrad:
+    case OpId::AvgPool2dGrad: case OpId::Attention: case OpId::AttentionGrad:
       return EmitterFamily::Nn;
     case OpId::BatchNormTrain: case OpId::BatchNormTrainGrad: case OpId::LayerNormGrad:
     case OpId::RmsNormGrad:

@@ -52,6 +52,9 @@ struct KernelSpec {
   Dim3 block;
   uint32_t shared_bytes = 0; // bytes of kiln_smem the kernel uses
   bool uses_barriers = false;  // __syncthreads / __syncwarp / __shfl_*_sync
+  // __launch_bounds__'s second argument when > 0. 1 lets ptxas use every register a thread may
+  // have: without it, ptxas spilled a few bytes at under 64 registers in the attention kernels.
+  uint32_t min_blocks_per_sm = 0;
   std::string note;          // one line for the kernel's comment: the algorithm ("implicit GEMM,
                              // 64x64 tiles, 4x4 per thread")
 };
@@ -66,8 +69,9 @@ using EmitterTable = std::vector<std::pair<ir::OpId, KernelEmitter>>;
 void add_elementwise_emitters(EmitterTable& table);
 void add_shape_emitters(EmitterTable& table);
 void add_reduce_emitters(EmitterTable& table);
-void add_nn_emitters(EmitterTable& table);         // calls add_pool_norm_emitters
+void add_nn_emitters(EmitterTable& table);  // calls add_pool_norm_ and add_attention_emitters
 void add_pool_norm_emitters(EmitterTable& table);  // pooling, bias_add, batch_norm
+void add_attention_emitters(EmitterTable& table);  // attention, attention_grad
 void add_nn_grad_emitters(EmitterTable& table);    // conv2d/pool backward ops
 void add_norm_train_emitters(EmitterTable& table);  // batch_norm_train, norm backward ops
 void add_optimizer_emitters(EmitterTable& table);  // sgd_update, adam_update, adamw_update

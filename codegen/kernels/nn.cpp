@@ -254,6 +254,7 @@ void add_nn_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::Dense, gemm(nn::dense_gemm));
   table.emplace_back(ir::OpId::Conv2d, gemm(nn::conv2d_gemm));
   add_pool_norm_emitters(table);
+  add_attention_emitters(table);
   add_nn_grad_emitters(table);
 }
 

@@ -68,6 +68,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::Conv2d: case OpId::Matmul: case OpId::Dense: case OpId::BiasAdd:
     case OpId::MaxPool2d: case OpId::AvgPool2d: case OpId::GlobalAvgPool: case OpId::BatchNorm:
     case OpId::LayerNorm: case OpId::RmsNorm: case OpId::Softmax: case OpId::LogSoftmax:
+    case OpId::Attention: case OpId::AttentionGrad:
       return KernelFamily::Nn;
     case OpId::Conv2dGradInput: case OpId::Conv2dGradWeight: case OpId::MaxPool2dGrad:
     case OpId::AvgPool2dGrad:

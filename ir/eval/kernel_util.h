@@ -25,7 +25,8 @@ using KernelTable = std::map<ir::OpId, ReferenceKernel>;
 
 // One registration hook per kernels_*.cpp file.
 void add_elementwise_kernels(KernelTable& table);
-void add_nn_kernels(KernelTable& table);
+void add_nn_kernels(KernelTable& table);  // calls add_attention_kernels
+void add_attention_kernels(KernelTable& table);  // kernels_attention.cpp
 void add_shape_kernels(KernelTable& table);
 void add_reduce_kernels(KernelTable& table);
 void add_grad_kernels(KernelTable& table);  // backward ops (kernels_grad*.cpp)

@@ -314,6 +314,7 @@ Results softmax(const ir::Node& node, const Inputs& in, bool log_form) {
 }  // namespace
 
 void add_nn_kernels(KernelTable& table) {
+  add_attention_kernels(table);
   table[ir::OpId::Conv2d] = conv2d;
   table[ir::OpId::Matmul] = matmul;
   table[ir::OpId::Dense] = dense;

@@ -6,6 +6,10 @@
 // softmax of the logits is not a forward value).
 // conv2d and the pools differentiate into the window backward ops of ir/ops/nn_grad_ops.cpp,
 // which carry the forward's attributes.
+#include <cmath>
+#include <memory>
+
+#include "ir/diagnostic.h"
 #include "ir/gradients/gradients.h"
 
 namespace kiln::ir::gradients {
@@ -79,9 +83,78 @@ Grads conv2d_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   return grads;
 }
 
+// A constant of the backward graph: a parameter with inline data.
+Value* constant(GradBuilder& b, const std::string& base, TensorType type,
+                std::vector<double> values) {
+  Graph& graph = b.graph();
+  Value* value = graph.add_parameter(graph.unique_name(base), type, InlineData{values});
+  value->data = std::make_shared<const Tensor>(Tensor::from_doubles(type, values));
+  return value;
+}
+
+// The gradient of attention's additive (float) mask: the score gradient
+// ds = p * (dy v^T - rowsum(dy * out)), p = exp(s - lse), summed to the mask's shape. It is an
+// S x S tensor by nature, so it is built from ordinary ops rather than the fused kernel; when
+// the mask is a constant (causal, padding) nothing reads it and dce removes it.
+Value* additive_mask_grad(GradBuilder& b, const Node& n, Value* dy) {
+  Value* q = n.inputs[0];
+  Value* mask = n.inputs[3];
+  const Shape& qs = q->type.shape;
+  double scale = std::get<double>(n.attrs.at("scale"));
+  if (scale == 0.0) scale = 1.0 / std::sqrt(static_cast<double>(qs.back()));
+  Value* s = b.op(OpId::Add, {b.scale(b.op(OpId::Matmul, {q, n.inputs[1]},
+                                           {{"transpose_b", true}}), scale), mask});
+  const Shape& scores = s->type.shape;
+  const int64_t queries = scores[scores.size() - 2], keys = scores.back();
+  if (std::get<bool>(n.attrs.at("causal"))) {
+    std::vector<double> lower(static_cast<size_t>(queries * keys));
+    for (int64_t i = 0; i < queries; ++i)
+      for (int64_t j = 0; j <= std::min(i, keys - 1); ++j) lower[i * keys + j] = 1.0;
+    Value* visible = constant(b, "grad.causal", {DType::Bool, {queries, keys}}, lower);
+    Value* hidden = b.broadcast_to(
+        constant(b, "grad.minus_inf", {s->type.dtype, {}}, {-INFINITY}), scores);
+    s = b.op(OpId::Where, {visible, s, hidden});
+  }
+  Shape row = scores;
+  row.back() = 1;
+  Value* lse = b.reshape(n.results[1], row);
+  if (s->type.dtype != DType::F32)
+    lse = b.op(OpId::Cast, {lse}, {{"to", std::string(dtype_name(s->type.dtype))}});
+  Value* p = b.op(OpId::Exp, {b.op(OpId::Sub, {s, lse})});
+  const int last = static_cast<int>(scores.size()) - 1;
+  Value* delta = b.op(OpId::ReduceSum, {b.op(OpId::Mul, {dy, n.results[0]})},
+                      {{"axes", std::vector<int64_t>{last}}, {"keepdims", true}});
+  Value* dp = b.op(OpId::Matmul, {dy, n.inputs[2]}, {{"transpose_b", true}});
+  Value* ds = b.op(OpId::Mul, {p, b.op(OpId::Sub, {dp, delta})});
+  return b.sum_to(ds, mask->type.shape);
+}
+
+// attention: attention_grad recomputes the probabilities from the saved logsumexp (result 1)
+// and returns dq, dk, dv in one kernel. A bool mask has no gradient; an additive one gets
+// additive_mask_grad's. A loss that reads the logsumexp result itself is refused rather than
+// given a gradient that ignores it.
+Grads attention_rule(GradBuilder& b, const Node& n, const Grads& dy) {
+  if (dy[1] != nullptr || dy[0] == nullptr)
+    throw Error(n.loc.render(), n.describe() + ": the loss depends on attention's logsumexp "
+                                               "result, which has no gradient rule; only its "
+                                               "output (result 0) is differentiable");
+  std::vector<Value*> inputs = {dy[0], n.inputs[0], n.inputs[1], n.inputs[2], n.results[0],
+                                n.results[1]};
+  if (n.inputs.size() > 3) inputs.push_back(n.inputs[3]);
+  Grads grads = b.op_results(OpId::AttentionGrad, inputs,
+                             {{"scale", n.attrs.at("scale")}, {"causal", n.attrs.at("causal")}});
+  if (n.inputs.size() > 3)
+    grads.push_back(n.inputs[3]->type.dtype == DType::Bool ? nullptr
+                                                           : additive_mask_grad(b, n, dy[0]));
+  return grads;
+}
+
 }  // namespace
 
 void add_nn_rules(OpRegistry& registry) {
+  set_rule(registry, OpId::Attention,
+           "(dq, dk, dv) = attention_grad(dy, q, k, v, out, lse); an additive mask: "
+           "unbroadcast(p * (dy v^T - rowsum(dy * out))), p = exp(s - lse)", attention_rule);
   set_rule(registry, OpId::BiasAdd,
            "dx = dy, dbias = reduce_sum(dy) over every axis but axis",
            [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {

@@ -238,6 +238,9 @@ std::vector<Case> cases() {
   all.push_back({"layer_norm", {{{2, 3, 4}}, {{3, 4}}, {{3, 4}}}, {{"axis", int64_t{1}}}});
   all.push_back({"rms_norm", {{{3, 7}}, {{7}}}});
   all.push_back({"rms_norm", {{{2, 3, 4}}, {{3, 4}}}, {{"axis", int64_t{1}}, {"epsilon", 1e-3}}});
+  all.push_back({"attention", {{{2, 3, 4}}, {{2, 5, 4}}, {{2, 5, 3}}}});
+  all.push_back({"attention", {{{1, 2, 4, 3}}, {{1, 2, 6, 3}}, {{1, 2, 6, 2}}, {{4, 6}}},
+                 {{"causal", true}, {"scale", 0.7}}});
   all.push_back({"batch_norm_train", {{{2, 3, 4, 5}}, {{3}}, {{3}}}});
   all.push_back({"batch_norm_train", {{{5, 4}}, {{4}}, {{4}}}, {{"epsilon", 1e-2}}});
   all.push_back({"softmax_cross_entropy", {{{4, 6}}, {{4}, L}}});
