@@ -37,7 +37,7 @@ double seconds_since(Clock::time_point start) {
 
 // The inference pipeline without the passes that bake parameters into the program: the
 // evaluation graph reads the parameters training changes.
-const std::vector<std::string> kEvalPipeline = {"canonicalize", "cse", "dce",
+const std::vector<std::string> kEvalPipeline = {"canonicalize", "fuse-attention", "cse", "dce",
                                                 "fuse-conv-bias-relu", "fuse-elementwise",
                                                 "plan-memory"};
 

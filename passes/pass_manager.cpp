@@ -179,6 +179,8 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       "constant-fold",
       // Identical nodes (often left by the rewrites above) are computed once.
       "cse",
+      // matmul, softmax, matmul chains become attention: no S x S scores in memory.
+      "fuse-attention",
       // Nothing unused survives to codegen.
       "dce",
       // GEMMs take their bias, residual add and activation into their epilogue...
@@ -194,6 +196,8 @@ std::vector<std::string> inference_pipeline(int opt_level) {
 std::vector<std::string> training_pipeline(const std::string& optimizer) {
   return {
       "canonicalize",
+      // Before autodiff, so that the backward pass is attention_grad, not the S x S chain's.
+      "fuse-attention",
       // Backward graph, then the update that consumes the gradients.
       "autodiff",
       "append-optimizer{" + optimizer + "}",
