@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""torchvision's classification zoo through kiln's ONNX importer (issue 15, item 4).
+"""torchvision's classification zoo through kiln's ONNX importer (issue 15, item 4), and the
+transformers of issue 16, item 4: ViT-B/16, ConvNeXt-Tiny and an nn.TransformerEncoder over
+token embeddings with a padding mask.
 
 Each model is built with seeded random weights, exported by torch.onnx.export at the opsets
 listed below (with a symbolic batch), and then:
@@ -28,12 +30,51 @@ ALL_OPSETS = list(range(11, 18))
 
 
 class Spec:
-    def __init__(self, opsets, size, batch=1, host=False, kernels_like=None):
+    def __init__(self, opsets, size, batch=1, host=False, kernels_like=None, build=None,
+                 attention=0):
         self.opsets = opsets          # torch.onnx.export opset_version, one export each
         self.size = size              # the image is BATCHx3xSIZExSIZE
         self.batch = batch            # the export traces one image: a larger batch is symbolic
         self.host = host              # also run on the host backend (one g++ compile)
         self.kernels_like = kernels_like  # a kiln JSON model that must fuse to as many kernels
+        self.build = build            # (model, {input: tensor}) for models that take more than
+                                      # an image; None: the torchvision model of that name
+        self.attention = attention    # attention kernels the compiled model must have
+
+
+def vit_b_16():
+    """ViT-B/16 (12 layers, width 768, 12 heads) at 32x32, four patches and the class token.
+    Its classifier starts at zero in torchvision, which would hide every error: random instead."""
+    import torch
+    import torchvision
+    model = torchvision.models.vit_b_16(weights=None, image_size=32).eval()
+    torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+    return model, {"image": torch.randn(2, 3, 32, 32)}
+
+
+def text_encoder():
+    """Token embeddings, a two-layer nn.TransformerEncoder (GELU, batch first) with a key
+    padding mask, and a linear head: the batch and the padding are symbolic in the export."""
+    import torch
+    import torch.nn as nn
+
+    class TextEncoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(100, 32)
+            layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
+                                               activation="gelu")
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(32, 5)
+
+        def forward(self, tokens, padding):
+            return self.head(self.encoder(self.embed(tokens), src_key_padding_mask=padding))
+
+    tokens = torch.randint(0, 100, (3, 12))
+    padding = torch.zeros(3, 12, dtype=torch.bool)
+    padding[1, 8:] = True   # the second sequence has 8 tokens, the third 5
+    padding[2, 5:] = True
+    return TextEncoder().eval(), {"tokens": tokens, "padding": padding}
 
 
 # One model at every opset: ShuffleNet, whose channel split and shuffle export as shape
@@ -55,6 +96,10 @@ ZOO = {
     "densenet121": Spec([13], 64),
     "resnet50": Spec([17], 64, kernels_like="examples/resnet50.json"),
     "vgg11": Spec([14], 224),
+    # Transformers: one attention kernel per encoder layer (passes/fuse_attention.cpp).
+    "vit_b_16": Spec([17], 32, batch=2, host=True, build=vit_b_16, attention=12),
+    "convnext_tiny": Spec([17], 32, batch=2, host=True),
+    "text_encoder": Spec([17], 0, host=True, build=text_encoder, attention=2),
 }
 
 
@@ -64,6 +109,9 @@ def export(name, opset, spec, directory):
     import torch
     import torchvision
     torch.manual_seed(0)
+    if spec.build:
+        model, inputs = spec.build()
+        return export_inputs(model, inputs, opset, directory)
     model = getattr(torchvision.models, name)(weights=None).eval()
     # Batch norms start as identities (mean 0, variance 1, scale 1, shift 0), which would hide a
     # mix-up of their four inputs (DenseNet keeps its BatchNormalization nodes in the export).
@@ -82,6 +130,24 @@ def export(name, opset, spec, directory):
                       dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
     np.save(os.path.join(directory, "image.npy"), x.numpy())
     np.save(os.path.join(directory, "expected.npy"), expected.numpy())
+    return {"image": x}
+
+
+def export_inputs(model, inputs, opset, directory):
+    """The export of a model with named inputs: the first row of each traced, the batch (dim 0)
+    symbolic. Returns the inputs, saved as <name>.npy."""
+    import torch
+    with torch.no_grad():
+        expected = model(*inputs.values())
+    names = list(inputs)
+    axes = {n: {0: "batch"} for n in names + ["logits"]}
+    torch.onnx.export(model, tuple(t[:1] for t in inputs.values()),
+                      os.path.join(directory, "model.onnx"), opset_version=opset,
+                      input_names=names, output_names=["logits"], dynamic_axes=axes)
+    for n, t in inputs.items():
+        np.save(os.path.join(directory, n + ".npy"), t.numpy())
+    np.save(os.path.join(directory, "expected.npy"), expected.numpy())
+    return inputs
 
 
 def relative_error(got, want):
@@ -112,10 +178,10 @@ def kiln(args, env, what):
 
 def kernel_names(kiln_path, model, env, extra=()):
     """The kernels of MODEL after kiln's default pipeline, from its CUDA translation unit: one
-    `extern "C" __global__ void NAME(` per kernel, as `kiln inspect` counts them, without
+    `extern "C" __global__ void [__launch_bounds__(...)] NAME(` per kernel, as `kiln inspect` counts them, without
     running NVRTC (bench/fusion_report.sh's figure)."""
     source = kiln([kiln_path, "emit", model, "--emit=cuda", *extra], env, f"kiln emit {model}")
-    return re.findall(r'^extern "C" __global__ void (\w+)\(', source, re.MULTILINE)
+    return re.findall(r'^extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', source, re.MULTILINE)
 
 
 def check(name, opset, spec, args, env):
@@ -125,16 +191,18 @@ def check(name, opset, spec, args, env):
     model = os.path.join(directory, "model.onnx")
     figures = {}
     start = cpu_seconds()
-    export(name, opset, spec, directory)
+    inputs = export(name, opset, spec, directory)
     figures["export"] = cpu_seconds() - start
     expected = np.load(os.path.join(directory, "expected.npy"))
-    image = "image=" + os.path.join(directory, "image.npy")
+    input_flags = []
+    for n in inputs:
+        input_flags += ["--input", f"{n}={os.path.join(directory, n + '.npy')}"]
 
     backends = ["reference"] + (["host"] if spec.host else [])
     for backend in backends:
         start = cpu_seconds()
         out = os.path.join(directory, backend)
-        kiln([args.kiln, "run", model, f"--backend={backend}", "--input", image, "--output-dir", out],
+        kiln([args.kiln, "run", model, f"--backend={backend}", *input_flags, "--output-dir", out],
              env, f"kiln run --backend={backend}")
         figures[backend] = relative_error(np.load(os.path.join(out, "logits.npy")), expected)
         figures[backend + "_s"] = cpu_seconds() - start
@@ -144,14 +212,24 @@ def check(name, opset, spec, args, env):
 
     start = cpu_seconds()
     package = os.path.join(directory, "model.kiln")
-    shape = f"image={spec.batch}x3x{spec.size}x{spec.size}"
-    kiln([args.kiln, "compile", model, "--input-shape", shape, "--arch", "sm_80,sm_90", "-o", package],
+    shapes = []
+    for n, t in inputs.items():
+        shapes += ["--input-shape", f"{n}={'x'.join(str(d) for d in t.shape)}"]
+    kiln([args.kiln, "compile", model, *shapes, "--arch", "sm_80,sm_90", "-o", package],
          env, "kiln compile --arch sm_80,sm_90")
     figures["compile_s"] = cpu_seconds() - start
 
+    if spec.attention:
+        got = kernel_names(args.kiln, model, env, shapes)
+        attention = [k for k in got if k.startswith("attention_")]
+        figures["kernels"] = f"{len(got)}, {len(attention)} attention"
+        if len(attention) != spec.attention:
+            raise Failure(f"{len(attention)} attention kernels, expected {spec.attention} (one per "
+                          f"encoder layer):\n  {' '.join(got)}")
+
     if spec.kernels_like:
         want = kernel_names(args.kiln, os.path.join(args.source, spec.kernels_like), env)
-        got = kernel_names(args.kiln, model, env, ["--input-shape", shape])
+        got = kernel_names(args.kiln, model, env, shapes)
         figures["kernels"] = f"{len(got)} (like {len(want)})"
         if len(got) != len(want):
             raise Failure(f"imported {name} fuses to {len(got)} kernels, {spec.kernels_like} to "
@@ -188,7 +266,8 @@ def main():
                 continue
             host = f" host {f['host']:.2g} ({f['host_s']:.0f} s)" if "host" in f else ""
             kernels = f" kernels {f['kernels']}" if "kernels" in f else ""
-            print(f"ok   {name} opset {opset} ({spec.batch}x3x{spec.size}x{spec.size}): reference {f['reference']:.2g} "
+            size = f"{spec.batch}x3x{spec.size}x{spec.size}" if spec.size else "tokens"
+            print(f"ok   {name} opset {opset} ({size}): reference {f['reference']:.2g} "
                   f"({f['reference_s']:.0f} s){host}, compile sm_80,sm_90 ok ({f['compile_s']:.0f} s),"
                   f"{kernels} export {f['export']:.0f} s, CPU {cpu_seconds() - start:.0f} s "
                   f"(wall {time.monotonic() - wall:.0f} s)", flush=True)
