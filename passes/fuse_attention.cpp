@@ -62,9 +62,8 @@ bool all_minus_infinity(const ir::Value* value) {
 struct Match {
   ir::Node* output = nullptr;  // the final matmul, before which attention goes
   ir::Value* q = nullptr;
-  ir::Value* k = nullptr;            // [..., Sk, D], or nullptr: transpose k_transposed
-  ir::Value* k_transposed = nullptr; // [..., D, Sk] when k needs a transpose node
-  std::vector<int64_t> k_perm;       // the transpose to apply to k_source
+  ir::Value* k = nullptr;            // [..., Sk, D], or nullptr: transpose k_source by k_perm
+  std::vector<int64_t> k_perm;
   ir::Value* k_source = nullptr;
   ir::Value* v = nullptr;
   ir::Value* mask = nullptr;

@@ -43,7 +43,8 @@ struct Dims {
   bool causal;
   bool has_mask;
   bool bool_mask;
-  ir::Shape mask_shape, scores_shape;
+  StridedDims mask;   // where score (b, i, j) reads the mask, dims merged where they chain
+  std::string index;  // the C type of flat score and feature indices
 
   Dims(const ir::Node& node, size_t first, size_t mask_input) {
     const ir::Shape& qs = node.inputs[first]->type.shape;
@@ -58,9 +59,14 @@ struct Dims {
     causal = attr<bool>(node, "causal");
     has_mask = node.inputs.size() > mask_input;
     bool_mask = has_mask && node.inputs[mask_input]->type.dtype == DType::Bool;
-    if (has_mask) mask_shape = node.inputs[mask_input]->type.shape;
-    scores_shape = ir::Shape(qs.begin(), qs.end() - 1);
-    scores_shape.push_back(keys);
+    if (has_mask) {
+      ir::Shape scores(qs.begin(), qs.end() - 1);
+      scores.push_back(keys);
+      mask.dims = scores;
+      mask.strides = broadcast_operand("mask", node.inputs[mask_input]->type.shape, scores).strides;
+      mask = collapse(mask);
+    }
+    index = index_type(std::max(batch * queries * keys, batch * keys * std::max(depth, value_depth)));
     if (depth > kMaxHeadDim || value_depth > kMaxHeadDim)
       throw Error(node.loc.render(),
                   node.describe() + ": head dims up to " + std::to_string(kMaxHeadDim) +
@@ -92,8 +98,7 @@ void emit_constants(BodyWriter& w, const Dims& d) {
 // product `dot`; -INFINITY where masked or out of range. Statements rather than a lambda: NVRTC
 // calls a lambda used twice through the ABI, and the call spills.
 void emit_score(BodyWriter& w, const KernelRequest& request, const Dims& d, size_t mask_input,
-                const std::string& type, const std::string& dot, const std::string& i,
-                const std::string& j) {
+                const std::string& dot, const std::string& i, const std::string& j) {
   w.line("float s = -INFINITY;");
   std::string inside = j + " < kKeys";
   if (i != "i") inside = i + " < kQueries && " + inside;
@@ -101,12 +106,9 @@ void emit_score(BodyWriter& w, const KernelRequest& request, const Dims& d, size
   w.open("if ({})", inside);
   w.line("s = kScale * {};", dot);
   if (d.has_mask) {
-    StridedDims mask;
-    mask.dims = d.scores_shape;
-    mask.strides = broadcast_operand("mask", d.mask_shape, d.scores_shape).strides;
-    mask = collapse(mask);
-    w.line("const {} flat = (static_cast<{}>(b) * kQueries + {}) * kKeys + {};", type, type, i, j);
-    emit_strided_offset(w, "mask_at", "flat", "Mask", mask, type);
+    w.line("const {} flat = (static_cast<{}>(b) * kQueries + {}) * kKeys + {};", d.index, d.index,
+           i, j);
+    emit_strided_offset(w, "mask_at", "flat", "Mask", d.mask, d.index);
     const std::string m = request.input_params[mask_input] + "[mask_at]";
     if (d.bool_mask)
       w.line("if (!{}) s = -INFINITY;  // bool mask: false does not attend", m);
@@ -117,12 +119,8 @@ void emit_score(BodyWriter& w, const KernelRequest& request, const Dims& d, size
 }
 
 // The mask's k<Mask>Dims / Strides constants, outside the loops.
-void emit_mask_constants(BodyWriter& w, const Dims& d, const std::string& type) {
-  if (!d.has_mask) return;
-  StridedDims mask;
-  mask.dims = d.scores_shape;
-  mask.strides = broadcast_operand("mask", d.mask_shape, d.scores_shape).strides;
-  emit_strided_constants(w, "Mask", collapse(mask), type);
+void emit_mask_constants(BodyWriter& w, const Dims& d) {
+  if (d.has_mask) emit_strided_constants(w, "Mask", d.mask, d.index);
 }
 
 // Copies rows [first, first + kTile) of `src` ([rows][width] of batch b) into `tile`
@@ -165,6 +163,19 @@ void emit_accumulate(BodyWriter& w, const std::string& acc, const std::string& p
   w.close();
 }
 
+// Writes `value` (an expression of the per-lane index a) to the lane's features
+// c = lane + 32 a < width of row `row` of `out`.
+void emit_store_lanes(BodyWriter& w, const std::string& per_lane, const std::string& width,
+                      const std::string& out, const std::string& row, const std::string& value,
+                      const std::string& comment = "") {
+  w.line("#pragma unroll");
+  w.open("for (int a = 0; a < {}; ++a)", per_lane);
+  w.line("const int c = lane + a * kWarpSize;");
+  if (!comment.empty()) w.comment(comment);
+  w.line("if (c < {}) {}[{} * {} + c] = {};", width, out, row, width, value);
+  w.close();
+}
+
 // Copies a global row of `width` features into the warp's shared row.
 void emit_stage_row(BodyWriter& w, DType dtype, const std::string& row, const std::string& src,
                     const std::string& offset, const std::string& width) {
@@ -182,7 +193,7 @@ struct KeyTiles {
 // `first_query` declared): stages K and V with the whole block, then, in the warps that own a
 // query, `float s`, the score of query i and key j = first + lane. The caller closes the loop.
 void open_key_tiles(BodyWriter& w, const KernelRequest& request, const Dims& d,
-                    size_t mask_input, const std::string& type, const KeyTiles& t) {
+                    size_t mask_input, const KeyTiles& t) {
   const size_t first = mask_input == 3 ? 0 : 1;
   const DType dtype = request.node.inputs[first]->type.dtype;
   w.line("const int key_end = {};", d.causal ? "min(kKeys, first_query + kWarps)" : "kKeys");
@@ -196,22 +207,18 @@ void open_key_tiles(BodyWriter& w, const KernelRequest& request, const Dims& d,
   w.line("if (!active) continue;");
   emit_lane_dot(w, "qk", t.q_row, t.k_tile, "kDepth", "kDepthStride");
   w.line("const int j = first + lane;");
-  emit_score(w, request, d, mask_input, type, "qk", "i", "j");
+  emit_score(w, request, d, mask_input, "qk", "i", "j");
 }
 
-uint32_t shared_floats_to_bytes(int64_t floats) { return static_cast<uint32_t>(floats * 4); }
-
-KernelSpec finish(const ir::Node& node, BodyWriter& w, int64_t tasks, int64_t shared_floats,
-                  std::string note) {
+KernelSpec finish(BodyWriter& w, int64_t tasks, int64_t shared_floats, std::string note) {
   KernelSpec spec;
   spec.body = w.take();
   spec.block = Dim3{static_cast<uint32_t>(kAttentionWarps * kWarpSize), 1, 1};
   spec.grid = Dim3{grid_stride_blocks(tasks, 1), 1, 1};
-  spec.shared_bytes = shared_floats_to_bytes(shared_floats);
+  spec.shared_bytes = static_cast<uint32_t>(shared_floats * sizeof(float));
   spec.uses_barriers = true;
   spec.min_blocks_per_sm = 1;  // else ptxas spills bytes (tests/lit/codegen/attention_spills.ir)
   spec.note = std::move(note);
-  (void)node;
   return spec;
 }
 
@@ -219,14 +226,12 @@ KernelSpec emit_attention(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const Dims d(node, 0, 3);
   const DType dtype = node.inputs[0]->type.dtype;
-  const std::string type = index_type(std::max(d.batch * d.queries * d.keys,
-                                               d.batch * d.keys * std::max(d.depth, d.value_depth)));
   const std::string& q = request.input_params[0];
   const int64_t query_blocks = (d.queries + kAttentionWarps - 1) / kAttentionWarps;
   const int64_t tasks = d.batch * query_blocks;
 
   BodyWriter w;
-  emit_mask_constants(w, d, type);
+  emit_mask_constants(w, d);
   emit_constants(w, d);
   w.line("constexpr int kQueryBlocks = {};", query_blocks);
   w.line("float* k_tile = reinterpret_cast<float*>(kiln_smem);  // [kTile][kDepthStride]");
@@ -245,7 +250,7 @@ KernelSpec emit_attention(const KernelRequest& request) {
   w.line("    q_row[c] = {};", load(dtype, q + "[(static_cast<long long>(b) * kQueries + i) * kDepth + c]"));
   w.line("float row_max = -INFINITY, row_sum = 0.0f;  // online softmax state");
   w.line("float acc[kValuesPerLane] = {};  // sum_j p_j v_j, features lane + 32 a");
-  open_key_tiles(w, request, d, 3, type, {"k_tile", "v_tile", "kValueDepth", "q_row"});
+  open_key_tiles(w, request, d, 3, {"k_tile", "v_tile", "kValueDepth", "q_row"});
   w.line("const float new_max = kiln_max(row_max, kiln_warp_max(s));");
   w.comment("Until some key is unmasked the state stays empty (exp(-inf - -inf) would be NaN).");
   w.line("const float p = new_max == -INFINITY ? 0.0f : expf(s - new_max);");
@@ -261,18 +266,14 @@ KernelSpec emit_attention(const KernelRequest& request) {
   w.close();
   w.line("if (!active) continue;");
   w.line("const long long row = static_cast<long long>(b) * kQueries + i;");
-  w.line("#pragma unroll");
-  w.open("for (int a = 0; a < kValuesPerLane; ++a)");
-  w.line("const int c = lane + a * kWarpSize;");
-  w.comment("A row with every key masked divides 0 by 0: NaN, as PyTorch.");
-  w.line("if (c < kValueDepth) {}[row * kValueDepth + c] = {};", request.output_params[0],
-         store(dtype, "acc[a] / row_sum"));
-  w.close();
+  emit_store_lanes(w, "kValuesPerLane", "kValueDepth", request.output_params[0], "row",
+                   store(dtype, "acc[a] / row_sum"),
+                   "A row with every key masked divides 0 by 0: NaN, as PyTorch.");
   w.line("if (lane == 0) {}[row] = row_max + logf(row_sum);", request.output_params[1]);
   w.close();
   const int64_t shared = kTile * odd(d.depth) + kTile * d.value_depth +
                          kAttentionWarps * (d.depth + kTile);
-  return finish(node, w, tasks, shared,
+  return finish(w, tasks, shared,
                 fmt::format("flash attention: a warp per query row, keys in tiles of {} through "
                             "shared memory, online softmax; no {}x{} score matrix",
                             kTile, d.queries, d.keys));
@@ -282,8 +283,6 @@ KernelSpec emit_attention_grad(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const Dims d(node, 1, 6);
   const DType dtype = node.inputs[1]->type.dtype;
-  const std::string type = index_type(std::max(d.batch * d.queries * d.keys,
-                                               d.batch * d.keys * std::max(d.depth, d.value_depth)));
   const std::string& dy = request.input_params[0];
   const std::string& q = request.input_params[1];
   const std::string& k = request.input_params[2];
@@ -295,7 +294,7 @@ KernelSpec emit_attention_grad(const KernelRequest& request) {
   const int64_t tasks = d.batch * (query_blocks + key_blocks);
 
   BodyWriter w;
-  emit_mask_constants(w, d, type);
+  emit_mask_constants(w, d);
   emit_constants(w, d);
   w.line("constexpr int kQueryBlocks = {};", query_blocks);
   w.line("constexpr int kKeyBlocks = {};", key_blocks);
@@ -332,7 +331,7 @@ KernelSpec emit_attention_grad(const KernelRequest& request) {
   w.line("delta_i = kiln_warp_sum(delta_i);");
   w.close();
   w.line("float dq[kDepthPerLane] = {};");
-  open_key_tiles(w, request, d, 6, type, {"tile_a", "tile_b", "kValueStride", "row_a"});
+  open_key_tiles(w, request, d, 6, {"tile_a", "tile_b", "kValueStride", "row_a"});
   w.line("const float p = s == -INFINITY ? 0.0f : expf(s - lse_i);");
   emit_lane_dot(w, "dp", "row_b", "tile_b", "kValueDepth", "kValueStride");
   w.line("coef_ds[lane] = p * (dp - delta_i);");
@@ -341,12 +340,8 @@ KernelSpec emit_attention_grad(const KernelRequest& request) {
   w.line("__syncwarp();");
   w.close();
   w.line("if (!active) continue;");
-  w.line("#pragma unroll");
-  w.open("for (int a = 0; a < kDepthPerLane; ++a)");
-  w.line("const int c = lane + a * kWarpSize;");
-  w.line("if (c < kDepth) {}[row * kDepth + c] = {};", request.output_params[0],
-         store(dtype, "kScale * dq[a]"));
-  w.close();
+  emit_store_lanes(w, "kDepthPerLane", "kDepth", request.output_params[0], "row",
+                   store(dtype, "kScale * dq[a]"));
   w.reopen("else");
   w.comment("dk, dv: warp per key row j, over query tiles.");
   w.line("const int key_task = task - kQueryTasks;");
@@ -380,7 +375,7 @@ KernelSpec emit_attention_grad(const KernelRequest& request) {
   w.line("if (!active) continue;");
   w.line("const int query = first + lane;");
   emit_lane_dot(w, "qk", "row_a", "tile_a", "kDepth", "kDepthStride");
-  emit_score(w, request, d, 6, type, "qk", "query", "j");
+  emit_score(w, request, d, 6, "qk", "query", "j");
   w.line("const float p = s == -INFINITY ? 0.0f : expf(s - tile_lse[lane]);");
   emit_lane_dot(w, "dp", "row_b", "tile_b", "kValueDepth", "kValueStride");
   w.line("coef_p[lane] = p;");
@@ -391,23 +386,15 @@ KernelSpec emit_attention_grad(const KernelRequest& request) {
   w.line("__syncwarp();");
   w.close();
   w.line("if (!active) continue;");
-  w.line("#pragma unroll");
-  w.open("for (int a = 0; a < kDepthPerLane; ++a)");
-  w.line("const int c = lane + a * kWarpSize;");
-  w.line("if (c < kDepth) {}[key_row * kDepth + c] = {};", request.output_params[1],
-         store(dtype, "kScale * dk[a]"));
-  w.close();
-  w.line("#pragma unroll");
-  w.open("for (int a = 0; a < kValuesPerLane; ++a)");
-  w.line("const int c = lane + a * kWarpSize;");
-  w.line("if (c < kValueDepth) {}[key_row * kValueDepth + c] = {};", request.output_params[2],
-         store(dtype, "dv[a]"));
-  w.close();
+  emit_store_lanes(w, "kDepthPerLane", "kDepth", request.output_params[1], "key_row",
+                   store(dtype, "kScale * dk[a]"));
+  emit_store_lanes(w, "kValuesPerLane", "kValueDepth", request.output_params[2], "key_row",
+                   store(dtype, "dv[a]"));
   w.close();
   w.close();
   const int64_t shared = kTile * (odd(d.depth) + odd(d.value_depth) + 2) +
                          kAttentionWarps * (d.depth + d.value_depth + 2 * kTile);
-  return finish(node, w, tasks, shared,
+  return finish(w, tasks, shared,
                 "flash attention backward: dq blocks over key tiles, dk/dv blocks over query "
                 "tiles, probabilities recomputed from lse; no atomics");
 }

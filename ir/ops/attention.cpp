@@ -108,11 +108,10 @@ Types infer_attention_grad(const InferContext& ctx) {
   Shape out = without_last(scores);
   out.push_back(ctx.inputs[3].shape.back());
   const TensorType& q = ctx.inputs[1];
-  const char* roles[] = {"dy", "out"};
-  for (int i : {0, 4}) {
+  for (const auto& [i, role] : {std::pair{0, "dy"}, std::pair{4, "out"}}) {
     const TensorType& t = ctx.inputs[static_cast<size_t>(i)];
     if (t.dtype != q.dtype || t.shape != out)
-      throw OpError{std::string(roles[i == 0 ? 0 : 1]) + " must be " +
+      throw OpError{std::string(role) + " must be " +
                         TensorType{q.dtype, out}.to_string() + " (attention's output), got " +
                         t.to_string(),
                     i};
