@@ -8,6 +8,7 @@
 #include "codegen/kernels/emit_util.h"
 #include "ir/memory_plan.h"
 #include "ir/op_registry.h"
+#include "ir/optimizer_operands.h"
 
 namespace kiln::codegen {
 
@@ -104,12 +105,19 @@ int64_t softmax_cross_entropy_flops(const ir::Node& node) {
 // A subtract, a square and an add per element, one divide for the mean.
 int64_t mse_loss_flops(const ir::Node& node) { return 3 * operand_elements(node, 0) + 1; }
 
+// Whether an update multiplies its gradient by a grad_scale operand (one more flop per element).
+bool has_grad_scale(const ir::Node& node) {
+  const bool momentum = node.op == ir::OpId::SgdUpdate && attr<double>(node, "momentum") != 0;
+  return ir::update_operands(node.op, momentum, node.inputs.size()).grad_scale >= 0;
+}
+
 // Per parameter element: p - lr * d (2), weight decay d += wd * p (2), momentum
 // buf = momentum * buf + (1 - dampening) * d (3) and Nesterov's d + momentum * buf (2).
 int64_t sgd_update_flops(const ir::Node& node) {
   int64_t per_element = 2;
   if (attr<double>(node, "weight_decay") != 0) per_element += 2;
-  if (node.inputs.size() == 3) per_element += attr<bool>(node, "nesterov") ? 5 : 3;
+  if (attr<double>(node, "momentum") != 0) per_element += attr<bool>(node, "nesterov") ? 5 : 3;
+  if (has_grad_scale(node)) per_element += 1;
   return per_element * result_elements(node);
 }
 
@@ -117,7 +125,16 @@ int64_t sgd_update_flops(const ir::Node& node) {
 // p - step_size * m / denom (3), weight decay (2); the bias corrections are per launch.
 int64_t adam_update_flops(const ir::Node& node) {
   const int64_t decay = attr<double>(node, "weight_decay") != 0 ? 2 : 0;
-  return (13 + decay) * result_elements(node);
+  return (13 + decay + (has_grad_scale(node) ? 1 : 0)) * result_elements(node);
+}
+
+int64_t lr_schedule_flops(const ir::Node&) { return 10; }
+
+// A square and an add per gradient element; the square root and the clip factor once.
+int64_t grad_norm_clip_flops(const ir::Node& node) {
+  int64_t elements = 0;
+  for (const ir::Value* grad : node.inputs) elements += ir::num_elements(grad->type.shape);
+  return 2 * elements + 3;
 }
 
 int64_t node_flops(const ir::Node& node);
@@ -228,6 +245,9 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::AdamUpdate:
     case OpId::AdamwUpdate: return adam_update_flops;
     case OpId::ClipGrad: return per_result<2>;
+    // The warmup ramp or the cosine of the progress: a handful of scalar operations.
+    case OpId::LrSchedule: return lr_schedule_flops;
+    case OpId::GradNormClip: return grad_norm_clip_flops;
     // Two comparisons per element.
     case OpId::MaximumShare:
     case OpId::MinimumShare: return per_result<2>;

@@ -85,6 +85,30 @@ CLI::Validator non_negative() {
   return number_check("NUMBER>=0", ">= 0", [](double v) { return v >= 0 && std::isfinite(v); });
 }
 
+void add_step_scalar_flags(CLI::App& command, compiler::StepScalarFlags& flags,
+                           const std::string& prefix) {
+  command
+      .add_option("--lr-schedule", flags.lr_schedule,
+                  prefix + "learning-rate schedule: none; cosine or linear decay after a linear "
+                           "warmup; constant (warmup only)")
+      ->check(CLI::IsMember({"none", "cosine", "linear", "constant"}))
+      ->capture_default_str();
+  command.add_option("--warmup-steps", flags.warmup_steps,
+                     prefix + "steps of linear warmup (the factor is step / warmup)")
+      ->check(CLI::NonNegativeNumber);
+  command.add_option("--total-steps", flags.total_steps,
+                     prefix + "the step at which the decay reaches --min-lr-scale (kiln train: "
+                              "the last step of the last epoch by default)")
+      ->check(at_least_one());
+  command.add_option("--min-lr-scale", flags.min_lr_scale,
+                     prefix + "the factor of --lr the decay ends at, in [0, 1]")
+      ->check(CLI::Range(0.0, 1.0));
+  command.add_option("--clip-grad-norm", flags.clip_grad_norm,
+                     prefix + "scale the gradients down so that their global L2 norm is at most "
+                              "this (torch.nn.utils.clip_grad_norm_)")
+      ->check(positive());
+}
+
 void CacheFlags::add_to(CLI::App& command) {
   command.add_flag("--no-cache", no_cache, "compile from scratch; neither read nor write the kernel cache");
   command.add_flag("-v,--verbose", verbose, "say why kernel cache lookups missed");

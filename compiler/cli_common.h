@@ -11,6 +11,7 @@
 
 #include "codegen/library_call.h"
 #include "compiler/import/onnx/onnx_importer.h"
+#include "compiler/trainer.h"
 #include "ir/tensor.h"
 #include "runtime/compile/kernel_cache.h"
 #include "runtime/compile/nvrtc.h"
@@ -92,6 +93,11 @@ struct InputShapeFlag {
 CLI::Validator at_least_one();   // integers: >= 1
 CLI::Validator positive();       // reals: > 0 (and finite)
 CLI::Validator non_negative();   // reals: >= 0 (and finite)
+
+// --lr-schedule, --warmup-steps, --total-steps, --min-lr-scale, --clip-grad-norm; `prefix`
+// starts each help text ("with --train: " for kiln compile).
+void add_step_scalar_flags(CLI::App& command, compiler::StepScalarFlags& flags,
+                           const std::string& prefix);
 
 // --arch: the GPU architectures to compile for, comma separated (default sm_80,sm_90).
 void add_arch_option(CLI::App& command, std::vector<std::string>& archs);

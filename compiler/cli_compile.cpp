@@ -37,6 +37,7 @@ struct Options {
   double lr = 1e-3;
   double momentum = 0.0;
   double weight_decay = -1;
+  compiler::StepScalarFlags step_scalars;
   uint64_t seed = 0;
 };
 
@@ -44,6 +45,9 @@ int run(const Options& options, const CLI::App& command) {
   PhaseTimer timer;
   if (!options.train)
     for (const char* flag : {"--batch-size", "--optimizer", "--lr", "--momentum", "--weight-decay", "--seed"})
+      if (command.count(flag) > 0) throw Error(flag, "applies to training packages: add --train");
+  if (!options.train)
+    for (const char* flag : compiler::StepScalarFlags::kFlags)
       if (command.count(flag) > 0) throw Error(flag, "applies to training packages: add --train");
   compiler::PackageRequest request;
   request.model = options.model;
@@ -58,7 +62,8 @@ int run(const Options& options, const CLI::App& command) {
                                  "(docs/training.md); leave these flags out with --train");
     request.train = compiler::PackageRequest::Training{
         options.batch_size,
-        compiler::optimizer_spec(options.optimizer, options.lr, options.momentum, options.weight_decay),
+        compiler::optimizer_spec(options.optimizer, options.lr, options.momentum,
+                                 options.weight_decay, options.step_scalars),
         options.seed};
   }
   request.opt_level = options.pipeline.opt_level;
@@ -147,6 +152,7 @@ Command add_compile_command(CLI::App& app) {
   cmd->add_option("--momentum", options->momentum, "with --train: sgd momentum")->capture_default_str();
   cmd->add_option("--weight-decay", options->weight_decay,
                   "with --train: weight decay (default: 0 for sgd and adam, 0.01 for adamw)");
+  add_step_scalar_flags(*cmd, options->step_scalars, "with --train: ");
   cmd->add_option("--seed", options->seed, "with --train: the dropout streams' seed")->capture_default_str();
   cmd->add_flag("--timings", options->timings, "print the time of each phase on stderr");
   options->cache.add_to(*cmd);

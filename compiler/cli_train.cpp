@@ -19,6 +19,8 @@ struct Options {
 int run(Options& options, const CLI::App& command) {
   for (const char* flag : {"--batch-size", "--optimizer", "--lr", "--momentum", "--weight-decay"})
     if (command.count(flag) > 0) options.train.compile_time_flags.push_back(flag);
+  for (const char* flag : compiler::StepScalarFlags::kFlags)
+    if (command.count(flag) > 0) options.train.compile_time_flags.push_back(flag);
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   options.train.cache = cache.get();
   options.train.verbose = options.cache.verbose;
@@ -70,6 +72,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--weight-decay", t.weight_decay,
                   "weight decay (default: 0 for sgd and adam, 0.01 for adamw)")
       ->check(non_negative());
+  add_step_scalar_flags(*cmd, t.step_scalars, "");
   cmd->add_option("--backend", t.backend,
                   "auto: cuda when a GPU is available, else host; host: the generated CUDA "
                   "kernels on the CPU; cuda: on the GPU")

@@ -243,13 +243,38 @@ void print_plan(const codegen::Program& program, const TrainingGraphInfo& info, 
 }  // namespace
 
 std::string optimizer_spec(const std::string& optimizer, double lr, double momentum,
-                           double weight_decay) {
+                           double weight_decay, const StepScalarFlags& scalars) {
   if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw")
     throw Error("--optimizer", "expected sgd, adam or adamw, got '" + optimizer + "'");
   if (!(lr > 0)) throw Error("--lr", fmt::format("must be > 0, got {}", lr));
   std::string text = fmt::format("optimizer={} lr={}", optimizer, lr);
   if (optimizer == "sgd" && momentum != 0) text += fmt::format(" momentum={}", momentum);
   if (weight_decay >= 0) text += fmt::format(" weight_decay={}", weight_decay);
+  const std::string& schedule = scalars.lr_schedule;
+  if (schedule != "none" && schedule != "cosine" && schedule != "linear" && schedule != "constant")
+    throw Error("--lr-schedule", "expected none, cosine, linear or constant, got '" + schedule + "'");
+  if (schedule == "none" && (scalars.warmup_steps != 0 || scalars.total_steps != 0 ||
+                             scalars.min_lr_scale != 0))
+    throw Error("--lr-schedule", "--warmup-steps, --total-steps and --min-lr-scale shape a "
+                                 "schedule: give --lr-schedule cosine, linear or constant");
+  if (schedule != "none") {
+    if (schedule != "constant" && scalars.total_steps == 0)
+      throw Error("--total-steps", fmt::format("a {} decay needs the step it ends at", schedule));
+    if (schedule != "constant" && scalars.total_steps <= scalars.warmup_steps)
+      throw Error("--total-steps", fmt::format("the {} decay ends at step {}, which must come "
+                                               "after the {} warmup steps",
+                                               schedule, scalars.total_steps,
+                                               scalars.warmup_steps));
+    if (!(scalars.min_lr_scale >= 0 && scalars.min_lr_scale <= 1))
+      throw Error("--min-lr-scale", fmt::format("must be in [0, 1], got {}", scalars.min_lr_scale));
+    text += fmt::format(" lr_schedule={} warmup_steps={}", schedule, scalars.warmup_steps);
+    if (schedule != "constant")
+      text += fmt::format(" total_steps={} min_lr_scale={}", scalars.total_steps,
+                          scalars.min_lr_scale);
+  }
+  if (!(scalars.clip_grad_norm >= 0))
+    throw Error("--clip-grad-norm", fmt::format("must be > 0, got {}", scalars.clip_grad_norm));
+  if (scalars.clip_grad_norm > 0) text += fmt::format(" clip_grad_norm={}", scalars.clip_grad_norm);
   return text;
 }
 
@@ -336,8 +361,6 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   if (package) packaged = training_programs_from_package(*package, options.model);
   const int64_t batch_size = packaged ? packaged->batch_size : options.batch_size;
   if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
-  const std::string optimizer =
-      package ? std::string() : optimizer_spec(options.optimizer, options.lr, options.momentum, options.weight_decay);
   const runtime::Backend backend = resolve_backend(options.backend, options.verbose);
   if (options.check_numerics && package)
     throw Error("--check-numerics", "needs the model file to replay a step op by op, not a "
@@ -373,6 +396,15 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   if (train_set.size() < batch_size)
     throw Error("--batch-size", fmt::format("{} is larger than the {} training samples",
                                             batch_size, train_set.size()));
+  // A decaying schedule ends with the last epoch unless --total-steps says otherwise (not at
+  // --max-steps, which stops a run early: resuming it must continue the same schedule).
+  StepScalarFlags step_scalars = options.step_scalars;
+  if (step_scalars.total_steps == 0 && step_scalars.lr_schedule != "none")
+    step_scalars.total_steps = options.epochs * (train_set.size() / batch_size);
+  const std::string optimizer =
+      package ? std::string()
+              : optimizer_spec(options.optimizer, options.lr, options.momentum,
+                               options.weight_decay, step_scalars);
 
   // The model must take the data's samples: checked before minutes of compilation too.
   std::string input_name;

@@ -13,6 +13,19 @@
 
 namespace kiln::compiler {
 
+// The optimizer's per-step scalars (append-optimizer's lr_schedule and clip_grad_norm options;
+// docs/training.md): a learning-rate schedule and clipping by global norm.
+struct StepScalarFlags {
+  std::string lr_schedule = "none";  // none, cosine, linear, constant (warmup only)
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;  // where the decay ends; 0 in kiln train: the run's last step
+  double min_lr_scale = 0;  // the factor the decay ends at, in [0, 1]
+  double clip_grad_norm = 0;  // > 0: the largest global gradient norm; 0: no clipping
+  // The command-line flags these come from, for "a package cannot change ..." errors.
+  static constexpr const char* kFlags[] = {"--lr-schedule", "--warmup-steps", "--total-steps",
+                                           "--min-lr-scale", "--clip-grad-norm"};
+};
+
 struct TrainOptions {
   std::string model;               // a model (.json, IR) or a package compiled with --train
   std::string data = "mnist";
@@ -22,6 +35,7 @@ struct TrainOptions {
   double lr = 1e-3;
   double momentum = 0.0;           // sgd
   double weight_decay = -1;        // < 0: the optimizer's default
+  StepScalarFlags step_scalars;
   std::string backend = "auto";    // auto, host, cuda
   std::string checkpoint;          // written after every epoch (and at the end)
   std::string resume;              // a checkpoint to continue from
@@ -59,7 +73,7 @@ struct TrainingPrograms {
 
 // "optimizer=adam lr=0.001 ..." for the flags; kiln::Error naming a bad one.
 std::string optimizer_spec(const std::string& optimizer, double lr, double momentum,
-                           double weight_decay);
+                           double weight_decay, const StepScalarFlags& step_scalars = {});
 // Loads `model`, builds the training step (passes::training_pipeline) and the inference graph
 // and emits both. `libraries`: as --library.
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,

@@ -17,7 +17,12 @@
 // multi_tensor_apply), instead of one launch per parameter.
 //
 // Options (MLIR style: `append-optimizer{optimizer=adam lr=0.001}`): optimizer = sgd | adam |
-// adamw (default adam), lr, momentum, dampening, nesterov (0/1), weight_decay, beta1, beta2, eps.
+// adamw (default adam), lr, momentum, dampening, nesterov (0/1), weight_decay, beta1, beta2, eps;
+// and two per-step scalars every update then reads (ir/optimizer_operands.h):
+//   lr_schedule = cosine | linear | constant, with warmup_steps, total_steps, min_lr_scale:
+//     an lr_schedule node of train.step whose factor multiplies lr (torch's LambdaLR);
+//   clip_grad_norm = N > 0: a grad_norm_clip node over every gradient whose factor multiplies
+//     them all (torch.nn.utils.clip_grad_norm_(parameters, N) before optimizer.step()).
 #include <fmt/format.h>
 
 #include <map>
@@ -45,11 +50,48 @@ struct OptimizerSpec {
   ir::AttrMap attrs;
   std::vector<std::string> state;  // state tensors per parameter: "momentum", or "m", "v"
   bool reads_step = false;
+  ir::AttrMap schedule;   // lr_schedule's attributes; empty: a constant learning rate
+  double clip_grad_norm = 0;  // 0: no clipping
 };
+
+// The lr_schedule and clip_grad_norm options.
+void add_step_scalars(const PassContext& context, OptimizerSpec& spec) {
+  std::string schedule = context.option("lr_schedule", "");
+  if (schedule == "none") schedule.clear();
+  if (!schedule.empty() && schedule != "cosine" && schedule != "linear" && schedule != "constant")
+    throw Error("--passes", fmt::format("pass '{}': lr_schedule '{}' is not one of cosine, "
+                                        "linear, constant, none",
+                                        kPass, schedule));
+  auto integer = [&](const char* key) {
+    const double value = context.number_option(kPass, key, 0);
+    if (value < 0 || value != static_cast<double>(static_cast<int64_t>(value)))
+      throw Error("--passes", fmt::format("pass '{}': option '{}' must be a whole number >= 0, "
+                                          "got {}",
+                                          kPass, key, value));
+    return static_cast<int64_t>(value);
+  };
+  if (!schedule.empty())
+    spec.schedule = {{"decay", schedule},
+                     {"warmup_steps", integer("warmup_steps")},
+                     {"total_steps", integer("total_steps")},
+                     {"min_scale", context.number_option(kPass, "min_lr_scale", 0.0)}};
+  else
+    for (const char* key : {"warmup_steps", "total_steps", "min_lr_scale"})
+      if (!context.option(key, "").empty())
+        throw Error("--passes", fmt::format("pass '{}': option '{}' needs lr_schedule=cosine, "
+                                            "linear or constant",
+                                            kPass, key));
+  spec.clip_grad_norm = context.number_option(kPass, "clip_grad_norm", 0.0);
+  if (!(spec.clip_grad_norm >= 0))
+    throw Error("--passes", fmt::format("pass '{}': option 'clip_grad_norm' must be > 0 (0: no "
+                                        "clipping), got {}",
+                                        kPass, spec.clip_grad_norm));
+}
 
 OptimizerSpec optimizer_spec(const PassContext& context) {
   context.check_options(kPass, {"optimizer", "lr", "momentum", "dampening", "nesterov",
-                                "weight_decay", "beta1", "beta2", "eps"});
+                                "weight_decay", "beta1", "beta2", "eps", "lr_schedule",
+                                "warmup_steps", "total_steps", "min_lr_scale", "clip_grad_norm"});
   const std::string name = context.option("optimizer", "adam");
   auto number = [&](const char* key, double fallback) {
     return context.number_option(kPass, key, fallback);
@@ -65,6 +107,7 @@ OptimizerSpec optimizer_spec(const PassContext& context) {
                   {"weight_decay", number("weight_decay", 0.0)},
                   {"nesterov", number("nesterov", 0.0) != 0.0}};
     if (momentum != 0.0) spec.state = {"momentum"};
+    add_step_scalars(context, spec);
     return spec;
   }
   if (name == "adam" || name == "adamw") {
@@ -77,6 +120,7 @@ OptimizerSpec optimizer_spec(const PassContext& context) {
                   {"weight_decay", number("weight_decay", name == "adam" ? 0.0 : 0.01)}};
     spec.state = {"m", "v"};
     spec.reads_step = true;
+    add_step_scalars(context, spec);
     return spec;
   }
   throw Error("--passes", fmt::format("pass '{}': optimizer '{}' is not one of sgd, adam, adamw",
@@ -156,6 +200,25 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
                                                 "the step counter",
                                                 kPass, kStepName));
 
+  // The step's scalars, read by every update: lr_scale, then grad_scale (positional, so a clip
+  // without a schedule reads a constant lr_scale of 1).
+  const ir::TensorType scalar_type{ir::DType::F32, {1}};
+  std::vector<ir::Value*> scalars;
+  if (!spec.schedule.empty())
+    scalars.push_back(add_op(graph, ir::OpId::LrSchedule, "train.lr_schedule", {step},
+                             spec.schedule, {"train.lr_scale"})
+                          ->results[0]);
+  if (spec.clip_grad_norm > 0) {
+    if (scalars.empty())
+      scalars.push_back(constant_parameter(graph, "train.lr_scale", scalar_type, 1));
+    std::vector<ir::Value*> grads;
+    for (auto [param, grad] : updates) grads.push_back(grad);
+    scalars.push_back(add_op(graph, ir::OpId::GradNormClip, "train.clip_grad_norm",
+                             std::move(grads), {{"max_norm", spec.clip_grad_norm}},
+                             {"train.grad_scale", "train.grad_norm"})
+                          ->results[0]);
+  }
+
   std::vector<ir::Value*> next_values;
   std::vector<std::string> next_names;
   // Updates grouped by (op, attributes, dtype): each group becomes one multi_update kernel.
@@ -169,6 +232,7 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
       result_names.push_back(std::string(kNextPrefix) + inputs.back()->name);
     }
     if (spec.reads_step) inputs.push_back(step);
+    inputs.insert(inputs.end(), scalars.begin(), scalars.end());
     ir::Node* node = add_op(graph, spec.op, "update." + param->name, std::move(inputs), spec.attrs,
                             result_names);
     for (size_t r = 0; r < node->results.size(); ++r) {

@@ -14,8 +14,9 @@
 
 #include <algorithm>
 
-#include "codegen/kernels/emit_util.h"
+#include "codegen/kernels/reduce_util.h"
 #include "ir/op_registry.h"
+#include "ir/optimizer_operands.h"
 
 namespace kiln::codegen {
 namespace {
@@ -28,10 +29,36 @@ double attr_float(const ir::Node& node, const char* name) { return attr<double>(
 
 std::string f32(double value) { return literal(DType::F32, value); }
 
-// Constants and per-launch scalars, before any loop. `step` is the name of the step pointer
-// (Adam only).
-void emit_prologue(BodyWriter& w, const ir::Node& node, const std::string& step) {
+// Where an update's operands sit (ir/optimizer_operands.h).
+ir::UpdateOperands operands_of(const ir::Node& node) {
+  const bool momentum = !is_adam(node) && attr_float(node, "momentum") != 0;
+  return ir::update_operands(node.op, momentum, node.inputs.size());
+}
+
+// The pointers of the per-launch scalars an update reads; empty when absent.
+struct ScalarPointers {
+  std::string step;        // Adam's step count
+  std::string lr_scale;    // lr_schedule's factor
+  std::string grad_scale;  // grad_norm_clip's factor
+};
+
+ScalarPointers scalar_pointers(const ir::Node& node, const std::vector<std::string>& params) {
+  const ir::UpdateOperands operands = operands_of(node);
+  auto at = [&](int index) { return index >= 0 ? params[index] : std::string(); };
+  return {at(operands.step), at(operands.lr_scale), at(operands.grad_scale)};
+}
+
+// Constants and per-launch scalars, before any loop. The learning rate is the constant kLr, or
+// `lr` = kLr times the step's lr_scale; the gradient factor is `grad_factor` when there is one.
+void emit_prologue(BodyWriter& w, const ir::Node& node, const ScalarPointers& scalars) {
   w.line("constexpr float kLr = {};", f32(attr_float(node, "lr")));
+  const std::string lr = scalars.lr_scale.empty() ? "kLr" : "lr";
+  if (!scalars.lr_scale.empty())
+    w.line("const float lr = kLr * {}[0];  // this step's learning rate (lr_schedule)",
+           scalars.lr_scale);
+  if (!scalars.grad_scale.empty())
+    w.line("const float grad_factor = {}[0];  // clipping by global norm (grad_norm_clip)",
+           scalars.grad_scale);
   const double weight_decay = attr_float(node, "weight_decay");
   if (!is_adam(node)) {
     const double momentum = attr_float(node, "momentum");
@@ -52,18 +79,20 @@ void emit_prologue(BodyWriter& w, const ir::Node& node, const std::string& step)
   w.line("constexpr float kOneMinusBeta1 = {};", f32(1 - beta1));
   w.line("constexpr float kOneMinusBeta2 = {};", f32(1 - beta2));
   w.line("constexpr float kEps = {};", f32(attr_float(node, "eps")));
-  if (weight_decay != 0 && node.op == ir::OpId::AdamwUpdate)
+  if (weight_decay != 0 && node.op == ir::OpId::AdamwUpdate && scalars.lr_scale.empty())
     w.line("constexpr float kDecay = {};  // 1 - lr * weight_decay", f32(1 - attr_float(node, "lr") * weight_decay));
+  else if (weight_decay != 0 && node.op == ir::OpId::AdamwUpdate)
+    w.line("const float kDecay = 1.0f - lr * {};  // 1 - lr * weight_decay", f32(weight_decay));
   else if (weight_decay != 0)
     w.line("constexpr float kWeightDecay = {};", f32(weight_decay));
   const DType step_dtype = node.inputs[4]->type.dtype;
   w.comment("The step count is read at run time, so bias correction needs no recompilation.");
   // Named step_count: the one-op kernel's pointer parameter is `step`.
-  w.line("const float step_count = static_cast<float>({});", load(step_dtype, step + "[0]"));
+  w.line("const float step_count = static_cast<float>({});", load(step_dtype, scalars.step + "[0]"));
   w.comment("1 - beta^step as -expm1(step * log1p(-(1 - beta))): no cancellation for beta near 1.");
   w.line("const float bias_correction1 = -expm1f(step_count * log1pf(-kOneMinusBeta1));");
   w.line("const float bias_correction2 = -expm1f(step_count * log1pf(-kOneMinusBeta2));");
-  w.line("const float step_size = kLr / bias_correction1;");
+  w.line("const float step_size = {} / bias_correction1;", lr);
   w.line("const float inv_sqrt_bias_correction2 = 1.0f / sqrtf(bias_correction2);");
 }
 
@@ -79,15 +108,16 @@ void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::st
   const double weight_decay = attr_float(node, "weight_decay");
   w.line("float p_val = {};", at(in[0]));
   w.line("float g_val = {};", at(in[1]));
+  if (operands_of(node).grad_scale >= 0) w.line("g_val *= grad_factor;");
   if (!is_adam(node)) {
     if (weight_decay != 0) w.line("g_val += kWeightDecay * p_val;");
-    if (node.inputs.size() == 3) {
+    if (operands_of(node).state_count == 1) {
       w.line("const float buf_val = kMomentum * {} + kOneMinusDampening * g_val;", at(in[2]));
       put(out[1], "buf_val");
       w.line(attr<bool>(node, "nesterov") ? "g_val += kMomentum * buf_val;  // Nesterov"
                                           : "g_val = buf_val;");
     }
-    put(out[0], "p_val - kLr * g_val");
+    put(out[0], operands_of(node).lr_scale >= 0 ? "p_val - lr * g_val" : "p_val - kLr * g_val");
     return;
   }
   if (weight_decay != 0)
@@ -101,20 +131,21 @@ void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::st
   put(out[0], "p_val - step_size * m_val / denom");
 }
 
-std::vector<std::string> state_inputs(const std::vector<std::string>& params, bool adam) {
-  return adam ? std::vector<std::string>(params.begin(), params.begin() + 4) : params;
+// The per-element operands: param, grad and the state (not the per-launch scalars).
+std::vector<std::string> state_inputs(const ir::Node& node, const std::vector<std::string>& params) {
+  const ir::UpdateOperands operands = operands_of(node);
+  return {params.begin(), params.begin() + operands.state + operands.state_count};
 }
 
 KernelSpec emit_update(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const int64_t count = ir::num_elements(node.inputs[0]->type.shape);
   const std::string type = index_type(count);
-  const bool adam = is_adam(node);
   BodyWriter w;
-  emit_prologue(w, node, adam ? request.input_params[4] : "");
+  emit_prologue(w, node, scalar_pointers(node, request.input_params));
   w.line("constexpr {} kCount = {};", type, int_literal(count, type));
   open_grid_stride_loop(w, "i", type, "kCount");
-  emit_element(w, node, state_inputs(request.input_params, adam), request.output_params, "i");
+  emit_element(w, node, state_inputs(node, request.input_params), request.output_params, "i");
   w.close();
   KernelSpec spec = grid_stride_spec(count);
   spec.body = w.take();
@@ -170,7 +201,6 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   if (updates.empty()) reject(kernel, "needs at least one update node");
   const ir::Node& first = *updates.front();
   const DType dtype = first.inputs[0]->type.dtype;
-  const bool adam = is_adam(first);
   for (const ir::Node* update : updates) {
     if (update->op != ir::OpId::SgdUpdate && !is_adam(*update))
       reject(kernel, "holds only sgd_update, adam_update or adamw_update nodes, not " +
@@ -179,9 +209,13 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
         update->inputs.size() != first.inputs.size() || update->inputs[0]->type.dtype != dtype)
       reject(kernel, "updates with one op, one set of attributes and one dtype; " +
                          update->describe() + " differs from " + first.describe());
-    if (adam && update->inputs[4] != first.inputs[4])
-      reject(kernel, "reads one step count; " + update->describe() + " and " +
-                         first.describe() + " read different ones");
+    const ir::UpdateOperands operands = operands_of(first);
+    for (const auto& [index, what] : {std::pair{operands.step, "step count"},
+                                      std::pair{operands.lr_scale, "lr_scale"},
+                                      std::pair{operands.grad_scale, "grad_scale"}})
+      if (index >= 0 && update->inputs[index] != first.inputs[index])
+        reject(kernel, std::string("reads one ") + what + "; " + update->describe() + " and " +
+                           first.describe() + " read different ones");
   }
 
   std::vector<Binding> bindings;
@@ -196,14 +230,16 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
 
   // The lambda's pointer names: the registry's operand names (param, grad, ...) and new_*.
   const ir::OpDef& def = ir::OpRegistry::instance().get(first.op);
-  std::vector<std::string> operand_names(def.input_names.begin(),
-                                         def.input_names.begin() + (adam ? 4 : first.inputs.size()));
+  const ir::UpdateOperands first_operands = operands_of(first);
+  std::vector<std::string> operand_names(
+      def.input_names.begin(),
+      def.input_names.begin() + first_operands.state + first_operands.state_count);
   std::vector<std::string> result_names = lambda_names(
       std::vector<std::string>(operand_names.begin(), operand_names.end()), "new_");
   result_names.erase(result_names.begin() + 1);  // no result for grad
 
   BodyWriter w;
-  emit_prologue(w, first, adam ? bindings.front().in[4] : "");
+  emit_prologue(w, first, scalar_pointers(first, bindings.front().in));
   w.line("constexpr int kSegments = {};", updates.size());
   w.line("constexpr {} kTotal = {};", type, int_literal(total, type));
   w.comment("Parameter s owns elements [kSegmentOffset[s], kSegmentOffset[s + 1]) of the loop.");
@@ -241,7 +277,94 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   return spec;
 }
 
+namespace {
+
+// One thread: the factor of the step (the reference's formula and its torch equivalent are in
+// ir/eval/kernels_optimizer.cpp).
+KernelSpec emit_lr_schedule(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const std::string& decay = attr<std::string>(node, "decay");
+  BodyWriter w;
+  w.line("constexpr float kWarmup = {};",
+         f32(static_cast<double>(attr<int64_t>(node, "warmup_steps"))));
+  w.comment("Steps already taken, as torch.optim.lr_scheduler counts (the step is 1-based).");
+  w.line("const float taken = static_cast<float>({}) - 1.0f;",
+         load(node.inputs[0]->type.dtype, request.input_params[0] + "[0]"));
+  w.line("float factor = 1.0f;");
+  w.open("if (taken < kWarmup)");
+  w.line("factor = (taken + 1.0f) / kWarmup;  // linear warmup");
+  if (decay != "constant") {
+    w.reopen("else");
+    w.line("constexpr float kMinScale = {};", f32(attr_float(node, "min_scale")));
+    w.line("constexpr float kDecaySteps = {};",
+           f32(static_cast<double>(attr<int64_t>(node, "total_steps") -
+                                   attr<int64_t>(node, "warmup_steps"))));
+    w.line("const float progress = fminf(fmaxf((taken - kWarmup) / kDecaySteps, 0.0f), 1.0f);");
+    if (decay == "cosine")
+      w.line("const float shape = 0.5f * (1.0f + cosf(3.14159265358979f * progress));  // cosine");
+    else
+      w.line("const float shape = 1.0f - progress;  // linear");
+    w.line("factor = kMinScale + (1.0f - kMinScale) * shape;");
+  }
+  w.close();
+  w.line("{}[0] = factor;", request.output_params[0]);
+  KernelSpec spec;
+  spec.grid = Dim3{1, 1, 1};
+  spec.block = Dim3{1, 1, 1};
+  spec.body = w.take();
+  spec.note = fmt::format("one thread: warmup over {} steps, then {} decay",
+                          attr<int64_t>(node, "warmup_steps"), decay);
+  return spec;
+}
+
+// Threads of grad_norm_clip's one block.
+constexpr int64_t kNormBlock = 1024;
+
+// One block: each thread sums the squares of a strided slice of every gradient in turn, the
+// block combines them in a fixed order (deterministic), and thread 0 writes norm and factor.
+// One SM's bandwidth suffices for the parameters of the models kiln trains today; a two-stage
+// reduction is the upgrade for models of hundreds of millions of parameters.
+KernelSpec emit_grad_norm_clip(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  BodyWriter w;
+  w.line("constexpr float kMaxNorm = {};", f32(attr_float(node, "max_norm")));
+  emit_warp_constants(w, kNormBlock);
+  w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
+  w.line("float acc = 0.0f;");
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const ir::TensorType& grad = node.inputs[k]->type;
+    const int64_t count = ir::num_elements(grad.shape);
+    const std::string type = index_type(count);
+    w.comment(fmt::format("%{} {}", node.inputs[k]->name, grad.to_string()));
+    w.open("for ({} i = threadIdx.x; i < {}; i += blockDim.x)", type, int_literal(count, type));
+    w.line("const float g = {};", load(grad.dtype, request.input_params[k] + "[i]"));
+    w.line("acc += g * g;");
+    w.close();
+  }
+  emit_block_combine(w, "acc", Combine::Sum, "float", "partial");
+  w.open("if (threadIdx.x == 0)");
+  w.line("const float norm = sqrtf(acc);");
+  w.line("const float coef = kMaxNorm / (norm + 1e-6f);");
+  w.line("{}[0] = coef < 1.0f ? coef : 1.0f;  // the gradients' factor", request.output_params[0]);
+  w.line("{}[0] = norm;", request.output_params[1]);
+  w.close();
+  KernelSpec spec;
+  spec.grid = Dim3{1, 1, 1};
+  spec.block = Dim3{static_cast<uint32_t>(kNormBlock), 1, 1};
+  spec.shared_bytes = static_cast<uint32_t>(kNormBlock / kWarpSize * 4);
+  spec.uses_barriers = true;
+  spec.body = w.take();
+  spec.note = fmt::format("one block: sum of squares over {} gradients, fixed-order block "
+                          "combine, norm and clip factor",
+                          node.inputs.size());
+  return spec;
+}
+
+}  // namespace
+
 void add_optimizer_emitters(EmitterTable& table) {
+  table.emplace_back(ir::OpId::LrSchedule, emit_lr_schedule);
+  table.emplace_back(ir::OpId::GradNormClip, emit_grad_norm_clip);
   table.emplace_back(ir::OpId::SgdUpdate, emit_update);
   table.emplace_back(ir::OpId::AdamUpdate, emit_update);
   table.emplace_back(ir::OpId::AdamwUpdate, emit_update);

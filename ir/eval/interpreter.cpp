@@ -84,6 +84,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::SoftmaxGrad: case OpId::LogSoftmaxGrad: case OpId::SoftmaxCrossEntropyGrad:
       return KernelFamily::Grad;
     case OpId::SgdUpdate: case OpId::AdamUpdate: case OpId::AdamwUpdate:
+    case OpId::LrSchedule: case OpId::GradNormClip:
       return KernelFamily::Optimizer;
     case OpId::BatchNormTrain: case OpId::BatchNormTrainGrad: case OpId::LayerNormGrad:
     case OpId::RmsNormGrad:

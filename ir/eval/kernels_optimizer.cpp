@@ -1,9 +1,14 @@
 // Reference kernels for the optimizer updates (sgd_update, adam_update, adamw_update), written
 // after the per-parameter loops of torch.optim.SGD / Adam / AdamW (foreach=False) so each line
 // can be checked against PyTorch's source. Everything is in double; each result rounds once.
+// lr_scale multiplies lr as torch's LambdaLR does; grad_scale multiplies the gradient before the
+// update reads it, as torch.nn.utils.clip_grad_norm_ does in place.
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "ir/eval/kernel_util.h"
+#include "ir/optimizer_operands.h"
 
 namespace kiln::eval {
 namespace {
@@ -11,20 +16,34 @@ namespace {
 using Inputs = std::vector<const ir::Tensor*>;
 using Results = std::vector<ir::Tensor>;
 
+// The learning rate and gradient factor of this step: 1 where the operand is absent.
+struct Scales {
+  double lr = 1;
+  double grad = 1;
+};
+
+Scales scales(const Inputs& in, const ir::UpdateOperands& operands) {
+  Scales result;
+  if (operands.lr_scale >= 0) result.lr = in[operands.lr_scale]->get(0);
+  if (operands.grad_scale >= 0) result.grad = in[operands.grad_scale]->get(0);
+  return result;
+}
+
 // torch.optim.SGD, with the momentum buffer carried by the caller (zeros before step 1; see
 // ir/ops/optimizer.cpp for why that matches PyTorch when dampening is 0).
 Results sgd_update(const ir::Node& node, const Inputs& in) {
-  const double lr = ref::attr_float(node, "lr");
   const double momentum = ref::attr_float(node, "momentum");
   const double dampening = ref::attr_float(node, "dampening");
   const double weight_decay = ref::attr_float(node, "weight_decay");
   const bool nesterov = ref::attr_bool(node, "nesterov");
+  const bool has_buffer = momentum != 0;
+  const Scales scale = scales(in, ir::update_operands(node.op, has_buffer, in.size()));
+  const double lr = ref::attr_float(node, "lr") * scale.lr;
   std::vector<double> param = in[0]->to_doubles();
   const std::vector<double> grad = in[1]->to_doubles();
-  const bool has_buffer = in.size() == 3;
   std::vector<double> buffer = has_buffer ? in[2]->to_doubles() : std::vector<double>();
   for (size_t i = 0; i < param.size(); ++i) {
-    double d = grad[i] + weight_decay * param[i];
+    double d = grad[i] * scale.grad + weight_decay * param[i];
     if (has_buffer) {
       buffer[i] = momentum * buffer[i] + (1 - dampening) * d;
       d = nesterov ? d + momentum * buffer[i] : buffer[i];
@@ -39,7 +58,8 @@ Results sgd_update(const ir::Node& node, const Inputs& in) {
 // torch.optim.Adam (decoupled = false: weight decay joins the gradient) and AdamW (decoupled:
 // the parameter decays by lr * weight_decay before the step).
 Results adam_update(const ir::Node& node, const Inputs& in, bool decoupled) {
-  const double lr = ref::attr_float(node, "lr");
+  const Scales scale = scales(in, ir::update_operands(node.op, false, in.size()));
+  const double lr = ref::attr_float(node, "lr") * scale.lr;
   const double beta1 = ref::attr_float(node, "beta1");
   const double beta2 = ref::attr_float(node, "beta2");
   const double eps = ref::attr_float(node, "eps");
@@ -56,7 +76,7 @@ Results adam_update(const ir::Node& node, const Inputs& in, bool decoupled) {
   const double bias_correction2 = 1 - std::pow(beta2, step);
   const double step_size = lr / bias_correction1;
   for (size_t i = 0; i < param.size(); ++i) {
-    double g = grad[i];
+    double g = grad[i] * scale.grad;
     if (decoupled)
       param[i] *= 1 - lr * weight_decay;
     else
@@ -70,9 +90,44 @@ Results adam_update(const ir::Node& node, const Inputs& in, bool decoupled) {
           ref::make_result(node, v, 2)};
 }
 
+// The factor of the step as torch.optim.lr_scheduler counts it: k = step - 1 steps already
+// taken. A linear warmup, (k + 1) / warmup while k < warmup (LinearLR from 1 / warmup), then
+// a decay from 1 at k = warmup to min_scale at k = total_steps, and min_scale after it
+// (CosineAnnealingLR or LinearLR, chained by SequentialLR at milestone warmup).
+Results lr_schedule(const ir::Node& node, const Inputs& in) {
+  const double taken = in[0]->get(0) - 1;
+  const auto warmup = static_cast<double>(ref::attr_int(node, "warmup_steps"));
+  const auto total = static_cast<double>(ref::attr_int(node, "total_steps"));
+  const double min_scale = ref::attr_float(node, "min_scale");
+  const std::string& decay = ref::attr<std::string>(node, "decay");
+  double factor = 1;
+  if (taken < warmup) {
+    factor = (taken + 1) / warmup;
+  } else if (decay != "constant") {
+    const double progress = std::clamp((taken - warmup) / (total - warmup), 0.0, 1.0);
+    const double shape = decay == "cosine" ? 0.5 * (1 + std::cos(std::numbers::pi * progress))
+                                           : 1 - progress;
+    factor = min_scale + (1 - min_scale) * shape;
+  }
+  return {ref::make_result(node, {factor})};
+}
+
+// torch.nn.utils.clip_grad_norm_(max_norm, norm_type=2): the norm of the concatenated
+// gradients, and the factor min(1, max_norm / (norm + 1e-6)) that they are multiplied by.
+Results grad_norm_clip(const ir::Node& node, const Inputs& in) {
+  double sum_of_squares = 0;
+  for (const ir::Tensor* grad : in)
+    for (double g : grad->to_doubles()) sum_of_squares += g * g;
+  const double norm = std::sqrt(sum_of_squares);
+  const double scale = std::min(1.0, ref::attr_float(node, "max_norm") / (norm + 1e-6));
+  return {ref::make_result(node, {scale}), ref::make_result(node, {norm}, 1)};
+}
+
 }  // namespace
 
 void add_optimizer_kernels(KernelTable& table) {
+  table[ir::OpId::LrSchedule] = lr_schedule;
+  table[ir::OpId::GradNormClip] = grad_norm_clip;
   table[ir::OpId::SgdUpdate] = sgd_update;
   table[ir::OpId::AdamUpdate] = [](const ir::Node& node, const Inputs& in) {
     return adam_update(node, in, /*decoupled=*/false);

@@ -11,10 +11,13 @@
 //     time, so the bias corrections 1 - beta^step need no recompilation per step.
 // They never fuse with other ops (kind opaque); codegen batches all the updates of a step into
 // one multi-tensor kernel instead (ir/kernel_region.h, kind "multi_update").
+// Each update may also take lr_scale and grad_scale (ir/optimizer_operands.h), which
+// lr_schedule and grad_norm_clip compute from the step count and the gradients.
 #include <limits>
 #include <string>
 
 #include "ir/ops/op_helpers.h"
+#include "ir/optimizer_operands.h"
 #include "ir/ops/type_rules.h"
 
 namespace kiln::ir::type_rules {
@@ -45,6 +48,35 @@ void require_range(const InferContext& ctx, const std::string& name, double low,
                 -1, name};
 }
 
+// A one-element i32, i64 or f32 operand: a step count.
+void require_step(const InferContext& ctx, int input) {
+  const TensorType& step = ctx.inputs[input];
+  if (step.rank() > 1 || num_elements(step.shape) != 1 ||
+      !(step.dtype == DType::I32 || step.dtype == DType::I64 || step.dtype == DType::F32))
+    throw OpError{"step must be one i32, i64 or f32 element (shape [1] or []), got " +
+                      step.to_string(),
+                  input};
+}
+
+// The optional lr_scale and grad_scale operands: f32[1] each, at most two.
+// `hint` ends the message about a wrong lr_scale.
+void require_scales(const InferContext& ctx, const UpdateOperands& operands,
+                    const std::string& hint = "") {
+  if (operands.extra > 2)
+    throw OpError{"takes at most two operands after its state (lr_scale, grad_scale), got " +
+                      std::to_string(operands.extra),
+                  operands.fixed + 2};
+  for (int input : {operands.lr_scale, operands.grad_scale}) {
+    if (input < 0) continue;
+    const TensorType& scale = ctx.inputs[input];
+    if (scale.dtype != DType::F32 || scale.shape != Shape{1})
+      throw OpError{std::string(input == operands.lr_scale ? "lr_scale" : "grad_scale") +
+                        " must be f32[1], got " + scale.to_string() +
+                        (input == operands.lr_scale ? hint : ""),
+                    input};
+  }
+}
+
 }  // namespace
 
 Types infer_sgd(const InferContext& ctx) {
@@ -55,15 +87,17 @@ Types infer_sgd(const InferContext& ctx) {
   require_range(ctx, "weight_decay", 0, kNoLimit);
   require_range(ctx, "dampening", 0, 1);
   const double momentum = ctx.get_float("momentum");
-  const bool has_buffer = ctx.inputs.size() == 3;
   // Without momentum PyTorch keeps no buffer; with it, the buffer is the state to carry.
-  if (momentum != 0 && !has_buffer)
+  const bool has_buffer = momentum != 0;
+  const UpdateOperands operands = update_operands(OpId::SgdUpdate, has_buffer, ctx.inputs.size());
+  if (operands.extra < 0)
     throw OpError{"momentum " + float_to_string(momentum) +
                       " needs a momentum_buffer operand (zeros before the first step)",
                   -1, "momentum"};
-  if (momentum == 0 && has_buffer)
-    throw OpError{"momentum_buffer is unused when momentum is 0", 2};
   if (has_buffer) require_same_type(ctx, 2, "momentum_buffer");
+  // A buffer given with momentum 0 lands in lr_scale's place: the message says why.
+  require_scales(ctx, operands,
+                 has_buffer ? "" : " (a momentum_buffer operand is taken only when momentum != 0)");
   if (ctx.get_bool("nesterov") && (momentum == 0 || ctx.get_float("dampening") != 0))
     throw OpError{"nesterov momentum requires momentum > 0 and dampening 0 (as in torch.optim.SGD)",
                   -1, "nesterov"};
@@ -77,12 +111,8 @@ Types infer_adam(const InferContext& ctx) {
   require_same_type(ctx, 1, "grad");
   require_same_type(ctx, 2, "m");
   require_same_type(ctx, 3, "v");
-  const TensorType& step = ctx.inputs[4];
-  if (step.rank() > 1 || num_elements(step.shape) != 1 ||
-      !(step.dtype == DType::I32 || step.dtype == DType::I64 || step.dtype == DType::F32))
-    throw OpError{"step must be one i32, i64 or f32 element (shape [1] or []), got " +
-                      step.to_string(),
-                  4};
+  require_step(ctx, 4);
+  require_scales(ctx, update_operands(OpId::AdamUpdate, false, ctx.inputs.size()));
   require_range(ctx, "lr", 0, kNoLimit);
   require_range(ctx, "beta1", 0, 1, /*open_high=*/true);
   require_range(ctx, "beta2", 0, 1, /*open_high=*/true);
@@ -90,6 +120,33 @@ Types infer_adam(const InferContext& ctx) {
   require_range(ctx, "weight_decay", 0, kNoLimit);
   const TensorType& param = ctx.inputs[0];
   return {checked_result(param.dtype, param.shape), param, param};
+}
+
+Types infer_lr_schedule(const InferContext& ctx) {
+  require_step(ctx, 0);
+  const int64_t warmup = ctx.get_int("warmup_steps");
+  const int64_t total = ctx.get_int("total_steps");
+  if (warmup < 0)
+    throw OpError{"attribute 'warmup_steps' must be >= 0, got " + std::to_string(warmup), -1,
+                  "warmup_steps"};
+  if (ctx.get_string("decay") != "constant" && total <= warmup)
+    throw OpError{"attribute 'total_steps' (" + std::to_string(total) +
+                      ") must be larger than warmup_steps (" + std::to_string(warmup) +
+                      ") for a decaying schedule",
+                  -1, "total_steps"};
+  require_range(ctx, "min_scale", 0, 1);
+  return {TensorType{DType::F32, {1}}};
+}
+
+Types infer_grad_norm_clip(const InferContext& ctx) {
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) require_float(ctx, static_cast<int>(i));
+  const double max_norm = ctx.get_float("max_norm");
+  if (!(max_norm > 0) || max_norm == kNoLimit)
+    throw OpError{"attribute 'max_norm' must be a finite number > 0, got " +
+                      float_to_string(max_norm),
+                  -1, "max_norm"};
+  const TensorType scalar{DType::F32, {1}};
+  return {scalar, scalar};
 }
 
 }  // namespace kiln::ir::type_rules

@@ -39,7 +39,8 @@ const std::set<std::string> kAccumulatingOps = {
     "layer_norm", "batch_norm", "avg_pool2d", "global_avg_pool", "softmax_cross_entropy",
     "mse_loss", "batch_norm_train", "batch_norm_train_grad", "layer_norm_grad", "softmax_grad", "log_softmax_grad", "softmax_cross_entropy_grad",
     "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d_grad", "avg_pool2d_grad",
-    "gather_elements_grad", "rms_norm", "rms_norm_grad", "attention", "attention_grad"};
+    "gather_elements_grad", "rms_norm", "rms_norm_grad", "attention", "attention_grad",
+    "grad_norm_clip"};
 
 double tolerance_for(const TorchCase& test_case) {
   const ir::DType dtype = test_case.expected.at(0).dtype();

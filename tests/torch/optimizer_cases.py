@@ -5,6 +5,8 @@ float64 on the same values, for the parameter and state after one step. The stat
 optimizer's own state dict, so the cases check kiln against torch.optim's code, not against a
 transcription of its formulas. Used by gen_cases.py.
 """
+import warnings
+
 import torch
 
 from case_writer import add_case, randn
@@ -85,3 +87,87 @@ def optimizer_cases():
              [randn(6), randn(6), randn(6, scale=0.1), torch.rand(6) * 0.01,
               torch.tensor([2.0])],
              adam_step(torch.optim.AdamW, {"lr": 1e-3, "weight_decay": 0.01}))
+
+    # The per-step scalars (lr_scale, grad_scale): torch.optim with lr = lr * lr_scale, after
+    # torch.nn.utils.clip_grad_norm_ has multiplied the gradient by grad_scale in place.
+    def scaled(oracle_of, attrs):
+        def oracle(*inputs):
+            *state, lr_scale, grad_scale = inputs
+            scaled_attrs = dict(attrs, lr=attrs["lr"] * float(lr_scale[0]))
+            state[1] = state[1] * grad_scale[0]
+            return oracle_of(scaled_attrs)(*state)
+        return oracle
+
+    lr_scale, grad_scale = torch.tensor([0.3]), torch.tensor([0.45])
+    attrs = {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}
+    add_case("sgd_update_scaled", "sgd_update", attrs,
+             [randn(5, 3), randn(5, 3), randn(5, 3), lr_scale, grad_scale],
+             scaled(sgd_step, attrs))
+    attrs = {"lr": 0.1}
+    add_case("sgd_update_lr_scaled", "sgd_update", attrs,
+             [randn(8), randn(8), lr_scale], lambda p, g, s: sgd_step({"lr": 0.1 * float(s[0])})(p, g))
+    for op, optimizer in (("adam_update", torch.optim.Adam), ("adamw_update", torch.optim.AdamW)):
+        attrs = {"lr": 0.01, "weight_decay": 0.05}
+        add_case(f"{op}_scaled", op, attrs,
+                 [randn(4, 6), randn(4, 6), randn(4, 6, scale=0.1),
+                  torch.rand(4, 6) * 0.01, torch.tensor([5], dtype=torch.int32), lr_scale,
+                  grad_scale],
+                 scaled(lambda a, o=optimizer: adam_step(o, a), attrs))
+
+    # grad_norm_clip against torch.nn.utils.clip_grad_norm_ itself: the factor is what the clip
+    # multiplied a gradient by, the norm what it returned. One set of gradients above max_norm
+    # (clipped) and one below (factor 1).
+    def clip_oracle(max_norm):
+        def oracle(*grads):
+            params = [torch.zeros_like(g, requires_grad=True) for g in grads]
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            factor = params[0].grad.reshape(-1)[0] / grads[0].reshape(-1)[0]
+            return factor.reshape(1), norm.reshape(1)
+        return oracle
+
+    grads = [randn(3, 4), randn(5), randn(2, 2, 2, scale=0.5)]
+    for max_norm in (1.0, 100.0):
+        add_case(f"grad_norm_clip_{max_norm:g}", "grad_norm_clip", {"max_norm": max_norm}, grads,
+                 clip_oracle(max_norm))
+
+    # lr_schedule against torch.optim.lr_scheduler itself: LinearLR from 1 / warmup for the
+    # warmup, then CosineAnnealingLR (or LinearLR) to min_scale, chained by SequentialLR at
+    # milestone warmup; the factor of the 1-based step t is the lr after t - 1 scheduler steps
+    # (at most total_steps: CosineAnnealingLR climbs again after T_max, lr_schedule stays).
+    def schedule_oracle(attrs):
+        warmup, total = attrs.get("warmup_steps", 0), attrs.get("total_steps", 0)
+        min_scale, decay = attrs.get("min_scale", 0.0), attrs.get("decay", "cosine")
+
+        def oracle(step):
+            param = torch.zeros(1, requires_grad=True)
+            opt = torch.optim.SGD([param], lr=1.0)
+            sched = lambda: (torch.optim.lr_scheduler.CosineAnnealingLR(opt, total - warmup, min_scale)
+                             if decay == "cosine" else
+                             torch.optim.lr_scheduler.LinearLR(opt, 1.0, min_scale, total - warmup))
+            if decay == "constant":  # the warmup alone: LinearLR stays at 1 after it
+                schedule = torch.optim.lr_scheduler.LinearLR(opt, 1.0 / warmup, 1.0, warmup - 1)
+            elif warmup:
+                ramp = torch.optim.lr_scheduler.LinearLR(opt, 1.0 / warmup, 1.0, warmup - 1)
+                schedule = torch.optim.lr_scheduler.SequentialLR(opt, [ramp, sched()], [warmup])
+            else:
+                schedule = sched()
+            with warnings.catch_warnings():  # SequentialLR's own call of step(0), in torch 1.13
+                warnings.simplefilter("ignore", UserWarning)
+                for _ in range(int(step[0]) - 1):
+                    opt.step()
+                    schedule.step()
+            return torch.tensor([opt.param_groups[0]["lr"]], dtype=torch.float64)
+        return oracle
+
+    schedules = [({"warmup_steps": 4, "total_steps": 20, "min_scale": 0.1}, (1, 3, 4, 5, 6, 13, 21)),
+                 ({"total_steps": 12, "decay": "linear"}, (1, 2, 7, 13)),
+                 ({"warmup_steps": 3, "total_steps": 9, "decay": "linear", "min_scale": 0.5}, (2, 4, 10)),
+                 ({"warmup_steps": 5, "decay": "constant"}, (2, 9))]
+    for attrs, steps in schedules:
+        for step in steps:
+            tag = "_".join(f"{k}{v}" for k, v in attrs.items())
+            add_case(f"lr_schedule_{tag}_step{step}", "lr_schedule", attrs,
+                     [torch.tensor([step], dtype=torch.int32)], schedule_oracle(attrs),
+                     out_dtype="f32")

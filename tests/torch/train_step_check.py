@@ -7,7 +7,10 @@ compares with the same model in PyTorch (float64):
   1. the loss and every parameter's gradient (kiln's autodiff pass, reference interpreter);
   2. the same on the host backend after fusion and memory planning;
   3. the parameters and Adam state after one optimizer step (append-optimizer) against
-     torch.optim.Adam.
+     torch.optim.Adam;
+and trains the MLP (without dropout) for 14 steps with `kiln train`, AdamW, a warmup + cosine
+learning-rate schedule and clipping by global norm, against torch.optim.AdamW, LambdaLR and
+torch.nn.utils.clip_grad_norm_.
 Dropout masks come from a Python copy of kiln's Philox 4x32-10 stream (ir/philox.h), so the
 comparison also checks that stream end to end.
 
@@ -69,6 +72,22 @@ def write_safetensors(path, tensors):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    size = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + size])
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        dtype = {"F32": "<f4", "I32": "<i4", "I64": "<i8"}[entry["dtype"]]
+        out[name] = np.frombuffer(blob[8 + size + begin:8 + size + end], dtype=dtype).reshape(
+            entry["shape"])
+    return out
 
 
 def run(cmd):
@@ -258,6 +277,81 @@ def check_model(kiln, work, model):
     return failures
 
 
+# ---- a schedule and a clip over many steps ------------------------------------------------
+def lr_factor(taken, warmup, total, min_scale):
+    """lr_schedule's cosine factor after `taken` steps (ir/eval/kernels_optimizer.cpp)."""
+    if taken < warmup:
+        return (taken + 1) / warmup
+    progress = min(max((taken - warmup) / (total - warmup), 0.0), 1.0)
+    return min_scale + (1 - min_scale) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def check_schedule_and_clip(kiln, work):
+    """`kiln train` with AdamW, warmup + cosine decay and clipping by global norm for 14 steps
+    (full batch: one step per epoch, so the shuffled order only changes rounding) against
+    torch.optim.AdamW + LambdaLR + clip_grad_norm_ from the same weights, in float64. The
+    decay ends at step 10, so the last steps run at min_lr_scale."""
+    name, input_shape, shapes, nodes, _, _ = mlp()
+
+    def forward(p, x):
+        h = F.relu(F.linear(x.flatten(1), p["fc1.weight"], p["fc1.bias"]))
+        return F.linear(h, p["fc2.weight"], p["fc2.bias"])
+    nodes = [n for n in nodes if n["op"] != "dropout"]
+    nodes[[n["name"] for n in nodes].index("fc2")]["inputs"][0] = "relu1"
+    folder = os.path.join(work, "train_schedule")
+    data = os.path.join(folder, "data")
+    os.makedirs(data, exist_ok=True)
+    rng = np.random.default_rng(11)
+    weights = {k: (rng.standard_normal(s) * (0.5 if len(s) > 1 else 0.1)).astype(np.float32)
+               for k, s in shapes.items()}
+    write_safetensors(os.path.join(folder, "w.safetensors"), weights)
+    model_path = os.path.join(folder, "model.json")
+    with open(model_path, "w") as f:
+        json.dump({"format": "kiln.model", "version": 1, "name": "schedule_mlp",
+                   "weights": "w.safetensors",
+                   "inputs": [{"name": "image", "dtype": "f32", "shape": list(input_shape)}],
+                   "parameters": [{"name": k, "shape": list(s)} for k, s in shapes.items()],
+                   "nodes": nodes, "outputs": ["probs"]}, f)
+    count, steps, warmup, total, min_scale, max_norm, lr = 16, 14, 3, 10, 0.1, 0.5, 0.05
+    x = rng.random((count,) + input_shape[1:]).astype(np.float32)
+    y = rng.integers(0, 10, count).astype(np.int32)
+    for split in ("train", "test"):
+        np.save(os.path.join(data, f"{split}.x.npy"), x)
+        np.save(os.path.join(data, f"{split}.y.npy"), y)
+    checkpoint = os.path.join(folder, "state.safetensors")
+    run([kiln, "train", model_path, "--data", data, "--backend", "host", "--batch-size", str(count),
+         "--epochs", str(steps), "--optimizer", "adamw", "--lr", str(lr), "--lr-schedule", "cosine",
+         "--warmup-steps", str(warmup), "--total-steps", str(total), "--min-lr-scale",
+         str(min_scale), "--clip-grad-norm", str(max_norm), "--checkpoint", checkpoint, "-q"])
+    state = read_safetensors(checkpoint)
+
+    params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in weights.items()}
+    optimizer = torch.optim.AdamW(params.values(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda k: lr_factor(k, warmup, total, min_scale))
+    clipped = 0
+    xt, yt = torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.int64)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        F.cross_entropy(forward(params, xt), yt).backward()
+        clipped += float(torch.nn.utils.clip_grad_norm_(params.values(), max_norm)) > max_norm
+        optimizer.step()
+        schedule.step()
+    # The check must exercise the clip, and the weights must have moved far beyond the allowance.
+    assert clipped >= 3, f"only {clipped} of {steps} steps clipped: raise the learning rate"
+    failures = []
+    for k, p in params.items():
+        moved = float(np.abs(p.detach().numpy() - weights[k]).max())
+        error = float(np.abs(state[k].astype(np.float64) - p.detach().numpy()).max())
+        ok = error <= 2e-5 and moved > 100 * 2e-5
+        print(f"  schedule+clip: {k} after {steps} steps: worst error {error:.1e} (allowance "
+              f"2e-5; the weights moved {moved:.3f}) {'ok' if ok else 'FAIL'}")
+        if not ok:
+            failures.append(f"schedule+clip {k}")
+    print(f"  schedule+clip: {clipped} of {steps} steps clipped")
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--kiln", required=True)
@@ -267,6 +361,7 @@ def main():
     failures = []
     for model in (mlp(), cnn(), embedding()):
         failures += check_model(args.kiln, args.work, model)
+    failures += check_schedule_and_clip(args.kiln, args.work)
     if failures:
         sys.exit("FAILED: " + ", ".join(failures))
     print("all training checks passed")
