@@ -215,6 +215,7 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::Slice:
     case OpId::BroadcastTo:
     case OpId::SliceGrad:
+    case OpId::Gather:
     case OpId::GatherElements: return no_flops;
     case OpId::Dropout: return dropout_flops;
     // Products: a multiply-add (2) per weight and result element.

@@ -186,7 +186,8 @@ class ProgramBuilder {
     }
     switch (node.op) {
       case OpId::Reshape: case OpId::Flatten: case OpId::Transpose: case OpId::Concat:
-      case OpId::Slice: case OpId::BroadcastTo: case OpId::GatherElements: case OpId::Argmax:
+      case OpId::Slice: case OpId::BroadcastTo: case OpId::Gather: case OpId::GatherElements:
+      case OpId::Argmax:
       case OpId::Argmin:
       case OpId::Equal: case OpId::Less: case OpId::LessEqual: case OpId::Greater:
       case OpId::GreaterEqual: case OpId::Where: case OpId::Cast:

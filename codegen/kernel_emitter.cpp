@@ -57,6 +57,7 @@ EmitterFamily emitter_family(ir::OpId op) {
     // index.cpp
     case OpId::Argmax:
     case OpId::Argmin:
+    case OpId::Gather:
     case OpId::GatherElements:
     case OpId::GatherElementsGrad:
       return EmitterFamily::Index;

@@ -1,10 +1,12 @@
-// Kernel emitters for the arg reductions (argmax, argmin) and gather_elements.
+// Kernel emitters for the arg reductions (argmax, argmin), gather and gather_elements.
 //
 //   - argmax / argmin: x viewed as [outer, dim, inner] around the axis; one thread per output
 //     element walks its dim elements (stride inner) keeping the best so far. Strict comparisons
 //     keep the first extremum, non-strict ones (select_last_index) the last; for floats a NaN
 //     beats everything and nothing beats a NaN, as numpy.argmax and the reference. x is read
 //     through load_input: fuse-elementwise may compute it in the kernel (a reduce kernel);
+//   - gather: one thread per output element, x viewed as [outer, dim, inner] around the axis;
+//     the same index rules as gather_elements (below);
 //   - gather_elements: one thread per output element (the indices' shape) unravels its flat
 //     index, reads its index (negative counts from the end) and copies x's element, so every
 //     dtype moves exactly. An index out of range reads element 0 of the axis (the reference
@@ -113,6 +115,42 @@ KernelSpec emit_gather_elements(const KernelRequest& request) {
   return spec;
 }
 
+KernelSpec emit_gather(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& x_shape = node.inputs[0]->type.shape;
+  const int64_t axis_attr = attr<int64_t>(node, "axis");
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + static_cast<int64_t>(x_shape.size())
+                                                  : axis_attr);
+  const int64_t inner = ir::num_elements(x_shape, axis + 1, x_shape.size());
+  const int64_t indices = ir::num_elements(node.inputs[1]->type.shape);
+  const int64_t count = ir::num_elements(node.results[0]->type.shape);
+  const std::string type = index_type(std::max(count, ir::num_elements(x_shape)));
+
+  BodyWriter w;
+  w.comment(fmt::format("out is [outer, indices, inner] around axis {}: element (o, k, r) copies "
+                        "x[o, index[k], r].",
+                        axis));
+  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  w.line("constexpr {} kInner = {};", type, int_literal(inner, type));
+  w.line("constexpr {} kIndices = {};", type, int_literal(indices, type));
+  w.line("constexpr long long kAxisDim = {}LL;", x_shape[axis]);
+  open_grid_stride_loop(w, "i", type, "kCount");
+  w.line("const {} r = i % kInner;", type);
+  w.line("const {} k = i / kInner % kIndices;", type);
+  w.line("const {} o = i / kInner / kIndices;", type);
+  w.line("long long index = {}[k];", request.input_params[1]);
+  w.line("if (index < 0) index += kAxisDim;");
+  w.comment("Out of range (an error in the reference): read element 0 rather than stray memory.");
+  w.line("if (index < 0 || index >= kAxisDim) index = 0;");
+  w.line("{}[i] = {}[(o * static_cast<{}>(kAxisDim) + static_cast<{}>(index)) * kInner + r];",
+         request.output_params[0], request.input_params[0], type, type);
+  w.close();
+  KernelSpec spec = grid_stride_spec(count);
+  spec.body = w.take();
+  spec.note = "grid-stride gather of x's slices, one output element per thread";
+  return spec;
+}
+
 KernelSpec emit_gather_elements_grad(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::Shape& shape = node.results[0]->type.shape;
@@ -171,6 +209,7 @@ KernelSpec emit_gather_elements_grad(const KernelRequest& request) {
 void add_index_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::Argmax, emit_arg_reduce);
   table.emplace_back(ir::OpId::Argmin, emit_arg_reduce);
+  table.emplace_back(ir::OpId::Gather, emit_gather);
   table.emplace_back(ir::OpId::GatherElements, emit_gather_elements);
   table.emplace_back(ir::OpId::GatherElementsGrad, emit_gather_elements_grad);
 }

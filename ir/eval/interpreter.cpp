@@ -62,6 +62,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::IsInf:
     case OpId::Argmax:
     case OpId::Argmin:
+    case OpId::Gather:
     case OpId::GatherElements:
     case OpId::GatherElementsGrad:
       return KernelFamily::Index;

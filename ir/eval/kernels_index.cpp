@@ -1,5 +1,5 @@
 // Reference kernels for comparisons, logic on bool, where, the float predicates (is_nan,
-// is_inf), the arg reductions (argmax, argmin), gather_elements and its adjoint.
+// is_inf), the arg reductions (argmax, argmin), gather, gather_elements and its adjoint.
 //
 // Selections (where, gather_elements) copy element bytes, so every dtype moves exactly; i64
 // comparisons compare the integers themselves, not their (rounded) doubles.
@@ -147,6 +147,31 @@ Results gather_elements(const ir::Node& node, const Inputs& in) {
   return {std::move(out)};
 }
 
+// Copies x's slice at each index: outer x index x inner blocks of bytes, any dtype.
+Results gather(const ir::Node& node, const Inputs& in) {
+  const ir::Tensor& x = *in[0];
+  const ir::Tensor& indices = *in[1];
+  const ir::Shape& shape = x.shape();
+  const int axis = ref::norm_axis(ref::attr_int(node, "axis"), static_cast<int>(shape.size()));
+  const int64_t dim = shape[axis];
+  const int64_t outer = ir::num_elements(shape, 0, axis);
+  const int64_t inner = ir::num_elements(shape, axis + 1, shape.size());
+  const int64_t count = indices.num_elements();
+  ir::Tensor out(ref::result_type(node));
+  const size_t block = static_cast<size_t>(inner) * ir::dtype_size(out.dtype());
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t index = get_index(indices, k);
+    if (index < -dim || index >= dim)
+      ref::node_error(node, "index " + std::to_string(index) + " at element " + std::to_string(k) +
+                                " is outside [-" + std::to_string(dim) + ", " +
+                                std::to_string(dim) + ") on axis " + std::to_string(axis));
+    const int64_t row = index < 0 ? index + dim : index;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(out.data() + (o * count + k) * block, x.data() + (o * dim + row) * block, block);
+  }
+  return {std::move(out)};
+}
+
 // The adjoint of gather_elements: each dy element is added where the forward read it, in the
 // order of dy's elements (so a result element sums its contributions in index order, as the
 // kernel does), in double.
@@ -199,6 +224,7 @@ void add_index_kernels(KernelTable& table) {
   table[OpId::Argmin] = [](const ir::Node& node, const Inputs& in) {
     return arg_reduce(node, in, false);
   };
+  table[OpId::Gather] = gather;
   table[OpId::GatherElements] = gather_elements;
   table[OpId::GatherElementsGrad] = gather_elements_grad;
 }

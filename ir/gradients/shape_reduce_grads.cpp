@@ -95,6 +95,27 @@ void add_shape_reduce_rules(OpRegistry& registry) {
                   {"shape", Ints(n.inputs[0]->type.shape)}}),
             nullptr};
   });
+  // gather's adjoint adds each dy slice back at its index: with x as [outer, dim, inner] and dy
+  // as [outer, n, inner] (n indices), that is gather_elements_grad along the middle axis, the
+  // indices broadcast over outer and inner. Autodiff runs on a graph of fixed shapes, so the
+  // views are concrete.
+  set_rule(registry, OpId::Gather,
+           "gather_elements_grad(dy, indices) on [outer, dim, inner] views (float x only)",
+           [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    const TensorType& x = n.inputs[0]->type;
+    if (!is_floating(x.dtype)) return {nullptr, nullptr};
+    const int64_t rank = x.rank();
+    const int64_t axis_attr = std::get<int64_t>(n.attrs.at("axis"));
+    const size_t axis = static_cast<size_t>(axis_attr < 0 ? axis_attr + rank : axis_attr);
+    const int64_t outer = num_elements(x.shape, 0, axis);
+    const int64_t inner = num_elements(x.shape, axis + 1, x.shape.size());
+    const int64_t count = num_elements(n.inputs[1]->type.shape);
+    Value* index = b.reshape(n.inputs[1], {1, count, 1});
+    index = b.op(OpId::BroadcastTo, {index}, {{"shape", Ints{outer, count, inner}}});
+    Value* grad = b.op(OpId::GatherElementsGrad, {b.reshape(dy[0], {outer, count, inner}), index},
+                       {{"axis", int64_t{1}}, {"shape", Ints{outer, x.shape[axis], inner}}});
+    return {b.reshape(grad, x.shape), nullptr};
+  });
   // broadcast_to's adjoint sums dy back over the broadcast dims.
   set_rule(registry, OpId::BroadcastTo,
            "unbroadcast(dy) to x.shape",

@@ -70,6 +70,19 @@ Types infer_arg_reduce(const InferContext& ctx) {
   return {TensorType{DType::I64, std::move(out)}};
 }
 
+Types infer_gather(const InferContext& ctx) {
+  const TensorType& x = ctx.inputs[0];
+  const TensorType& indices = ctx.inputs[1];
+  if (indices.dtype != DType::I32 && indices.dtype != DType::I64)
+    throw OpError{"indices must be i32 or i64, got " + indices.to_string(), 1};
+  if (x.rank() == 0) throw OpError{"x must have at least one dim, got " + x.to_string(), 0};
+  const int axis = require_axis(ctx.get_int("axis"), x.rank(), "axis");
+  Shape shape(x.shape.begin(), x.shape.begin() + axis);
+  shape.insert(shape.end(), indices.shape.begin(), indices.shape.end());
+  shape.insert(shape.end(), x.shape.begin() + axis + 1, x.shape.end());
+  return {ops::checked_result(x.dtype, shape)};
+}
+
 Types infer_gather_elements(const InferContext& ctx) {
   const TensorType& x = ctx.inputs[0];
   const TensorType& indices = ctx.inputs[1];

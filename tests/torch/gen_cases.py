@@ -357,6 +357,18 @@ def compare_index_cases():
         add_case(f"gather_elements_axis{axis}".replace("-", "m"), "gather_elements",
                  {"axis": axis}, [x, index],
                  lambda t, i, axis=axis, dim=dim: torch.gather(t, axis, torch.where(i < 0, i + dim, i)))
+    # gather: torch.index_select for a vector of indices, embedding lookups (a [B, T] index into
+    # a table's rows, torch.nn.functional.embedding) and a negative axis with negative indices.
+    add_case("gather_axis1_vector", "gather", {"axis": 1}, [x, torch.tensor([3, 0, 0, 2], dtype=torch.int32)],
+             lambda t, i: torch.index_select(t, 1, i.long()))
+    table = randn(11, 6)
+    tokens = randint(0, 11, 2, 7, dtype=torch.int64)
+    add_case("gather_embedding", "gather", {}, [table, tokens],
+             lambda t, i: torch.nn.functional.embedding(i, t))
+    add_case("gather_embedding_i32", "gather", {"axis": 0}, [table, tokens.int()],
+             lambda t, i: torch.nn.functional.embedding(i.long(), t))
+    add_case("gather_axism1_negative", "gather", {"axis": -1}, [x, torch.tensor([[-1, 0], [2, -5]])],
+             lambda t, i: t[..., torch.where(i < 0, i + t.shape[-1], i)])
 
 
 def main():

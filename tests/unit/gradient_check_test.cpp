@@ -196,6 +196,8 @@ std::vector<Case> cases() {
   // Labels draw indices below operand 0's last dim: repeats (which add up) are certain.
   all.push_back({"gather_elements", {{{3, 5}}, {{3, 7}, L}}, {{"axis", int64_t{1}}}});
   all.push_back({"gather_elements", {{{6, 4}}, {{9, 4}, L}}});
+  all.push_back({"gather", {{{7, 3}}, {{4, 5}, L}}});  // an embedding: rows of a table
+  all.push_back({"gather", {{{2, 5, 4}}, {{3, 2}, L}}, {{"axis", int64_t{1}}}});
   all.push_back({"broadcast_to", {{{3, 1}}}, {{"shape", Ints{2, 3, 4}}}});
   all.push_back({"broadcast_to", {{{}}}, {{"shape", Ints{5}}}});
   all.push_back({"scale", {{{2, 3}}}, {{"factor", -1.5}}});
