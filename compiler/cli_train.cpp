@@ -29,10 +29,10 @@ int run(Options& options, const CLI::App& command) {
     std::cout << fmt::format("test accuracy {:.2f}%\n", 100 * summary.test_accuracy);
     return kExitOk;
   }
-  std::cout << fmt::format("trained {} steps in {} ({:.0f} img/s, {} kernels per step); final "
+  std::cout << fmt::format("trained {} steps in {} ({:.0f} {}, {} kernels per step); final "
                            "loss {:.4f}; test accuracy {:.2f}%{}\n",
                            summary.steps, compiler::format_duration(summary.seconds),
-                           summary.images_per_second, summary.kernels_per_step,
+                           summary.throughput, summary.throughput_unit, summary.kernels_per_step,
                            summary.final_loss, 100 * summary.test_accuracy,
                            options.train.checkpoint.empty()
                                ? std::string()
@@ -46,13 +46,15 @@ Command add_train_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   compiler::TrainOptions& t = options->train;
   CLI::App* cmd = app.add_subcommand(
-      "train", "Train a classifier (a model ending in softmax) and report its test accuracy");
+      "train", "Train a classifier or a language model (a model ending in softmax) and report "
+               "its test accuracy");
   cmd->add_option("MODEL", t.model,
                   "model file (.json, .onnx, Keras (.json, .h5) or textual IR), or a package from `kiln compile --train`")
       ->required();
   cmd->add_option("--data", t.data,
-                  "mnist, fashion-mnist, or a directory with train.x.npy, train.y.npy, "
-                  "test.x.npy, test.y.npy")
+                  "mnist, fashion-mnist; fortunes or text:FILE|DIR (bytes, for a language "
+                  "model taking token ids [batch, sequence]); or a directory with train.x.npy, "
+                  "train.y.npy, test.x.npy, test.y.npy")
       ->capture_default_str();
   // Values out of range are usage errors (exit 2), like unknown flags.
   cmd->add_option("--epochs", t.epochs, "passes over the training set")
@@ -95,6 +97,8 @@ Command add_train_command(CLI::App& app) {
                 "when a step's loss or state is not finite, replay it op by op on the reference "
                 "evaluator and name the first op whose output is not finite (slower: copies the "
                 "training state every step)");
+  cmd->add_option("--loss-log", t.loss_log,
+                  "write every step's loss to this CSV file (step,epoch,loss), for loss curves");
   cmd->add_flag("--print-plan", t.print_plan,
                 "print the training step's kernel count and activation arena");
   options->cache.add_to(*cmd);

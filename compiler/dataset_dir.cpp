@@ -5,6 +5,7 @@
 
 #include "compiler/npy.h"
 #include "ir/diagnostic.h"
+#include "runtime/data/text.h"
 
 namespace kiln::compiler {
 namespace fs = std::filesystem;
@@ -28,13 +29,15 @@ data::Dataset load_npy_dataset_dir(const std::string& dir, data::Split split) {
   return dataset;
 }
 
-data::Dataset load_dataset(std::string_view spec, data::Split split, int64_t first) {
+data::Dataset load_dataset(std::string_view spec, data::Split split, int64_t first,
+                           int64_t context) {
   if (data::is_builtin_dataset(spec)) return data::load_builtin_dataset(spec, split, first);
+  if (data::is_text_dataset(spec)) return data::load_text_dataset(spec, split, context);
   const std::string dir(spec);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    throw Error("--data", "'" + dir + "' is neither a known dataset (mnist, fashion-mnist) nor "
-                          "a directory of .npy files");
+    throw Error("--data", "'" + dir + "' is neither a known dataset (mnist, fashion-mnist, "
+                          "fortunes), text:PATH, nor a directory of .npy files");
   }
   return load_npy_dataset_dir(dir, split);
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <ostream>
 #include <optional>
@@ -90,11 +91,12 @@ runtime::Backend resolve_backend(const std::string& backend, bool verbose) {
   return has_gpu ? runtime::Backend::Cuda : runtime::Backend::Host;
 }
 
-// Index of the largest logit in each row.
-int64_t count_correct(const ir::Tensor& logits, const ir::Tensor& labels, int64_t rows) {
+// How many of the first `positions` rows of the logits (viewed as [positions, classes]) have
+// their largest logit at the label: a sample's class, or a token's successor.
+int64_t count_correct(const ir::Tensor& logits, const ir::Tensor& labels, int64_t positions) {
   const int64_t classes = logits.type().shape.back();
   int64_t correct = 0;
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < positions; ++r) {
     int64_t best = 0;
     for (int64_t c = 1; c < classes; ++c)
       if (logits.get(r * classes + c) > logits.get(r * classes + best)) best = c;
@@ -107,13 +109,34 @@ int64_t count_correct(const ir::Tensor& logits, const ir::Tensor& labels, int64_
 // A label outside [0, classes) would pick a logit that does not exist: a data error naming the
 // first such sample (its index in the split) and the label.
 void check_labels(const data::Dataset& set, int64_t classes) {
-  for (int64_t i = 0; i < set.size(); ++i) {
+  const int64_t per_sample = set.labels_per_sample();
+  for (int64_t i = 0; i < set.labels.num_elements(); ++i) {
     const double label = set.labels.get(i);
     if (label < 0 || label >= static_cast<double>(classes))
       throw Error(set.source, fmt::format("sample {} has label {}, outside [0, {}): the model "
                                           "has {} classes",
-                                          i, label, classes, classes));
+                                          i / per_sample, label, classes, classes));
   }
+}
+
+// The sequence length of a model that takes token ids [batch, sequence] (integers), else 0.
+int64_t token_context(const ir::TensorType& input) {
+  return ir::is_integer(input.dtype) && input.rank() == 2 ? input.shape[1] : 0;
+}
+
+// Token ids are stored as i32; a model taking i64 ids gets them widened once, here. Float
+// samples for an integer input (or ids for a float one) are an error naming both.
+void conform_samples(const std::string& input_name, const ir::TensorType& input,
+                     data::Dataset& dataset) {
+  const bool int_input = ir::is_integer(input.dtype);
+  if (int_input != dataset.is_tokens())
+    throw Error("--data", fmt::format("{}: samples are {}, model input %{} takes {}",
+                                      dataset.source, dataset.images.type().to_string(),
+                                      input_name, input.to_string()));
+  if (!int_input || input.dtype == dataset.images.dtype()) return;
+  ir::Tensor widened({input.dtype, dataset.images.shape()});
+  for (int64_t i = 0; i < widened.num_elements(); ++i) widened.set(i, dataset.images.get(i));
+  dataset.images = std::move(widened);
 }
 
 // A checkpoint written by kiln train records its run's settings (kiln.batch_size, ...): resuming
@@ -173,7 +196,7 @@ double evaluate(runtime::TrainingExecutable& executable, const data::Dataset& da
   ir::Tensor images, labels;
   int64_t correct = 0;
   while (batches.next(images, labels)) {
-    const int64_t rows = labels.num_elements();
+    const int64_t rows = labels.shape()[0];
     ir::Tensor input = images;
     if (rows < batch) {
       ir::Shape shape = images.type().shape;
@@ -183,16 +206,16 @@ double evaluate(runtime::TrainingExecutable& executable, const data::Dataset& da
       input = std::move(padded);
     }
     const std::vector<ir::Tensor> outputs = executable.evaluate({input});
-    correct += count_correct(outputs.at(0), labels, rows);
+    correct += count_correct(outputs.at(0), labels, labels.num_elements());
   }
-  return static_cast<double>(correct) / static_cast<double>(dataset.size());
+  return static_cast<double>(correct) / static_cast<double>(dataset.labels.num_elements());
 }
 
 data::Dataset load_split(const TrainOptions& options, data::Split split, int64_t samples,
-                         const char* flag) {
+                         const char* flag, int64_t context) {
   if (samples < 0) throw Error(flag, fmt::format("must be >= 0, got {}", samples));
   // A built-in dataset loads only the samples asked for (and all of them when it has fewer).
-  data::Dataset dataset = load_dataset(options.data, split, samples);
+  data::Dataset dataset = load_dataset(options.data, split, samples, context);
   if (samples > dataset.size())
     throw Error(flag, fmt::format("{} asked for, {} has {}", samples, dataset.source, dataset.size()));
   if (samples > 0 && samples < dataset.size()) dataset = data::take_first(dataset, samples);
@@ -388,11 +411,33 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     std::filesystem::remove(probe, ec);
   }
 
-  // Data first: a wrong --data fails before minutes of compilation.
+  // The model's input and classes (the logits' last dim), to check the data against: loading
+  // a model takes milliseconds, compiling it minutes.
+  std::string input_name;
+  ir::TensorType input_type;
+  int64_t classes = 0;
+  if (packaged) {
+    const codegen::Buffer& input =
+        packaged->step.buffers.at(packaged->step.buffer_ids(codegen::BufferRole::Input).at(0));
+    input_name = input.name;
+    input_type = input.type;
+  } else {
+    ImportOptions import;
+    import.symbolic_dim_size = 1;
+    const ir::Graph model = load_model(options.model, import);
+    input_name = model.inputs.at(0)->name;
+    input_type = model.inputs.at(0)->type;
+    const ir::Shape& logits = model.outputs.at(0)->type.shape;
+    if (!logits.empty()) classes = logits.back();
+  }
+  const ir::Shape& input_shape = input_type.shape;
+
+  // Data next: a wrong --data fails before minutes of compilation.
+  const int64_t context = token_context(input_type);
   data::Dataset train_set = load_split(options, data::Split::Train, options.train_samples,
-                                       "--train-samples");
+                                       "--train-samples", context);
   data::Dataset test_set = load_split(options, data::Split::Test, options.test_samples,
-                                      "--test-samples");
+                                      "--test-samples", context);
   if (train_set.size() < batch_size)
     throw Error("--batch-size", fmt::format("{} is larger than the {} training samples",
                                             batch_size, train_set.size()));
@@ -407,25 +452,12 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
                                options.weight_decay, step_scalars);
 
   // The model must take the data's samples: checked before minutes of compilation too.
-  std::string input_name;
-  ir::Shape input_shape;
-  if (packaged) {
-    const codegen::Buffer& input =
-        packaged->step.buffers.at(packaged->step.buffer_ids(codegen::BufferRole::Input).at(0));
-    input_name = input.name;
-    input_shape = input.type.shape;
-  } else {
-    ImportOptions import;
-    import.symbolic_dim_size = 1;
-    const ir::Graph model = load_model(options.model, import);
-    input_name = model.inputs.at(0)->name;
-    input_shape = model.inputs.at(0)->type.shape;
-    const ir::Shape& logits = model.outputs.at(0)->type.shape;
-    if (!logits.empty()) {
-      check_labels(train_set, logits.back());
-      check_labels(test_set, logits.back());
-    }
+  if (classes > 0) {
+    check_labels(train_set, classes);
+    check_labels(test_set, classes);
   }
+  conform_samples(input_name, input_type, train_set);
+  conform_samples(input_name, input_type, test_set);
   to_channels_last_if_needed(input_shape, train_set);
   to_channels_last_if_needed(input_shape, test_set);
   check_sample_shape(input_name, input_shape, train_set);
@@ -483,6 +515,10 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   }
 
   const int64_t steps_per_epoch = train_set.size() / batch_size;
+  // Accuracy counts positions (a label per token for a language model); throughput tokens.
+  const int64_t per_sample = train_set.labels_per_sample();
+  const bool tokens = train_set.is_tokens();
+  const int64_t units_per_sample = tokens ? train_set.images.num_elements() / train_set.size() : 1;
   int64_t done = executable.step_count() - 1;  // steps already taken (a resumed checkpoint's)
   if (done < 0) done = 0;
   const bool draw = !options.quiet && (options.progress || isatty(fileno(stdout)));
@@ -504,6 +540,16 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   if (options.check_numerics) {
     replay.emplace(options.model, batch_size, options.seed, optimizer);
     state_before_step = executable.state();
+  }
+  // --loss-log: one line per step, flushed as it goes (a run stopped early keeps its curve).
+  // Resuming appends to the log of the run it continues.
+  std::ofstream loss_log;
+  if (!options.loss_log.empty()) {
+    const bool append = !options.resume.empty() && std::filesystem::exists(options.loss_log);
+    loss_log.open(options.loss_log, append ? std::ios::app : std::ios::trunc);
+    if (!loss_log)
+      throw Error(options.loss_log, std::string("cannot write the loss log: ") + std::strerror(errno));
+    if (!append) loss_log << "step,epoch,loss\n";
   }
   double train_seconds = 0;
   for (int64_t epoch = done / steps_per_epoch; epoch < options.epochs; ++epoch) {
@@ -546,6 +592,8 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       }
       ++summary.steps;
       ++done;
+      if (loss_log.is_open())
+        loss_log << fmt::format("{},{},{}\n", done, epoch + 1, result.loss) << std::flush;
       if (interrupted()) {
         std::string saved;
         if (!options.checkpoint.empty()) {
@@ -559,10 +607,10 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
         throw Interrupted();
       }
       loss_sum += result.loss;
-      correct += count_correct(result.logits, labels, batch_size);
+      correct += count_correct(result.logits, labels, labels.num_elements());
       seen += batch_size;
       bar.update(batch_index * batch_size, loss_sum * batch_size / seen,
-                 static_cast<double>(correct) / seen);
+                 static_cast<double>(correct) / static_cast<double>(seen * per_sample));
     }
     const double epoch_seconds = seconds_since(epoch_start);
     train_seconds += epoch_seconds;
@@ -577,16 +625,20 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     summary.test_accuracy = evaluate(executable, test_set, batch_size);
     if (!options.quiet)
       out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  test acc {:.2f}%  "
-                         "{:.0f} img/s  {}\n",
+                         "{:.0f} {}  {}\n",
                          epoch + 1, options.epochs, summary.final_loss,
-                         seen ? 100.0 * correct / seen : 0.0, 100 * summary.test_accuracy,
-                         epoch_seconds > 0 ? seen / epoch_seconds : 0.0,
-                         format_duration(epoch_seconds));
+                         seen ? 100.0 * correct / static_cast<double>(seen * per_sample) : 0.0,
+                         100 * summary.test_accuracy,
+                         epoch_seconds > 0 ? seen * units_per_sample / epoch_seconds : 0.0,
+                         tokens ? "tok/s" : "img/s", format_duration(epoch_seconds));
     if (stopped) break;
   }
   summary.seconds = train_seconds;
-  summary.images_per_second =
-      train_seconds > 0 ? static_cast<double>(summary.steps * batch_size) / train_seconds : 0;
+  summary.throughput = train_seconds > 0 ? static_cast<double>(summary.steps * batch_size *
+                                                                units_per_sample) /
+                                               train_seconds
+                                         : 0;
+  summary.throughput_unit = tokens ? "tok/s" : "img/s";
   return summary;
 }
 

@@ -46,6 +46,7 @@ struct TrainOptions {
   bool quiet = false;
   bool progress = false;           // draw the progress bar even when stdout is no terminal
   bool print_plan = false;         // print the training step's kernels and memory plan
+  std::string loss_log;            // a CSV of every step's loss (step,epoch,loss), for curves
   // When a step's loss or state is not finite, replay it on the reference evaluator and name
   // the first op whose output is not finite (compiler/numerics_check.h). Costs a copy of the
   // training state per step.
@@ -90,7 +91,8 @@ nlohmann::ordered_json training_options_json(const TrainingPrograms& programs);
 struct TrainSummary {
   int64_t steps = 0;               // steps run by this invocation
   double seconds = 0;              // training time (compilation and evaluation excluded)
-  double images_per_second = 0;
+  double throughput = 0;            // samples (images) or tokens per second of training
+  std::string throughput_unit = "img/s";  // "tok/s" for token data
   double final_loss = 0;           // mean loss of the last epoch run
   double test_accuracy = -1;       // after the last epoch; -1 when not evaluated
   int kernels_per_step = 0;

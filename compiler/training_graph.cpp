@@ -63,36 +63,58 @@ TrainingGraphInfo make_training_graph(ir::Graph& graph, const TrainingGraphOptio
   if (graph.outputs.empty()) throw Error("", "graph @" + graph.name + " has no outputs");
   ir::Value* prediction = graph.outputs[0];
   ir::Node* softmax = prediction->producer;
-  const auto class_axis = [](const ir::Node& node) {
+  const int64_t rank = prediction->type.rank();
+  const auto last_axis = [rank](const ir::Node& node) {
     const int64_t axis = std::get<int64_t>(node.attrs.at("axis"));
-    return axis == -1 || axis == 1;
+    return axis == -1 || axis == rank - 1;
   };
-  if (softmax == nullptr || softmax->op != ir::OpId::Softmax || prediction->type.rank() != 2 ||
-      !class_axis(*softmax) || !graph.users(prediction).empty())
+  if (softmax == nullptr || softmax->op != ir::OpId::Softmax || rank < 2 ||
+      !last_axis(*softmax) || !graph.users(prediction).empty())
     throw Error(prediction->loc.render(),
                 fmt::format("kiln train: cannot derive a loss from the first output %{} ({}{}): "
-                            "train classifiers whose first output is softmax(logits) over the "
-                            "last axis of a [batch, classes] tensor",
+                            "train models whose first output is softmax(logits) over the last "
+                            "axis of [batch, classes] (a classifier) or [batch, ..., classes] "
+                            "(a class per position: a language model)",
                             graph.output_name(0), prediction->type.to_string(),
                             softmax ? ", made by " + softmax->describe() : ""));
   ir::Value* logits = softmax->inputs[0];
+  // A label per position: i32 of the logits' shape without the classes. The loss is the mean
+  // over every position (torch's cross_entropy of logits.view(-1, C), labels.view(-1)), so
+  // positions become rows of the loss's [N, C] view.
+  const ir::Shape& logits_shape = logits->type.shape;
+  const ir::Shape label_shape(logits_shape.begin(), logits_shape.end() - 1);
   const std::string label_name = graph.unique_name("label");
-  ir::Value* label = graph.add_input(label_name, ir::TensorType{ir::DType::I32, {options.batch_size}});
+  ir::Value* label = graph.add_input(label_name, ir::TensorType{ir::DType::I32, label_shape});
+  ir::Value* loss_logits = logits;
+  ir::Value* loss_labels = label;
+  if (rank > 2) {
+    const int64_t rows = ir::num_elements(label_shape);
+    const auto reshape = [&](ir::Value* value, ir::Shape shape, const std::string& name) {
+      ir::TensorType type{value->type.dtype, shape};
+      return graph
+          .add_node(ir::OpId::Reshape, name, {value}, {{"shape", std::vector<int64_t>(shape)}},
+                    {{graph.unique_name(name), type}}, softmax->loc)
+          ->results[0];
+    };
+    loss_logits = reshape(logits, {rows, logits_shape.back()}, "loss.logits");
+    loss_labels = reshape(label, {rows}, "loss.labels");
+  }
   ir::AttrMap attrs;
   std::vector<ir::TensorType> loss_type;
   try {
-    loss_type = ir::infer_op(ir::OpId::SoftmaxCrossEntropy, {logits, label}, attrs);
+    loss_type = ir::infer_op(ir::OpId::SoftmaxCrossEntropy, {loss_logits, loss_labels}, attrs);
   } catch (const ir::OpError& error) {
     throw Error(softmax->loc.render(), "kiln train: the loss of " + softmax->describe() +
                                            "'s logits: " + error.message);
   }
-  ir::Node* loss = graph.add_node(ir::OpId::SoftmaxCrossEntropy, "loss", {logits, label}, attrs,
+  ir::Node* loss = graph.add_node(ir::OpId::SoftmaxCrossEntropy, "loss",
+                                  {loss_logits, loss_labels}, attrs,
                                   {{graph.unique_name("loss"), loss_type[0]}}, softmax->loc);
   graph.outputs = {loss->results[0], logits};
   graph.output_names = {"loss", "logits"};
   graph.erase_nodes([&](const ir::Node& node) { return &node == softmax; });
-  info.loss = fmt::format("softmax_cross_entropy of %{} (the input of {})", logits->name,
-                          "the final softmax");
+  info.loss = fmt::format("softmax_cross_entropy of %{} (the input of {}){}", logits->name,
+                          "the final softmax", rank > 2 ? ", a label per position" : "");
   info.label_input = label_name;
   info.logits = "logits";
   // Batch statistics, and the running averages as state outputs next.* (after loss, logits).

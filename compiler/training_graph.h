@@ -25,7 +25,7 @@ struct TrainingGraphOptions {
 // What make_training_graph did, for messages and for the trainer.
 struct TrainingGraphInfo {
   std::string loss;          // "softmax_cross_entropy of %fc2 (the input of softmax 'probs')"
-  std::string label_input;   // name of the labels input ("label"), i32 [batch]
+  std::string label_input;   // name of the labels input ("label"), i32 [batch] or [batch, ...]
   std::string logits;        // name of the output the trainer reads predictions from
   int dropout_nodes = 0;
   int batch_norm_nodes = 0;  // now batch_norm_train, with running averages as outputs next.*
@@ -34,7 +34,9 @@ struct TrainingGraphInfo {
 // Rewrites an inference classifier into the forward graph of a training step:
 //   - a model whose first output is softmax(logits) trains on softmax_cross_entropy(logits,
 //     label) with a new input "label" (i32 [batch]); outputs become (loss, logits), and the
-//     softmax goes (the loss computes it stably from the logits);
+//     softmax goes (the loss computes it stably from the logits). Logits [batch, ..., classes]
+//     (a language model's [batch, sequence, vocabulary]) take a label per position, i32
+//     [batch, ...], and the loss is the mean over all positions (both viewed as rows);
 //   - dropout nodes switch to training mode, reading the step counter "train.step" (an i32[1]
 //     parameter starting at 1, which the optimizer step advances) and each its own seed;
 //   - batch_norm nodes normalize with batch statistics and update their running averages

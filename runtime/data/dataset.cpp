@@ -177,13 +177,14 @@ Dataset load_idx_dataset(const std::string& images_path, const std::string& labe
 
 Dataset dataset_from_tensors(const ir::Tensor& x, const std::string& x_name, const ir::Tensor& y,
                              const std::string& y_name) {
-  if (!ir::is_floating(x.dtype()) || x.shape().empty()) {
-    throw Error(x_name, "inputs must be a floating-point array [N,...], found " +
-                            x.type().to_string());
+  const bool tokens = x.dtype() == ir::DType::I32 || x.dtype() == ir::DType::I64;
+  if (!(ir::is_floating(x.dtype()) || tokens) || x.shape().empty()) {
+    throw Error(x_name, "inputs must be a floating-point array [N,...] or token ids (int32, "
+                        "int64) [N,...], found " + x.type().to_string());
   }
-  if (!ir::is_integer(y.dtype()) || y.shape().size() != 1) {
-    throw Error(y_name, "labels must be an integer array (int32 or int64) [N], found " +
-                            y.type().to_string());
+  if (!ir::is_integer(y.dtype()) || y.shape().empty()) {
+    throw Error(y_name, "labels must be an integer array (int32 or int64) [N] (or [N,...], a "
+                        "label per position), found " + y.type().to_string());
   }
   if (x.shape()[0] == 0) throw Error(x_name, "the array holds no samples (N = 0)");
   if (x.shape()[0] != y.shape()[0]) {
@@ -191,19 +192,27 @@ Dataset dataset_from_tensors(const ir::Tensor& x, const std::string& x_name, con
                             std::to_string(x.shape()[0]) + " samples in " + x_name);
   }
   Dataset dataset;
-  dataset.images = ir::Tensor({ir::DType::F32, x.shape()});
-  if (x.dtype() == ir::DType::F32) {
+  // Floats become f32; token ids i32 (checked to fit).
+  dataset.images = ir::Tensor({tokens ? ir::DType::I32 : ir::DType::F32, x.shape()});
+  if (x.dtype() == dataset.images.dtype()) {
     std::memcpy(dataset.images.data(), x.data(), x.byte_size());
   } else {
-    for (int64_t i = 0, n = x.num_elements(); i < n; ++i) dataset.images.set(i, x.get(i));
+    for (int64_t i = 0, n = x.num_elements(); i < n; ++i) {
+      const double value = x.get(i);
+      if (tokens && (value < 0 || value > std::numeric_limits<int32_t>::max()))
+        throw Error(x_name, "token id " + std::to_string(static_cast<int64_t>(value)) +
+                                " at element " + std::to_string(i) + " is not in 0..2^31-1");
+      dataset.images.set(i, value);
+    }
   }
   dataset.labels = ir::Tensor({ir::DType::I32, y.shape()});
   auto* labels = reinterpret_cast<int32_t*>(dataset.labels.data());
+  const int64_t per_sample = y.num_elements() / y.shape()[0];
   for (int64_t i = 0; i < y.num_elements(); ++i) {
     const double label = y.get(i);
     if (label < 0 || label > std::numeric_limits<int32_t>::max()) {
       throw Error(y_name, "label " + std::to_string(static_cast<int64_t>(label)) + " of sample " +
-                              std::to_string(i) + " is not a class index (0..2^31-1)");
+                              std::to_string(i / per_sample) + " is not a class index (0..2^31-1)");
     }
     labels[i] = static_cast<int32_t>(label);
   }

@@ -20,11 +20,15 @@ enum class Split { Train, Test };
 const char* split_name(Split split);  // "train", "test"
 
 struct Dataset {
-  ir::Tensor images;   // f32 [N,...]; MNIST and Fashion-MNIST: [N,1,28,28] scaled to [0,1]
-  ir::Tensor labels;   // i32 [N], class indices >= 0
+  ir::Tensor images;   // f32 [N,...]; MNIST and Fashion-MNIST: [N,1,28,28] scaled to [0,1];
+                       // or token ids, i32 [N, T] (text.h)
+  ir::Tensor labels;   // i32 [N], class indices >= 0; or [N, T...], one per position
   std::string source;  // where it came from, for messages: "mnist train (/opt/.../data)"
 
-  int64_t size() const { return labels.num_elements(); }
+  int64_t size() const { return labels.shape().empty() ? 0 : labels.shape()[0]; }
+  // Labels per sample: 1 for classifiers, T for a language model's windows.
+  int64_t labels_per_sample() const { return size() ? labels.num_elements() / size() : 0; }
+  bool is_tokens() const { return images.dtype() == ir::DType::I32; }
 };
 
 // The names that load_builtin_dataset knows.
@@ -56,8 +60,9 @@ Dataset load_idx_dataset(const std::string& images_path, const std::string& labe
                          int64_t first = 0);
 
 // Checks and converts arrays read from elsewhere: `x` any floating dtype with rank >= 1
-// (converted to f32), `y` i32 or i64 [N] with the same N and every label >= 0 (converted to
-// i32). Errors are located at `x_name` / `y_name`.
+// (converted to f32) or token ids i32/i64 (converted to i32), `y` i32 or i64 [N] (or [N,...],
+// a label per position) with the same N and every label >= 0 (converted to i32). Errors are
+// located at `x_name` / `y_name`.
 Dataset dataset_from_tensors(const ir::Tensor& x, const std::string& x_name, const ir::Tensor& y,
                              const std::string& y_name);
 
@@ -79,7 +84,7 @@ class BatchIterator {
   BatchIterator(const Dataset& dataset, int64_t batch_size, uint64_t seed, int64_t epoch,
                 bool drop_last);
 
-  // Fills `images` ([B,...] f32) and `labels` ([B] i32) with the next batch; false (and the
+  // Fills `images` ([B,...]) and `labels` ([B,...] i32) with the next batch; false (and the
   // tensors untouched) when the epoch is over.
   bool next(ir::Tensor& images, ir::Tensor& labels);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <set>
 
@@ -13,6 +14,7 @@
 #include "io_test_util.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/idx.h"
+#include "runtime/data/text.h"
 
 namespace kiln::data {
 namespace {
@@ -269,13 +271,63 @@ TEST(DataDir, ErrorsSayWhatIsWrong) {
                 .message.find("labels must be an integer array"),
             std::string::npos);
 
-  compiler::write_npy((dir / "train.x.npy").string(), tensor(ir::DType::I32, {2}, {0, 1}));
+  compiler::write_npy((dir / "train.x.npy").string(), tensor(ir::DType::F32, {}, {1}));
   EXPECT_NE(error_of([&] { compiler::load_dataset(dir.string(), Split::Train); })
-                .message.find("inputs must be a floating-point array"),
+                .message.find("inputs must be a floating-point array [N,...] or token ids"),
             std::string::npos);
 
   EXPECT_NE(error_of([&] { compiler::load_dataset("mnistt", Split::Train); })
                 .message.find("'mnistt' is neither a known dataset"),
+            std::string::npos);
+}
+
+// Token ids with a label per position: what a language model trains on from .npy files.
+TEST(DataDir, LoadsTokensWithALabelPerPosition) {
+  const auto dir = fresh_test_dir();
+  compiler::write_npy((dir / "train.x.npy").string(), tensor(ir::DType::I64, {2, 3}, {1, 2, 3, 4, 5, 6}));
+  compiler::write_npy((dir / "train.y.npy").string(), tensor(ir::DType::I32, {2, 3}, {2, 3, 4, 5, 6, 7}));
+  const Dataset train = compiler::load_dataset(dir.string(), Split::Train);
+  EXPECT_EQ(train.images.type().to_string(), "i32[2,3]");
+  EXPECT_EQ(train.size(), 2);
+  EXPECT_EQ(train.labels_per_sample(), 3);
+  EXPECT_TRUE(train.is_tokens());
+  compiler::write_npy((dir / "train.x.npy").string(), tensor(ir::DType::I64, {2, 1}, {1, -4}));
+  compiler::write_npy((dir / "train.y.npy").string(), tensor(ir::DType::I32, {2}, {0, 1}));
+  EXPECT_NE(error_of([&] { compiler::load_dataset(dir.string(), Split::Train); })
+                .message.find("token id -4 at element 1 is not in 0..2^31-1"),
+            std::string::npos);
+}
+
+// --- byte-level text -------------------------------------------------------------------------
+
+TEST(DataText, WindowsPredictTheNextByteAndEveryTenthIsTest) {
+  const auto dir = fresh_test_dir();
+  std::string text;
+  for (int i = 0; i < 64; ++i) text += static_cast<char>('a' + i % 26);
+  { std::ofstream(dir / "b.txt") << text.substr(32); }
+  { std::ofstream(dir / "a.txt") << text.substr(0, 32); }
+  { std::ofstream(dir / "index.dat", std::ios::binary) << std::string("x\0y", 3); }  // binary
+  // 64 bytes in windows of 4 + 1: 15 windows; window 9 is the test split's only one.
+  const Dataset train = data::load_text_dataset("text:" + dir.string(), Split::Train, 4);
+  const Dataset test = data::load_text_dataset("text:" + dir.string(), Split::Test, 4);
+  EXPECT_EQ(train.images.type().to_string(), "i32[14,4]");
+  EXPECT_EQ(train.labels.type().to_string(), "i32[14,4]");
+  EXPECT_EQ(test.size(), 1);
+  // Files in name order (a.txt first); labels are the next bytes.
+  EXPECT_EQ(train.images.to_doubles()[0], 'a');
+  EXPECT_EQ(train.labels.to_doubles()[0], 'b');
+  EXPECT_EQ(train.labels.to_doubles()[3], 'e');
+  EXPECT_EQ(test.images.to_doubles()[0], 'a' + 36 % 26);
+  EXPECT_NE(test.source.find("64 bytes of 2 text files"), std::string::npos) << test.source;
+
+  EXPECT_NE(error_of([&] { data::load_text_dataset("text:" + dir.string(), Split::Train, 7); })
+                .message.find("make 9 windows of 8 bytes; at least 10 are needed"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { data::load_text_dataset("text:/nonexistent/x", Split::Train, 4); })
+                .message.find("text:/nonexistent/x: no such file or directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { data::load_text_dataset("text:" + dir.string(), Split::Train, 0); })
+                .message.find("the model's input must be token ids [batch, sequence]"),
             std::string::npos);
 }
 
