@@ -29,6 +29,7 @@ Command add_compile_command(CLI::App& app);
 Command add_cache_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
+Command add_generate_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_import_command(CLI::App& app);
 

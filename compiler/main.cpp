@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {add_opt_command(app), add_emit_command(app),
                                          add_compile_command(app),
                                          add_inspect_command(app), add_run_command(app),
-                                         add_train_command(app), add_bench_command(app),
+                                         add_train_command(app), add_generate_command(app),
+                                         add_bench_command(app),
                                          add_import_command(app),
                                          add_cache_command(app)};
 
