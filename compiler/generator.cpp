@@ -88,6 +88,11 @@ class Sampler {
     std::vector<double> logit(static_cast<size_t>(vocabulary));
     for (int64_t v = 0; v < vocabulary; ++v) {
       const double value = output.get(row * vocabulary + v);
+      // A NaN has no place in an order of likelihoods: say so rather than draw from it.
+      if (std::isnan(value))
+        throw Error("", fmt::format("the model's next-token {} at position {} hold NaN (token "
+                                    "{}): are the weights finite?",
+                                    probabilities_ ? "probabilities" : "logits", row, v));
       logit[v] = probabilities_ ? std::log(value) : value;  // log(0) = -inf: never drawn
     }
     std::vector<int64_t> order(static_cast<size_t>(vocabulary));
