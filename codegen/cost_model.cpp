@@ -106,10 +106,7 @@ int64_t softmax_cross_entropy_flops(const ir::Node& node) {
 int64_t mse_loss_flops(const ir::Node& node) { return 3 * operand_elements(node, 0) + 1; }
 
 // Whether an update multiplies its gradient by a grad_scale operand (one more flop per element).
-bool has_grad_scale(const ir::Node& node) {
-  const bool momentum = node.op == ir::OpId::SgdUpdate && attr<double>(node, "momentum") != 0;
-  return ir::update_operands(node.op, momentum, node.inputs.size()).grad_scale >= 0;
-}
+bool has_grad_scale(const ir::Node& node) { return ir::update_operands(node).grad_scale >= 0; }
 
 // Per parameter element: p - lr * d (2), weight decay d += wd * p (2), momentum
 // buf = momentum * buf + (1 - dampening) * d (3) and Nesterov's d + momentum * buf (2).

@@ -519,6 +519,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   const int64_t per_sample = train_set.labels_per_sample();
   const bool tokens = train_set.is_tokens();
   const int64_t units_per_sample = tokens ? train_set.images.num_elements() / train_set.size() : 1;
+  const char* throughput_unit = tokens ? "tok/s" : "img/s";
   int64_t done = executable.step_count() - 1;  // steps already taken (a resumed checkpoint's)
   if (done < 0) done = 0;
   const bool draw = !options.quiet && (options.progress || isatty(fileno(stdout)));
@@ -630,7 +631,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
                          seen ? 100.0 * correct / static_cast<double>(seen * per_sample) : 0.0,
                          100 * summary.test_accuracy,
                          epoch_seconds > 0 ? seen * units_per_sample / epoch_seconds : 0.0,
-                         tokens ? "tok/s" : "img/s", format_duration(epoch_seconds));
+                         throughput_unit, format_duration(epoch_seconds));
     if (stopped) break;
   }
   summary.seconds = train_seconds;
@@ -638,7 +639,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
                                                                 units_per_sample) /
                                                train_seconds
                                          : 0;
-  summary.throughput_unit = tokens ? "tok/s" : "img/s";
+  summary.throughput_unit = throughput_unit;
   return summary;
 }
 

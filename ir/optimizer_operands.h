@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstddef>
+#include <variant>
 
+#include "ir/graph.h"
 #include "ir/op_id.h"
 
 namespace kiln::ir {
@@ -41,6 +43,13 @@ inline UpdateOperands update_operands(OpId op, bool has_momentum, size_t num_inp
   if (operands.extra >= 1) operands.lr_scale = operands.fixed;
   if (operands.extra >= 2) operands.grad_scale = operands.fixed + 1;
   return operands;
+}
+
+// The same for an update node of a graph (its attributes complete, as after inference).
+inline UpdateOperands update_operands(const Node& node) {
+  const bool momentum =
+      node.op == OpId::SgdUpdate && std::get<double>(node.attrs.at("momentum")) != 0;
+  return update_operands(node.op, momentum, node.inputs.size());
 }
 
 }  // namespace kiln::ir

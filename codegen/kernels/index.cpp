@@ -71,6 +71,14 @@ KernelSpec emit_arg_reduce(const KernelRequest& request) {
   return spec;
 }
 
+// `long long index` read from `source`, negative ones counted from the end of kAxisDim.
+void emit_axis_index(BodyWriter& w, const std::string& source) {
+  w.line("long long index = {};", source);
+  w.line("if (index < 0) index += kAxisDim;");
+  w.comment("Out of range (an error in the reference): read element 0 rather than stray memory.");
+  w.line("if (index < 0 || index >= kAxisDim) index = 0;");
+}
+
 KernelSpec emit_gather_elements(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::Shape& x_shape = node.inputs[0]->type.shape;
@@ -103,10 +111,7 @@ KernelSpec emit_gather_elements(const KernelRequest& request) {
   w.line("if (d != kAxis) offset += rest % kDims[d] * kXStrides[d];");
   w.line("rest /= kDims[d];");
   w.close();
-  w.line("long long index = {}[i];", indices);
-  w.line("if (index < 0) index += kAxisDim;");
-  w.comment("Out of range (an error in the reference): read element 0 rather than stray memory.");
-  w.line("if (index < 0 || index >= kAxisDim) index = 0;");
+  emit_axis_index(w, indices + "[i]");
   w.line("{}[i] = {}[offset + static_cast<{}>(index) * kXStrides[kAxis]];", out, x, type);
   w.close();
   KernelSpec spec = grid_stride_spec(count);
@@ -138,10 +143,7 @@ KernelSpec emit_gather(const KernelRequest& request) {
   w.line("const {} r = i % kInner;", type);
   w.line("const {} k = i / kInner % kIndices;", type);
   w.line("const {} o = i / kInner / kIndices;", type);
-  w.line("long long index = {}[k];", request.input_params[1]);
-  w.line("if (index < 0) index += kAxisDim;");
-  w.comment("Out of range (an error in the reference): read element 0 rather than stray memory.");
-  w.line("if (index < 0 || index >= kAxisDim) index = 0;");
+  emit_axis_index(w, request.input_params[1] + "[k]");
   w.line("{}[i] = {}[(o * static_cast<{}>(kAxisDim) + static_cast<{}>(index)) * kInner + r];",
          request.output_params[0], request.input_params[0], type, type);
   w.close();

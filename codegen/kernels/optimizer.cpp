@@ -29,12 +29,6 @@ double attr_float(const ir::Node& node, const char* name) { return attr<double>(
 
 std::string f32(double value) { return literal(DType::F32, value); }
 
-// Where an update's operands sit (ir/optimizer_operands.h).
-ir::UpdateOperands operands_of(const ir::Node& node) {
-  const bool momentum = !is_adam(node) && attr_float(node, "momentum") != 0;
-  return ir::update_operands(node.op, momentum, node.inputs.size());
-}
-
 // The pointers of the per-launch scalars an update reads; empty when absent.
 struct ScalarPointers {
   std::string step;        // Adam's step count
@@ -43,7 +37,7 @@ struct ScalarPointers {
 };
 
 ScalarPointers scalar_pointers(const ir::Node& node, const std::vector<std::string>& params) {
-  const ir::UpdateOperands operands = operands_of(node);
+  const ir::UpdateOperands operands = ir::update_operands(node);
   auto at = [&](int index) { return index >= 0 ? params[index] : std::string(); };
   return {at(operands.step), at(operands.lr_scale), at(operands.grad_scale)};
 }
@@ -106,18 +100,19 @@ void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::st
     w.line("{}[{}] = {};", pointer, j, store(dtype, value));
   };
   const double weight_decay = attr_float(node, "weight_decay");
+  const ir::UpdateOperands operands = ir::update_operands(node);
   w.line("float p_val = {};", at(in[0]));
   w.line("float g_val = {};", at(in[1]));
-  if (operands_of(node).grad_scale >= 0) w.line("g_val *= grad_factor;");
+  if (operands.grad_scale >= 0) w.line("g_val *= grad_factor;");
   if (!is_adam(node)) {
     if (weight_decay != 0) w.line("g_val += kWeightDecay * p_val;");
-    if (operands_of(node).state_count == 1) {
+    if (operands.state_count == 1) {
       w.line("const float buf_val = kMomentum * {} + kOneMinusDampening * g_val;", at(in[2]));
       put(out[1], "buf_val");
       w.line(attr<bool>(node, "nesterov") ? "g_val += kMomentum * buf_val;  // Nesterov"
                                           : "g_val = buf_val;");
     }
-    put(out[0], operands_of(node).lr_scale >= 0 ? "p_val - lr * g_val" : "p_val - kLr * g_val");
+    put(out[0], operands.lr_scale >= 0 ? "p_val - lr * g_val" : "p_val - kLr * g_val");
     return;
   }
   if (weight_decay != 0)
@@ -133,7 +128,7 @@ void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::st
 
 // The per-element operands: param, grad and the state (not the per-launch scalars).
 std::vector<std::string> state_inputs(const ir::Node& node, const std::vector<std::string>& params) {
-  const ir::UpdateOperands operands = operands_of(node);
+  const ir::UpdateOperands operands = ir::update_operands(node);
   return {params.begin(), params.begin() + operands.state + operands.state_count};
 }
 
@@ -201,6 +196,7 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   if (updates.empty()) reject(kernel, "needs at least one update node");
   const ir::Node& first = *updates.front();
   const DType dtype = first.inputs[0]->type.dtype;
+  const ir::UpdateOperands first_operands = ir::update_operands(first);
   for (const ir::Node* update : updates) {
     if (update->op != ir::OpId::SgdUpdate && !is_adam(*update))
       reject(kernel, "holds only sgd_update, adam_update or adamw_update nodes, not " +
@@ -209,10 +205,9 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
         update->inputs.size() != first.inputs.size() || update->inputs[0]->type.dtype != dtype)
       reject(kernel, "updates with one op, one set of attributes and one dtype; " +
                          update->describe() + " differs from " + first.describe());
-    const ir::UpdateOperands operands = operands_of(first);
-    for (const auto& [index, what] : {std::pair{operands.step, "step count"},
-                                      std::pair{operands.lr_scale, "lr_scale"},
-                                      std::pair{operands.grad_scale, "grad_scale"}})
+    for (const auto& [index, what] : {std::pair{first_operands.step, "step count"},
+                                      std::pair{first_operands.lr_scale, "lr_scale"},
+                                      std::pair{first_operands.grad_scale, "grad_scale"}})
       if (index >= 0 && update->inputs[index] != first.inputs[index])
         reject(kernel, std::string("reads one ") + what + "; " + update->describe() + " and " +
                            first.describe() + " read different ones");
@@ -230,7 +225,6 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
 
   // The lambda's pointer names: the registry's operand names (param, grad, ...) and new_*.
   const ir::OpDef& def = ir::OpRegistry::instance().get(first.op);
-  const ir::UpdateOperands first_operands = operands_of(first);
   std::vector<std::string> operand_names(
       def.input_names.begin(),
       def.input_names.begin() + first_operands.state + first_operands.state_count);

@@ -37,7 +37,7 @@ Results sgd_update(const ir::Node& node, const Inputs& in) {
   const double weight_decay = ref::attr_float(node, "weight_decay");
   const bool nesterov = ref::attr_bool(node, "nesterov");
   const bool has_buffer = momentum != 0;
-  const Scales scale = scales(in, ir::update_operands(node.op, has_buffer, in.size()));
+  const Scales scale = scales(in, ir::update_operands(node));
   const double lr = ref::attr_float(node, "lr") * scale.lr;
   std::vector<double> param = in[0]->to_doubles();
   const std::vector<double> grad = in[1]->to_doubles();
@@ -58,7 +58,7 @@ Results sgd_update(const ir::Node& node, const Inputs& in) {
 // torch.optim.Adam (decoupled = false: weight decay joins the gradient) and AdamW (decoupled:
 // the parameter decays by lr * weight_decay before the step).
 Results adam_update(const ir::Node& node, const Inputs& in, bool decoupled) {
-  const Scales scale = scales(in, ir::update_operands(node.op, false, in.size()));
+  const Scales scale = scales(in, ir::update_operands(node));
   const double lr = ref::attr_float(node, "lr") * scale.lr;
   const double beta1 = ref::attr_float(node, "beta1");
   const double beta2 = ref::attr_float(node, "beta2");

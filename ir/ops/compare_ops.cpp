@@ -70,12 +70,23 @@ Types infer_arg_reduce(const InferContext& ctx) {
   return {TensorType{DType::I64, std::move(out)}};
 }
 
-Types infer_gather(const InferContext& ctx) {
+namespace {
+
+// gather and gather_elements: integer indices into an x of at least one dim.
+void require_gather_operands(const InferContext& ctx) {
   const TensorType& x = ctx.inputs[0];
   const TensorType& indices = ctx.inputs[1];
   if (indices.dtype != DType::I32 && indices.dtype != DType::I64)
     throw OpError{"indices must be i32 or i64, got " + indices.to_string(), 1};
   if (x.rank() == 0) throw OpError{"x must have at least one dim, got " + x.to_string(), 0};
+}
+
+}  // namespace
+
+Types infer_gather(const InferContext& ctx) {
+  require_gather_operands(ctx);
+  const TensorType& x = ctx.inputs[0];
+  const TensorType& indices = ctx.inputs[1];
   const int axis = require_axis(ctx.get_int("axis"), x.rank(), "axis");
   Shape shape(x.shape.begin(), x.shape.begin() + axis);
   shape.insert(shape.end(), indices.shape.begin(), indices.shape.end());
@@ -84,11 +95,9 @@ Types infer_gather(const InferContext& ctx) {
 }
 
 Types infer_gather_elements(const InferContext& ctx) {
+  require_gather_operands(ctx);
   const TensorType& x = ctx.inputs[0];
   const TensorType& indices = ctx.inputs[1];
-  if (indices.dtype != DType::I32 && indices.dtype != DType::I64)
-    throw OpError{"indices must be i32 or i64, got " + indices.to_string(), 1};
-  if (x.rank() == 0) throw OpError{"x must have at least one dim, got " + x.to_string(), 0};
   if (indices.rank() != x.rank())
     throw OpError{"indices must have x's rank " + std::to_string(x.rank()) + ", got " +
                       indices.to_string(),
