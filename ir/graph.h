@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ir/attribute.h"
+#include "ir/dynamic_dims.h"
 #include "ir/memory_plan.h"
 #include "ir/op_id.h"
 #include "ir/shape.h"
@@ -60,6 +61,9 @@ class Value {
   int result_index = 0;      // which result of the producer
   SourceLoc loc;
 
+  // Graph inputs only: which dims are dynamic (ir/dynamic_dims.h); empty when all are static.
+  DimMap dynamic_dims;
+
   // Parameters only.
   std::optional<ParamSource> source;
   std::shared_ptr<const Tensor> data;  // materialized parameter data, when loaded
@@ -98,6 +102,8 @@ class Graph {
   // replace an output value with another value of another name; these names stay.
   std::vector<std::string> output_names;
   std::optional<MemoryPlan> memory_plan;  // set by plan-memory (ir/memory_plan.h)
+  // The named dims inputs may declare dynamic, with their bounds (ir/dynamic_dims.h).
+  std::vector<DimSymbol> symbols;
 
   Graph() = default;
   Graph(const Graph&) = delete;

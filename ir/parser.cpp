@@ -83,7 +83,9 @@ class Parser {
   }
 
   // --- pieces ---------------------------------------------------------------------------------
-  TensorType parse_type() {
+  // `dims`: a graph input's type, whose dims may also be dynamic, `batch<=16`
+  // (ir/dynamic_dims.h); the first use of a name declares it with its bound.
+  TensorType parse_type(DimMap* dims = nullptr) {
     const Token dtype_token = expect(Tok::Identifier, "a tensor type such as f32[1,3]");
     std::optional<DType> dtype = parse_dtype(dtype_token.text);
     if (!dtype)
@@ -93,6 +95,14 @@ class Parser {
     Shape shape;
     if (token_.kind != Tok::RBracket) {
       do {
+        if (dims) dims->push_back({});
+        if (dims && token_.kind == Tok::Identifier) {
+          const Token symbol = token_;
+          advance();
+          expect(Tok::Less, "'<=' and the bound after the dynamic dim '" + symbol.text + "'");
+          expect(Tok::Equal, "'<=' and the bound after the dynamic dim '" + symbol.text + "'");
+          dims->back() = {declare_symbol(symbol, token_), 1};
+        }
         const Token dim = token_;
         if (dim.kind != Tok::Integer) fail(dim, "expected a dimension, got " + describe(dim));
         advance();
@@ -110,6 +120,27 @@ class Parser {
     if (!checked_num_elements(shape))
       fail(dtype_token, "shape " + shape_to_string(shape) + " has more than 2^48 elements");
     return TensorType{*dtype, shape};
+  }
+
+  // The index of dynamic dim `symbol` whose bound is the integer token `bound`; the same name
+  // must give the same bound everywhere.
+  int declare_symbol(const Token& symbol, const Token& bound) {
+    if (bound.kind != Tok::Integer) fail(bound, "expected the bound of '" + symbol.text + "', got " + describe(bound));
+    int64_t value = 0;
+    try {
+      value = std::stoll(bound.text);
+    } catch (const std::out_of_range&) {
+      fail(bound, "bound " + bound.text + " is too large");
+    }
+    for (size_t i = 0; i < graph_.symbols.size(); ++i)
+      if (graph_.symbols[i].name == symbol.text) {
+        if (graph_.symbols[i].bound != value)
+          fail(bound, "dynamic dim '" + symbol.text + "' has bound " +
+                          std::to_string(graph_.symbols[i].bound) + " elsewhere, " + bound.text + " here");
+        return static_cast<int>(i);
+      }
+    graph_.symbols.push_back({symbol.text, value});
+    return static_cast<int>(graph_.symbols.size()) - 1;
   }
 
   double parse_number(const std::string& what) {
@@ -258,7 +289,11 @@ class Parser {
       do {
         const Token name = expect(Tok::ValueName, "an input such as %x: f32[1,3]");
         expect(Tok::Colon, "':' after the input name");
-        define(graph_.add_input(name.text, parse_type(), loc_of(name)), name);
+        DimMap dims;
+        const TensorType type = parse_type(&dims);
+        Value* input = graph_.add_input(name.text, type, loc_of(name));
+        if (has_dynamic_dims(dims)) input->dynamic_dims = std::move(dims);
+        define(input, name);
       } while (accept(Tok::Comma));
     }
     expect(Tok::RParen, "')' to close the graph inputs");

@@ -148,7 +148,9 @@ void print_graph(std::ostream& out, const Graph& graph) {
 
   out << "graph " << sigil_name('@', graph.name.empty() ? "main" : graph.name) << "(";
   for (size_t i = 0; i < graph.inputs.size(); ++i)
-    out << (i ? ", " : "") << name_of(graph.inputs[i]) << ": " << graph.inputs[i]->type.to_string();
+    out << (i ? ", " : "") << name_of(graph.inputs[i]) << ": "
+        << type_with_dims(std::string(dtype_name(graph.inputs[i]->type.dtype)),
+                          graph.inputs[i]->type.shape, graph.inputs[i]->dynamic_dims, graph.symbols);
   out << ")\n";
   if (!graph.parameters.empty()) {
     out << "    params(";

@@ -29,6 +29,7 @@ class Verifier {
       if (output == nullptr || !defined_.count(output))
         throw Error("", "graph output " + std::to_string(i) + " is not a value of the graph");
     }
+    verify_dynamic_dims();
   }
 
  private:
@@ -37,6 +38,41 @@ class Verifier {
       throw Error(value.loc.render(), what + " '" + value.name + "' has invalid shape " +
                                           shape_to_string(value.type.shape) +
                                           " (dims must be >= 1, at most 2^48 elements)");
+  }
+
+  // Symbols are distinct with bounds >= 1; an input's dynamic dim names one of them and has
+  // its bound as extent; and padding to the bounds cannot reach a real result.
+  void verify_dynamic_dims() {
+    for (size_t i = 0; i < graph_.symbols.size(); ++i) {
+      const DimSymbol& symbol = graph_.symbols[i];
+      if (symbol.name.empty() || symbol.bound < 1)
+        throw Error("", "dynamic dim " + std::to_string(i) + " '" + symbol.name +
+                            "' needs a name and a bound >= 1, got " + std::to_string(symbol.bound));
+      for (size_t j = 0; j < i; ++j)
+        if (graph_.symbols[j].name == symbol.name)
+          throw Error("", "dynamic dim '" + symbol.name + "' is declared twice");
+    }
+    for (const Value* input : graph_.inputs) {
+      const DimMap& dims = input->dynamic_dims;
+      if (dims.empty()) continue;
+      const auto fail = [&](const std::string& why) {
+        throw Error(input->loc.render(), "input '" + input->name + "': " + why);
+      };
+      if (static_cast<int>(dims.size()) != input->type.rank())
+        fail("has " + std::to_string(dims.size()) + " dynamic-dim entries for rank " +
+             std::to_string(input->type.rank()));
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (!dims[d].is_dynamic()) continue;
+        if (dims[d].symbol >= static_cast<int>(graph_.symbols.size()) || dims[d].outer != 1 || dims[d].inner != 1)
+          fail("dim " + std::to_string(d) + " names no declared dynamic dim");
+        const DimSymbol& symbol = graph_.symbols[static_cast<size_t>(dims[d].symbol)];
+        if (input->type.shape[d] != symbol.bound)
+          fail("dim " + std::to_string(d) + " is the dynamic dim '" + symbol.name +
+               "', so its extent must be the bound " + std::to_string(symbol.bound) + ", not " +
+               std::to_string(input->type.shape[d]));
+      }
+    }
+    infer_dynamic_dims(graph_);
   }
 
   void claim_name(const Value& value) {
