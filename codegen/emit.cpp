@@ -60,8 +60,12 @@ class ProgramBuilder {
 
   Program build() {
     program_.graph_name = graph_.name;
-    for (size_t i = 0; i < graph_.inputs.size(); ++i)
+    program_.symbols = graph_.symbols;
+    const std::vector<ir::DimMap> output_dims = ir::output_dynamic_dims(graph_);
+    for (size_t i = 0; i < graph_.inputs.size(); ++i) {
       add_buffer(graph_.inputs[i], BufferRole::Input, static_cast<int>(i));
+      program_.input_dims.push_back(graph_.inputs[i]->dynamic_dims);
+    }
     for (size_t i = 0; i < graph_.parameters.size(); ++i)
       add_buffer(graph_.parameters[i], BufferRole::Parameter, static_cast<int>(i));
     for (const auto& node : graph_.nodes())
@@ -84,6 +88,7 @@ class ProgramBuilder {
                                     graph_.name, name));
       program_.outputs.push_back(id);
       program_.output_names.push_back(name);
+      program_.output_dims.push_back(output_dims[i]);
     }
 
     if (graph_.memory_plan) {

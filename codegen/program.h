@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "codegen/library_call.h"  // LibraryCall: a kernel a vendor library computes (--library)
+#include "ir/dynamic_binding.h"
+#include "ir/dynamic_dims.h"
 #include "ir/shape.h"
 
 namespace kiln::codegen {
@@ -79,6 +81,13 @@ struct Program {
     int parameter;  // buffer id of parameter P
   };
   std::vector<StateUpdate> state_updates;
+  // Bounded dynamic dims (ir/dynamic_dims.h): the graph's symbols, and the dims of each input
+  // (graph order) and of each of `outputs`; empty maps are static. Buffer types hold the
+  // bounds; a backend pads smaller inputs to them and slices the outputs back
+  // (runtime/executor/dynamic_dims_binding.h).
+  std::vector<ir::DimSymbol> symbols;
+  std::vector<ir::DimMap> input_dims;
+  std::vector<ir::DimMap> output_dims;
   int64_t arena_bytes = 0;         // the activation arena (0 when the graph was not planned)
   // The memory plan's figures (ir::MemoryPlan), so that reports need no graph. Without a plan
   // every intermediate has a buffer of its own: naive_bytes, and planned is false.
@@ -91,5 +100,27 @@ struct Program {
   // index is an internal error.
   std::vector<int> buffer_ids(BufferRole role) const;
 };
+
+// Runs `run_at_bounds` (a backend's run on inputs of the program's exact types) on inputs whose
+// dynamic dims may be smaller than their bounds: pads them, runs, slices the outputs back
+// (ir/dynamic_binding.h). A program without dynamic dims runs the inputs as given.
+template <typename RunAtBounds>
+std::vector<ir::Tensor> run_with_dynamic_dims(const Program& program,
+                                              const std::vector<ir::Tensor>& inputs,
+                                              RunAtBounds&& run_at_bounds) {
+  if (program.symbols.empty()) return run_at_bounds(inputs);
+  std::vector<ir::TensorType> types;
+  std::vector<std::string> names;
+  for (int id : program.buffer_ids(BufferRole::Input)) {
+    types.push_back(id >= 0 ? program.buffers[id].type : ir::TensorType{});
+    names.push_back(id >= 0 ? program.buffers[id].name : "");
+  }
+  std::vector<ir::Tensor> padded = inputs;
+  const ir::DynamicBinding binding =
+      ir::bind_dynamic_dims(program.symbols, program.input_dims, types, names, padded);
+  std::vector<ir::Tensor> outputs = run_at_bounds(padded);
+  ir::slice_outputs(program.output_dims, binding, outputs);
+  return outputs;
+}
 
 }  // namespace kiln::codegen

@@ -156,6 +156,10 @@ void InputShapeFlag::add_to(CLI::App& command) {
   command.add_option("--input-shape", specs,
                      "ONNX and Keras models: the shape of an input whose dims the model leaves "
                      "symbolic, as NAME=2x3x224x224 (Keras: NHWC) (repeatable)");
+  command.add_option("--dim", dim_specs,
+                     "ONNX models: keep the symbolic dim NAME (an input's dim_param, e.g. batch) "
+                     "dynamic up to MAX, as NAME=MAX: one compile then runs every size from 1 to "
+                     "MAX (repeatable)");
 }
 
 compiler::ImportOptions InputShapeFlag::options(const std::string& model) const {
@@ -181,6 +185,22 @@ compiler::ImportOptions InputShapeFlag::options(const std::string& model) const 
     if (!options.input_shapes.emplace(spec.substr(0, equals), shape).second)
       throw Error(flag, "input '" + spec.substr(0, equals) + "' is given twice");
   }
+  for (const std::string& spec : dim_specs) {
+    const std::string flag = "--dim " + spec;
+    const size_t equals = spec.find('=');
+    if (equals == std::string::npos || equals == 0)
+      throw Error(flag, "expected NAME=MAX, e.g. batch=64");
+    const std::string bound = spec.substr(equals + 1);
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(bound.data(), bound.data() + bound.size(), value);
+    if (bound.empty() || ec != std::errc() || ptr != bound.data() + bound.size() || value < 1)
+      throw Error(flag, "the bound '" + bound + "' is not a positive integer");
+    if (!options.dim_bounds.emplace(spec.substr(0, equals), value).second)
+      throw Error(flag, "dim '" + spec.substr(0, equals) + "' is given twice");
+  }
+  if (!dim_specs.empty() && model != "-" && !compiler::is_imported_model(model))
+    throw Error("--dim", model + " is not an ONNX model; a kiln JSON model declares its dynamic "
+                                 "dims in \"dims\"");
   if (!specs.empty() && model != "-" && !compiler::is_imported_model(model))
     throw Error("--input-shape", model + " is not an ONNX or Keras model; its input shapes are fixed");
   return options;

@@ -78,9 +78,11 @@ struct LibraryFlag {
   codegen::LibrarySelection selection() const;
 };
 
-// --input-shape NAME=2x3x224x224 (repeatable): sizes for an ONNX model's symbolic dims.
+// --input-shape NAME=2x3x224x224 (repeatable): sizes for an ONNX model's symbolic dims; and
+// --dim NAME=MAX (repeatable): keep the symbolic dim NAME dynamic, up to MAX (ir/dynamic_dims.h).
 struct InputShapeFlag {
   std::vector<std::string> specs;
+  std::vector<std::string> dim_specs;
 
   void add_to(CLI::App& command);
   // The parsed shapes; kiln::Error naming the flag for a bad value, or when given for a model

@@ -70,19 +70,23 @@ std::string summarize(const ir::Tensor& tensor) {
 
 struct InputSlot {
   std::string name;
-  ir::TensorType type;
+  ir::TensorType type;  // with dynamic dims at their bounds
+  ir::DimMap dims;      // ir/dynamic_dims.h; the backend checks the sizes of dynamic dims
 };
 
 std::vector<InputSlot> input_slots(const ir::Graph& graph) {
   std::vector<InputSlot> slots;
-  for (const ir::Value* input : graph.inputs) slots.push_back({input->name, input->type});
+  for (const ir::Value* input : graph.inputs)
+    slots.push_back({input->name, input->type, input->dynamic_dims});
   return slots;
 }
 
 std::vector<InputSlot> input_slots(const codegen::Program& program) {
   std::vector<InputSlot> slots;
-  for (int id : program.buffer_ids(codegen::BufferRole::Input))
-    slots.push_back({program.buffers[id].name, program.buffers[id].type});
+  const std::vector<int> ids = program.buffer_ids(codegen::BufferRole::Input);
+  for (size_t i = 0; i < ids.size(); ++i)
+    slots.push_back({program.buffers[ids[i]].name, program.buffers[ids[i]].type,
+                     i < program.input_dims.size() ? program.input_dims[i] : ir::DimMap{}});
   return slots;
 }
 
@@ -107,6 +111,10 @@ std::vector<ir::Tensor> ordered_inputs(const std::vector<InputSlot>& slots,
     auto it = by_name.find(input.name);
     if (it == by_name.end())
       throw Error("", "missing input '" + input.name + "'; pass --input " + input.name + "=FILE.npy");
+    if (ir::has_dynamic_dims(input.dims)) {
+      ordered.push_back(it->second);  // the backend binds its dynamic dims (ir/dynamic_binding.h)
+      continue;
+    }
     if (it->second.type() != input.type)
       throw Error("--input " + input.name, "input '" + input.name + "': expected " +
                                                input.type.to_string() + ", got " +
@@ -120,6 +128,34 @@ std::vector<ir::Tensor> parameter_tensors(const ir::Graph& graph) {
   std::vector<ir::Tensor> tensors;
   for (const ir::Value* param : graph.parameters) tensors.push_back(*param->data);
   return tensors;
+}
+
+// The reference interpreter on inputs whose dynamic dims may be below their bounds: padded and
+// sliced back as the backends do, so all three agree on what a dynamic dim means.
+std::vector<ir::Tensor> run_reference(const ir::Graph& graph, const std::map<std::string, ir::Tensor>& by_name) {
+  if (graph.symbols.empty()) return eval::run_reference(graph, by_name);
+  std::vector<ir::DimMap> dims;
+  std::vector<ir::TensorType> types;
+  std::vector<std::string> names;
+  std::vector<ir::Tensor> inputs;
+  for (const auto& [name, tensor] : by_name)
+    if (!graph.find_value(name) || graph.find_value(name)->role != ir::ValueRole::Input)
+      throw Error("--input " + name, "unknown input '" + name + "'");
+  for (const ir::Value* input : graph.inputs) {
+    auto it = by_name.find(input->name);
+    if (it == by_name.end())
+      throw Error("", "missing input '" + input->name + "'; pass --input " + input->name + "=FILE.npy");
+    dims.push_back(input->dynamic_dims);
+    types.push_back(input->type);
+    names.push_back(input->name);
+    inputs.push_back(it->second);
+  }
+  const ir::DynamicBinding binding = ir::bind_dynamic_dims(graph.symbols, dims, types, names, inputs);
+  std::map<std::string, ir::Tensor> padded;
+  for (size_t i = 0; i < inputs.size(); ++i) padded.emplace(names[i], inputs[i]);
+  std::vector<ir::Tensor> outputs = eval::run_reference(graph, padded);
+  ir::slice_outputs(ir::output_dynamic_dims(graph), binding, outputs);
+  return outputs;
 }
 
 // --backend=auto: the GPU when there is one, else the same kernels on the CPU.
@@ -237,7 +273,7 @@ int run(const Options& options, const CLI::App& command) {
   } else {
     // An imported (ONNX, Keras) model's symbolic dims take their sizes from the inputs given (or --input-shape).
     compiler::ImportOptions import = options.input_shapes.options(options.model);
-    if (options.model != "-" && compiler::is_imported_model(options.model))
+    if (options.model != "-" && compiler::is_imported_model(options.model) && import.dim_bounds.empty())
       for (const auto& [name, tensor] : inputs) {
         import.input_shapes.emplace(name, tensor.shape());
         import.input_values.emplace(name, tensor);
@@ -250,7 +286,7 @@ int run(const Options& options, const CLI::App& command) {
       if (!options.profile.empty())
         throw Error("--profile", "times generated kernels; the reference interpreter runs none "
                                  "(use --backend=host or cuda)");
-      outputs = timer.time("run", [&] { return eval::run_reference(graph, inputs); });
+      outputs = timer.time("run", [&] { return run_reference(graph, inputs); });
     } else {
       outputs = run_compiled(options, graph, ordered_inputs(input_slots(graph), inputs), timer);
     }

@@ -3,6 +3,7 @@
 // with its path. Each node is checked against the op registry as it is added.
 #include "compiler/json_frontend.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -28,17 +29,21 @@ class Frontend {
   ir::Graph build(std::string_view text) {
     json root = parse_text(text);
     if (!root.is_object()) fail("", "the model must be a JSON object, got " + kind(root));
-    check_keys(root, "", {"format", "version", "name", "weights", "inputs", "parameters",
+    check_keys(root, "", {"format", "version", "name", "weights", "dims", "inputs", "parameters",
                           "nodes", "outputs", "metadata"});
     check_format(root);
     graph_.name = root.contains("name") ? get_string(root["name"], "/name") : "model";
     if (root.contains("weights"))
       weights_file_ = resolve(get_string(root["weights"], "/weights"));
 
+    read_dims(root);
     for_each_item(root, "inputs", /*required=*/true, [&](const json& item, const std::string& at) {
       check_keys(item, at, {"name", "dtype", "shape"});
       const std::string name = get_name(item, at);
-      define(name, at, graph_.add_input(name, get_type(item, at), loc(at)));
+      ir::DimMap dims;
+      ir::Value* input = graph_.add_input(name, get_type(item, at, &dims), loc(at));
+      if (ir::has_dynamic_dims(dims)) input->dynamic_dims = std::move(dims);
+      define(name, at, input);
     });
     for_each_item(root, "parameters", false, [&](const json& item, const std::string& at) {
       add_parameter(item, at);
@@ -118,7 +123,27 @@ class Frontend {
     return name;
   }
 
-  ir::TensorType get_type(const json& item, const std::string& at) const {
+  // "dims": {"batch": 64}: the dynamic dims inputs may name, with their bounds
+  // (ir/dynamic_dims.h).
+  void read_dims(const json& root) {
+    if (!root.contains("dims")) return;
+    const json& dims = root["dims"];
+    if (!dims.is_object())
+      fail("/dims", "expected an object of dim names and bounds such as {\"batch\": 64}, got " +
+                        kind(dims));
+    for (const auto& [name, bound] : dims.items()) {
+      const std::string at = "/dims/" + name;
+      if (name.empty()) fail(at, "a dynamic dim needs a name");
+      if (!bound.is_number_integer() || bound.get<int64_t>() < 1 ||
+          (bound.is_number_unsigned() && bound.get<uint64_t>() > INT64_MAX))
+        fail(at, "the bound of dynamic dim '" + name + "' must be an integer >= 1, got " +
+                     describe_json(bound));
+      graph_.symbols.push_back({name, bound.get<int64_t>()});
+    }
+  }
+
+  // `dims`: an input's type, whose dims may name a dynamic dim of "dims" instead of a number.
+  ir::TensorType get_type(const json& item, const std::string& at, ir::DimMap* dims = nullptr) const {
     ir::TensorType type;
     if (item.contains("dtype")) {
       const std::string dtype = get_string(item["dtype"], at + "/dtype");
@@ -133,9 +158,21 @@ class Frontend {
     if (!shape.is_array()) fail(at + "/shape", "expected a list of dimensions, got " + kind(shape));
     for (size_t i = 0; i < shape.size(); ++i) {
       const std::string dim_at = at + "/shape/" + std::to_string(i);
+      if (dims) dims->push_back({});
+      if (dims && shape[i].is_string()) {
+        const std::string name = shape[i].get<std::string>();
+        const auto symbol = std::find_if(graph_.symbols.begin(), graph_.symbols.end(),
+                                         [&](const ir::DimSymbol& s) { return s.name == name; });
+        if (symbol == graph_.symbols.end())
+          fail(dim_at, "dynamic dim '" + name + "' is not declared; give its bound in \"dims\", "
+                       "e.g. \"dims\": {\"" + name + "\": 64}");
+        dims->back() = {static_cast<int>(symbol - graph_.symbols.begin()), 1};
+        type.shape.push_back(symbol->bound);
+        continue;
+      }
       if (!shape[i].is_number_integer() ||
           (shape[i].is_number_unsigned() && shape[i].get<uint64_t>() > INT64_MAX))
-        fail(dim_at, "dimension must be an integer, got " + describe_json(shape[i]));
+        fail(dim_at, std::string("dimension must be an integer") + (dims ? " or the name of a dynamic dim" : "") + ", got " + describe_json(shape[i]));
       const int64_t dim = shape[i].get<int64_t>();
       if (dim < 1) fail(dim_at, "dimension must be at least 1, got " + std::to_string(dim));
       type.shape.push_back(dim);

@@ -33,8 +33,18 @@ void write_json_model(const ir::Graph& graph, const std::string& json_path,
   root["name"] = graph.name;
   const std::filesystem::path json_dir = std::filesystem::absolute(json_path).parent_path();
   root["weights"] = std::filesystem::absolute(weights_path).lexically_relative(json_dir).string();
+  if (!graph.symbols.empty()) {
+    root["dims"] = ordered_json::object();
+    for (const ir::DimSymbol& symbol : graph.symbols) root["dims"][symbol.name] = symbol.bound;
+  }
   root["inputs"] = ordered_json::array();
-  for (const ir::Value* input : graph.inputs) root["inputs"].push_back(type_json(input->name, input->type));
+  for (const ir::Value* input : graph.inputs) {
+    ordered_json item = type_json(input->name, input->type);
+    for (size_t d = 0; d < input->dynamic_dims.size(); ++d)
+      if (input->dynamic_dims[d].is_dynamic())
+        item["shape"][d] = graph.symbols[static_cast<size_t>(input->dynamic_dims[d].symbol)].name;
+    root["inputs"].push_back(std::move(item));
+  }
   root["parameters"] = ordered_json::array();
   std::map<std::string, ir::Tensor> tensors;
   for (const ir::Value* param : graph.parameters) {

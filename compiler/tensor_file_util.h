@@ -75,13 +75,14 @@ inline void set_narrowed(ir::Tensor& tensor, int64_t i, double value, const std:
 
 // `given` as the input `slot` takes it: f64 data (NumPy's default float) given for an f32, f16
 // or bf16 input is rounded to it, range-checked as above; anything else is returned unchanged
-// for the caller's own type check.
+// for the caller's own type check. The shape is the given one (of the slot's rank): a dynamic
+// dim (ir/dynamic_dims.h) may be smaller than the slot's bound.
 inline ir::Tensor conform_input(ir::Tensor given, const ir::TensorType& slot,
                                 const std::string& where, const std::string& what = "") {
   if (given.dtype() != ir::DType::F64 || !ir::is_floating(slot.dtype) ||
-      slot.dtype == ir::DType::F64 || given.shape() != slot.shape)
+      slot.dtype == ir::DType::F64 || given.type().rank() != slot.rank())
     return given;
-  ir::Tensor narrowed(slot);
+  ir::Tensor narrowed(ir::TensorType{slot.dtype, given.shape()});
   for (int64_t i = 0; i < narrowed.num_elements(); ++i)
     set_narrowed(narrowed, i, given.get(i), where, what);
   return narrowed;

@@ -45,6 +45,9 @@ void set_batch_size(ir::Graph& graph, int64_t batch) {
                               graph.inputs[0]->name));
     input->type.shape[0] = batch;
   }
+  // The graph is static from here on: a dynamic batch (or any dynamic dim) is fixed at the
+  // size chosen, the others at their bounds.
+  ir::drop_dynamic_dims(graph);
   if (batch == old_batch) return;
   for (const auto& node : graph.nodes()) {
     if (node->is_kernel())

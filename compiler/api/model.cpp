@@ -30,7 +30,12 @@ std::vector<TensorInfo> infos(const codegen::Program& program, codegen::BufferRo
   const std::vector<int> ids = role == codegen::BufferRole::Output ? program.outputs : program.buffer_ids(role);
   for (size_t i = 0; i < ids.size(); ++i) {
     const codegen::Buffer& buffer = program.buffers[static_cast<size_t>(ids[i])];
-    list.push_back({names ? (*names)[i] : buffer.name, api::from_ir(buffer.type.dtype), buffer.type.shape});
+    TensorInfo& info = list.emplace_back(TensorInfo{names ? (*names)[i] : buffer.name,
+                                                    api::from_ir(buffer.type.dtype), buffer.type.shape, {}});
+    const std::vector<ir::DimMap>& maps = role == codegen::BufferRole::Output ? program.output_dims : program.input_dims;
+    if (i < maps.size() && ir::has_dynamic_dims(maps[i]))
+      for (const ir::DynamicDim& dim : maps[i])
+        info.dynamic_dims.push_back(dim.is_dynamic() ? program.symbols[static_cast<size_t>(dim.symbol)].name : "");
   }
   return list;
 }
@@ -101,7 +106,10 @@ void Model::set_input(const std::string& name, Tensor value) {
       value = api::from_ir(compiler::conform_input(api::to_ir(value),
                                                    {api::to_ir(input.dtype), input.shape},
                                                    "input '" + name + "'"));
-    if (value.dtype() != input.dtype || value.shape() != input.shape)
+    // Dynamic dims: the run checks their sizes (ir/dynamic_binding.h).
+    const bool dynamic = !input.dynamic_dims.empty() && value.dtype() == input.dtype &&
+                         value.shape().size() == input.shape.size();
+    if (!dynamic && (value.dtype() != input.dtype || value.shape() != input.shape))
       throw Error("input '" + name + "'", fmt::format("expected {}, got {}",
                                                       Tensor(input.dtype, input.shape).type_string(),
                                                       value.type_string()));

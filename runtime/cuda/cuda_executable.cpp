@@ -103,6 +103,8 @@ class DeviceExecutable final : public CudaExecutable {
   ~DeviceExecutable() override;
 
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override;
+  // run() on inputs padded to the program's types.
+  std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::Tensor>& inputs, RunProfile* profile);
   ir::Tensor parameter(int index) override;
   void set_parameter(int index, const ir::Tensor& value) override;
   std::string device_name() const override { return device_.name; }
@@ -407,6 +409,13 @@ void DeviceExecutable::capture_graph() {
 }
 
 std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) {
+  return codegen::run_with_dynamic_dims(program_, inputs, [&](const std::vector<ir::Tensor>& bound) {
+    return run_at_bounds(bound, profile);
+  });
+}
+
+std::vector<ir::Tensor> DeviceExecutable::run_at_bounds(const std::vector<ir::Tensor>& inputs,
+                                                        RunProfile* profile) {
   check_tensors(program_, "input", bindings_.inputs, inputs);
   make_current();
   CUstream stream = stream_.get();

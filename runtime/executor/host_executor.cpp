@@ -69,6 +69,13 @@ HostExecutable::HostExecutable(const codegen::Program& program, const HostModule
 HostExecutable::~HostExecutable() = default;
 
 std::vector<ir::Tensor> HostExecutable::run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) {
+  return codegen::run_with_dynamic_dims(program_, inputs, [&](const std::vector<ir::Tensor>& bound) {
+    return run_at_bounds(bound, profile);
+  });
+}
+
+std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tensor>& inputs,
+                                                      RunProfile* profile) {
   check_count(input_buffers_, inputs.size(), program_, "input");
   for (size_t i = 0; i < input_buffers_.size() && i < inputs.size(); ++i) {
     const int id = input_buffers_[i];

@@ -29,7 +29,8 @@ class HostExecutable {
 
   // Copies `inputs` (graph order, checked like the parameters) in, launches every kernel in
   // program order, applies the state updates and returns the outputs (Program::outputs).
-  // `profile`: when given, each launch's wall time goes there.
+  // `profile`: when given, each launch's wall time goes there. Dynamic dims (ir/dynamic_dims.h)
+  // may be given any size up to their bounds.
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile = nullptr);
 
   // The current value of parameter `index` (graph order), and replacing it (checked type).
@@ -37,6 +38,7 @@ class HostExecutable {
   void set_parameter(int index, const ir::Tensor& value);
 
  private:
+  std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::Tensor>& inputs, RunProfile* profile);
   struct Storage;
   const codegen::Program& program_;
   const HostModule& module_;

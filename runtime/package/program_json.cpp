@@ -212,6 +212,54 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
   return k;
 }
 
+// A dim map as a list with one entry per dim: null (static) or [symbol, outer, inner].
+Json dims_to_json(const ir::DimMap& dims) {
+  Json list = Json::array();
+  for (const ir::DynamicDim& d : dims)
+    list.push_back(d.is_dynamic() ? Json::array({d.symbol, d.outer, d.inner}) : Json());
+  return list;
+}
+
+ir::DimMap dims_from_json(const JsonAt& at) {
+  ir::DimMap dims;
+  for (size_t i = 0; i < at.size(); ++i) {
+    const JsonAt entry = at[i];
+    if (entry.json().is_null()) {
+      dims.push_back({});
+      continue;
+    }
+    const std::vector<int64_t> triple = entry.integers();
+    if (triple.size() != 3) entry.fail("expected null or [symbol, outer, inner]");
+    dims.push_back({to_int(entry[0]), triple[1], triple[2]});
+  }
+  return dims;
+}
+
+// Dynamic dims (ir/dynamic_dims.h) are written only by programs that have them, so packages of
+// static programs read the same as before.
+void dynamic_dims_to_json(const codegen::Program& program, Json& json) {
+  if (program.symbols.empty()) return;
+  Json symbols = Json::array();
+  for (const ir::DimSymbol& s : program.symbols) symbols.push_back({{"name", s.name}, {"bound", s.bound}});
+  Json inputs = Json::array(), outputs = Json::array();
+  for (const ir::DimMap& dims : program.input_dims) inputs.push_back(dims_to_json(dims));
+  for (const ir::DimMap& dims : program.output_dims) outputs.push_back(dims_to_json(dims));
+  json["dynamic_dims"] = {{"symbols", std::move(symbols)}, {"inputs", std::move(inputs)},
+                          {"outputs", std::move(outputs)}};
+}
+
+void dynamic_dims_from_json(const JsonAt& at, codegen::Program& program) {
+  if (!at.has("dynamic_dims")) return;
+  const JsonAt dynamic = at["dynamic_dims"];
+  const JsonAt symbols = dynamic["symbols"];
+  for (size_t i = 0; i < symbols.size(); ++i)
+    program.symbols.push_back({symbols[i]["name"].string(), symbols[i]["bound"].integer()});
+  for (size_t i = 0; i < dynamic["inputs"].size(); ++i)
+    program.input_dims.push_back(dims_from_json(dynamic["inputs"][i]));
+  for (size_t i = 0; i < dynamic["outputs"].size(); ++i)
+    program.output_dims.push_back(dims_from_json(dynamic["outputs"][i]));
+}
+
 }  // namespace
 
 Json program_to_json(const codegen::Program& program) {
@@ -225,7 +273,7 @@ Json program_to_json(const codegen::Program& program) {
   Json state = Json::array();
   for (const auto& update : program.state_updates)
     state.push_back({{"output", update.output}, {"parameter", update.parameter}});
-  return {{"graph_name", program.graph_name},
+  Json json = {{"graph_name", program.graph_name},
           {"buffers", std::move(buffers)},
           {"kernels", std::move(kernels)},
           {"outputs", program.outputs},
@@ -235,6 +283,8 @@ Json program_to_json(const codegen::Program& program) {
                            {"arena_bytes", program.arena_bytes},
                            {"naive_bytes", program.naive_bytes},
                            {"lower_bound_bytes", program.lower_bound_bytes}}}};
+  dynamic_dims_to_json(program, json);
+  return json;
 }
 
 codegen::Program program_from_json(const JsonAt& at) {
@@ -259,6 +309,7 @@ codegen::Program program_from_json(const JsonAt& at) {
   program.arena_bytes = plan["arena_bytes"].integer();
   program.naive_bytes = plan["naive_bytes"].integer();
   program.lower_bound_bytes = plan["lower_bound_bytes"].integer();
+  dynamic_dims_from_json(at, program);
   return program;
 }
 
@@ -284,6 +335,41 @@ std::vector<KernelResources> resources_from_json(const JsonAt& at) {
   }
   return resources;
 }
+
+namespace {
+
+// Symbols have names and bounds >= 1; each dim map has its buffer's rank, names a symbol and
+// has outer × bound × inner as the buffer's extent there.
+template <typename Fail>
+void validate_dynamic_dims(const codegen::Program& program, const Fail& fail) {
+  for (const ir::DimSymbol& s : program.symbols)
+    if (s.name.empty() || s.bound < 1) fail(fmt::format("dynamic dim '{}' has bound {}", s.name, s.bound));
+  const std::vector<int> inputs = program.buffer_ids(codegen::BufferRole::Input);
+  if (program.symbols.empty() ? !program.input_dims.empty() || !program.output_dims.empty()
+                              : program.input_dims.size() != inputs.size() ||
+                                    program.output_dims.size() != program.outputs.size())
+    fail("the dynamic dims do not list every input and output");
+  const auto check = [&](const ir::DimMap& dims, int id) {
+    if (dims.empty()) return;
+    if (id < 0 || id >= static_cast<int>(program.buffers.size())) return;  // check_id says so
+    const codegen::Buffer& b = program.buffers[static_cast<size_t>(id)];
+    if (static_cast<int>(dims.size()) != b.type.rank())
+      fail(fmt::format("buffer '{}' has {} dynamic-dim entries for rank {}", b.name, dims.size(), b.type.rank()));
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (!dims[d].is_dynamic()) continue;
+      const int64_t extent = b.type.shape[d];
+      if (dims[d].symbol >= static_cast<int>(program.symbols.size()) || dims[d].outer < 1 ||
+          dims[d].inner < 1 || extent % dims[d].outer != 0 || extent / dims[d].outer % dims[d].inner != 0 ||
+          extent / dims[d].outer / dims[d].inner != program.symbols[static_cast<size_t>(dims[d].symbol)].bound)
+        fail(fmt::format("buffer '{}': dim {} does not match its dynamic dim", b.name, d));
+    }
+  };
+  for (size_t i = 0; i < program.input_dims.size() && i < inputs.size(); ++i) check(program.input_dims[i], inputs[i]);
+  for (size_t i = 0; i < program.output_dims.size() && i < program.outputs.size(); ++i)
+    check(program.output_dims[i], program.outputs[i]);
+}
+
+}  // namespace
 
 void validate_program(const codegen::Program& program, const std::string& path,
                       const std::string& what) {
@@ -330,6 +416,7 @@ void validate_program(const codegen::Program& program, const std::string& path,
           fail(fmt::format("kernel '{}': library call argument {} out of range", k.name, arg));
     }
   }
+  validate_dynamic_dims(program, fail);
   for (int id : program.outputs) check_id(id, "an output");
   if (program.output_names.size() != program.outputs.size())
     fail(fmt::format("{} outputs and {} output names", program.outputs.size(), program.output_names.size()));

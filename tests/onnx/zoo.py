@@ -9,7 +9,9 @@ listed below (with a symbolic batch), and then:
     with PyTorch's output: max |kiln - torch| <= 1e-4 * max |torch|;
   - compiled by `kiln compile` for sm_80 and sm_90 (NVRTC; no GPU needed);
   - for ResNet-50: `kiln inspect` on the imported model counts as many kernels as
-    examples/resnet50.json, the hand-written (torch.fx traced) ResNet-50.
+    examples/resnet50.json, the hand-written (torch.fx traced) ResNet-50;
+  - for the models marked dynamic: run again with `--dim batch=BOUND` (the batch dynamic up to
+    a bound above the batch run, ir/dynamic_dims.h), on the same backends, against PyTorch.
 Every opset from 11 to 17 is covered by some model, and one model runs at all of them.
 
 usage: zoo.py --kiln KILN --work DIR [--source SRC] MODEL...   (MODEL: a key of ZOO)
@@ -31,7 +33,7 @@ ALL_OPSETS = list(range(11, 18))
 
 class Spec:
     def __init__(self, opsets, size, batch=1, host=False, kernels_like=None, build=None,
-                 attention=0):
+                 attention=0, dynamic=False):
         self.opsets = opsets          # torch.onnx.export opset_version, one export each
         self.size = size              # the image is BATCHx3xSIZExSIZE
         self.batch = batch            # the export traces one image: a larger batch is symbolic
@@ -40,6 +42,7 @@ class Spec:
         self.build = build            # (model, {input: tensor}) for models that take more than
                                       # an image; None: the torchvision model of that name
         self.attention = attention    # attention kernels the compiled model must have
+        self.dynamic = dynamic        # also run with the batch dynamic (--dim batch=BOUND)
 
 
 def vit_b_16():
@@ -90,16 +93,16 @@ ZOO = {
     "squeezenet1_1": Spec([12], 64, host=True),
     "mobilenet_v3_small": Spec([14], 64, host=True),
     "mobilenet_v2": Spec([13], 64, host=True),
-    "resnet18": Spec([11], 64, host=True),
+    "resnet18": Spec([11], 64, host=True, dynamic=True),
     "efficientnet_b0": Spec([15], 64, host=True),
     "regnet_y_400mf": Spec([16], 64, host=True),
     "densenet121": Spec([13], 64),
     "resnet50": Spec([17], 64, kernels_like="examples/resnet50.json"),
     "vgg11": Spec([14], 224),
     # Transformers: one attention kernel per encoder layer (passes/fuse_attention.cpp).
-    "vit_b_16": Spec([17], 32, batch=2, host=True, build=vit_b_16, attention=12),
-    "convnext_tiny": Spec([17], 32, batch=2, host=True),
-    "text_encoder": Spec([17], 0, host=True, build=text_encoder, attention=2),
+    "vit_b_16": Spec([17], 32, batch=2, host=True, build=vit_b_16, attention=12, dynamic=True),
+    "convnext_tiny": Spec([17], 32, batch=2, host=True, dynamic=True),
+    "text_encoder": Spec([17], 0, host=True, build=text_encoder, attention=2, dynamic=True),
 }
 
 
@@ -210,6 +213,20 @@ def check(name, opset, spec, args, env):
             raise Failure(f"{backend}: max error {figures[backend]:.3g} of the output's scale "
                           f"(tolerance {TOLERANCE:g})")
 
+    if spec.dynamic:
+        # One compile for batches up to a bound above the batch given: the inputs are padded to
+        # it and the output sliced back.
+        bound = max(inputs[next(iter(inputs))].shape[0] + 1, 4)
+        for backend in backends:
+            out = os.path.join(directory, backend + "_dynamic")
+            kiln([args.kiln, "run", model, f"--backend={backend}", "--dim", f"batch={bound}",
+                  *input_flags, "--output-dir", out], env, f"kiln run --backend={backend} --dim batch={bound}")
+            error = relative_error(np.load(os.path.join(out, "logits.npy")), expected)
+            figures["dynamic"] = max(figures.get("dynamic", 0.0), error)
+            if error > TOLERANCE:
+                raise Failure(f"{backend} with --dim batch={bound}: max error {error:.3g} of the "
+                              f"output's scale (tolerance {TOLERANCE:g})")
+
     start = cpu_seconds()
     package = os.path.join(directory, "model.kiln")
     shapes = []
@@ -266,6 +283,7 @@ def main():
                 continue
             host = f" host {f['host']:.2g} ({f['host_s']:.0f} s)" if "host" in f else ""
             kernels = f" kernels {f['kernels']}" if "kernels" in f else ""
+            kernels += f" dynamic batch {f['dynamic']:.2g}" if "dynamic" in f else ""
             size = f"{spec.batch}x3x{spec.size}x{spec.size}" if spec.size else "tokens"
             print(f"ok   {name} opset {opset} ({size}): reference {f['reference']:.2g} "
                   f"({f['reference_s']:.0f} s){host}, compile sm_80,sm_90 ok ({f['compile_s']:.0f} s),"

@@ -226,7 +226,15 @@ class Importer : public SubgraphImporter {
           values_[input.name()] = operand;
           return;
         }
+      dynamic_dims_.assign(static_cast<size_t>(dims.size()), ir::DynamicDim{});
       for (int d = 0; d < dims.size(); ++d) {
+        if (!dims[d].has_dim_value() && dims[d].has_dim_param()) {
+          if (auto bound = options_.dim_bounds.find(dims[d].dim_param()); bound != options_.dim_bounds.end()) {
+            dynamic_dims_[d] = {declare_symbol(bound->first, bound->second), 1};
+            type.shape.push_back(bound->second);
+            continue;
+          }
+        }
         if (!dims[d].has_dim_value() && options_.symbolic_dim_size > 0) {
           type.shape.push_back(options_.symbolic_dim_size);
           continue;
@@ -243,6 +251,8 @@ class Importer : public SubgraphImporter {
     Operand operand;
     operand.value = builder_.graph.add_input(builder_.unique_value_name(input.name()), type,
                                              ir::SourceLoc{file_, where, 0, 0});
+    if (ir::has_dynamic_dims(dynamic_dims_)) operand.value->dynamic_dims = std::move(dynamic_dims_);
+    dynamic_dims_.clear();
     operand.name = input.name();
     if (auto given = options_.input_values.find(input.name()); given != options_.input_values.end()) {
       // f64 data (NumPy's default) for an f32 input is rounded to it, as `kiln run` binds it.
@@ -252,11 +262,25 @@ class Importer : public SubgraphImporter {
     values_[input.name()] = operand;
   }
 
+  // The graph's dynamic dim `name` (declared on first use).
+  int declare_symbol(const std::string& name, int64_t bound) {
+    std::vector<ir::DimSymbol>& symbols = builder_.graph.symbols;
+    for (size_t i = 0; i < symbols.size(); ++i)
+      if (symbols[i].name == name) return static_cast<int>(i);
+    symbols.push_back({name, bound});
+    return static_cast<int>(symbols.size()) - 1;
+  }
+
   void check_unused_hints(const onnx::GraphProto& graph) {
     for (const auto& [name, shape] : options_.input_shapes) {
       bool known = false;
       for (const auto& input : graph.input()) known |= input.name() == name;
       if (!known) throw Error("--input-shape " + name, "the model has no input '" + name + "'");
+    }
+    for (const auto& [name, bound] : options_.dim_bounds) {
+      const auto& symbols = builder_.graph.symbols;
+      if (std::none_of(symbols.begin(), symbols.end(), [&](const ir::DimSymbol& s) { return s.name == name; }))
+        throw Error("--dim " + name, "no input of the model has a dim named '" + name + "'");
     }
   }
 
@@ -384,6 +408,7 @@ class Importer : public SubgraphImporter {
   int opset_ = 0;
   GraphBuilder builder_;
   std::unordered_map<std::string, Operand> values_;
+  ir::DimMap dynamic_dims_;  // the input being added: its dims kept dynamic (dim_bounds)
   std::unordered_set<std::string> poisoned_;  // names whose producer failed (reported there)
   std::unordered_set<const ir::Value*> renamed_;
   std::vector<Diagnostic> errors_;

@@ -80,7 +80,10 @@ struct Options {
 struct TensorInfo {
   std::string name;
   DType dtype = DType::F32;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // a dynamic dim holds its bound
+  // Per dim, the name of the dynamic dim it is ("batch"): any size from 1 to shape[d] may be
+  // given, and outputs follow. Empty when every dim is static.
+  std::vector<std::string> dynamic_dims;
 };
 
 class Model {
