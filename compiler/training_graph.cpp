@@ -35,6 +35,19 @@ void reinfer(ir::Node& node) {
 void set_batch_size(ir::Graph& graph, int64_t batch) {
   if (batch < 1) throw Error("--batch-size", fmt::format("must be at least 1, got {}", batch));
   if (graph.inputs.empty()) throw Error("", "graph @" + graph.name + " has no inputs to batch");
+  // A dynamic batch is resized exactly, as the dynamic-dim analysis says each dim follows it;
+  // then the graph is static.
+  const ir::DimMap& first = graph.inputs[0]->dynamic_dims;
+  if (!first.empty() && first[0].is_dynamic()) {
+    std::vector<int64_t> sizes;
+    for (const ir::DimSymbol& symbol : graph.symbols) sizes.push_back(symbol.bound);
+    sizes[static_cast<size_t>(first[0].symbol)] = batch;
+    ir::resize_dynamic_dims(graph, sizes);
+    ir::drop_dynamic_dims(graph);
+    return;
+  }
+  // Otherwise (imported models start their symbolic batch at 1): every input's first dim is
+  // the batch, and reshapes whose first dim is the old batch follow it.
   const int64_t old_batch = graph.inputs[0]->type.rank() > 0 ? graph.inputs[0]->type.shape[0] : -1;
   for (ir::Value* input : graph.inputs) {
     if (input->type.rank() == 0 || input->type.shape[0] != old_batch)

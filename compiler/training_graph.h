@@ -11,8 +11,10 @@
 
 namespace kiln::compiler {
 
-// Gives every graph input batch size `batch` (dim 0) and re-infers every node's result type.
-// Reshapes whose target shape starts with the old batch size follow it. kiln::Error, naming
+// Gives the graph batch size `batch` and makes it static. A graph whose first input starts with
+// a dynamic dim (ir/dynamic_dims.h) has that dim resized exactly (ir::resize_dynamic_dims).
+// Otherwise every input's dim 0 is the batch, every node's result type is re-inferred, and
+// reshapes whose target shape starts with the old batch size follow it. kiln::Error, naming
 // the node, when the graph's inputs disagree on the batch size or a node does not accept the
 // new one.
 void set_batch_size(ir::Graph& graph, int64_t batch);

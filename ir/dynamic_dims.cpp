@@ -382,6 +382,45 @@ std::vector<DimMap> output_dynamic_dims(const Graph& graph) {
   return outputs;
 }
 
+void resize_dynamic_dims(Graph& graph, const std::vector<int64_t>& sizes) {
+  KILN_CHECK(sizes.size() == graph.symbols.size()) << "one size per symbol";
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] < 1)
+      throw Error("", fmt::format("dynamic dim '{}' must be at least 1, got {}", graph.symbols[i].name, sizes[i]));
+  const ValueDims dims = infer_dynamic_dims(graph);  // at the current bounds
+  const auto resized = [&](const Value* value) {
+    Shape shape = value->type.shape;
+    if (auto it = dims.find(value); it != dims.end())
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (it->second[d].is_dynamic())
+          shape[d] = it->second[d].outer * sizes[static_cast<size_t>(it->second[d].symbol)] * it->second[d].inner;
+    return shape;
+  };
+  for (Value* input : graph.inputs) input->type.shape = resized(input);
+  for (const auto& node : graph.nodes()) {
+    if (node->is_kernel())
+      throw Error(node->loc.render(), node->describe() + ": dynamic dims are resized before fusion");
+    if (node->op == OpId::Reshape || node->op == OpId::BroadcastTo)
+      node->attrs["shape"] = resized(node->results[0]);
+    std::vector<TensorType> operand_types;
+    for (const Value* operand : node->inputs) operand_types.push_back(operand->type);
+    std::vector<TensorType> results;
+    try {
+      results = infer_op(*node->def, operand_types, node->attrs);
+    } catch (const OpError& error) {
+      throw Error(node->loc.render(), node->describe() + ": " + error.message);
+    }
+    KILN_CHECK(results.size() == node->results.size()) << node->describe() << ": result count changed";
+    for (size_t i = 0; i < results.size(); ++i) {
+      KILN_CHECK(results[i].shape == resized(node->results[i]))
+          << node->describe() << ": resized to " << results[i].to_string() << ", the analysis says "
+          << shape_to_string(resized(node->results[i]));
+      node->results[i]->type = results[i];
+    }
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) graph.symbols[i].bound = sizes[i];
+}
+
 void drop_dynamic_dims(Graph& graph) {
   graph.symbols.clear();
   for (Value* input : graph.inputs) input->dynamic_dims.clear();

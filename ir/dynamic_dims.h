@@ -69,6 +69,13 @@ std::unordered_map<const Value*, DimMap> infer_dynamic_dims(const Graph& graph);
 // The dims of each graph output, in order (empty entries for static outputs).
 std::vector<DimMap> output_dynamic_dims(const Graph& graph);
 
+// Sets each symbol to sizes[i] (>= 1, above its bound too): input types, the target shapes of
+// reshape and broadcast_to, and every result type follow exactly, as the analysis says each
+// dim depends on the symbols; the symbols keep their names with these sizes as bounds. Before
+// fusion only (kiln::Error at a kernel node). What training and `kiln bench --batch` use to fix
+// a dynamic batch.
+void resize_dynamic_dims(Graph& graph, const std::vector<int64_t>& sizes);
+
 // Forgets the symbols and the inputs' dynamic dims: the graph becomes static at the sizes its
 // types hold (what set_batch_size leaves before a training graph is built).
 void drop_dynamic_dims(Graph& graph);

@@ -67,6 +67,23 @@ TEST(DynamicDims, ReshapesKeepTheSymbolBetweenFactors) {
   EXPECT_EQ(outputs[2], (DimMap{{}, {0, 1, 1}, {}}));
 }
 
+TEST(DynamicDims, ResizeFollowsTheSymbolThroughReshapes) {
+  Graph graph = parse(R"(graph @g(%x: f32[batch<=4,12,32]) -> (f32[48,32], f32[12,4,32]) {
+  %t = transpose(%x) {perm = [1, 0, 2]} : f32[12,4,32]
+  %heads = reshape(%t) {shape = [12, 16, 8]} : f32[12,16,8]
+  %rows = reshape(%heads) {shape = [48, 32]} : f32[48,32]
+  %back = reshape(%rows) {shape = [12, -1, 32]} : f32[12,4,32]
+  return %rows, %back
+})");
+  resize_dynamic_dims(graph, {7});
+  verify(graph);
+  EXPECT_EQ(graph.inputs[0]->type.shape, (Shape{7, 12, 32}));
+  EXPECT_EQ(graph.outputs[0]->type.shape, (Shape{84, 32}));
+  EXPECT_EQ(graph.outputs[1]->type.shape, (Shape{12, 7, 32}));
+  EXPECT_EQ(graph.symbols[0].bound, 7);
+  EXPECT_EQ(graph.find_value("heads")->producer->attrs.at("shape"), (Attribute{std::vector<int64_t>{12, 28, 8}}));
+}
+
 TEST(DynamicDims, RefusesWherePaddingWouldReachARealResult) {
   const auto refusal = [](const std::string& body, const std::string& type) {
     return error_of("graph @g(%x: f32[batch<=4,3]) -> (" + type + ") {\n  %y = " + body + " : " + type +
