@@ -12,7 +12,7 @@ namespace kiln::ir {
 
 bool is_kernel_kind(std::string_view kind) {
   return kind == kEpilogueKernel || kind == kLoopKernel || kind == kReduceKernel ||
-         kind == kSingleKernel || kind == kMultiUpdateKernel;
+         kind == kSingleKernel || kind == kMultiUpdateKernel || kind == kAttentionKernel;
 }
 
 const std::string& kernel_kind(const Node& kernel) {

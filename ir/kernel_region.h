@@ -20,6 +20,9 @@
 //   reduce    a reduction (softmax, layer_norm, reduce_*) that reads its input through a chain
 //             of elementwise producers, recomputed per load instead of stored
 //   single    one node of any other kind (a pool, a transpose) computed by its own kernel
+//   attention an attention whose q, k and v are slices, reshapes and transposes of the kernel's
+//             operands, and whose output may leave through transposes and reshapes: the
+//             attention kernel reads and writes through the strided views (ir/strided_view.h)
 //   multi_update
 //             optimizer updates (sgd_update, adam_update, adamw_update) of many parameters
 //             with one op, attributes and dtype, applied by one multi-tensor kernel; operands
@@ -41,11 +44,13 @@ inline constexpr std::string_view kLoopKernel = "loop";
 inline constexpr std::string_view kReduceKernel = "reduce";
 inline constexpr std::string_view kSingleKernel = "single";
 inline constexpr std::string_view kMultiUpdateKernel = "multi_update";
+inline constexpr std::string_view kAttentionKernel = "attention";
 
 // Whether `kind` is one of the kinds above.
 bool is_kernel_kind(std::string_view kind);
 
-// The kernel's kind attribute ("epilogue", "loop", "reduce", "single", "multi_update").
+// The kernel's kind attribute ("epilogue", "loop", "reduce", "single", "multi_update",
+// "attention").
 const std::string& kernel_kind(const Node& kernel);
 
 // Whether `op` only reinterprets a row-major tensor's shape (reshape, flatten, squeeze,

@@ -149,7 +149,7 @@ class Verifier {
     if (node.attrs.size() != 1 || kind == node.attrs.end() ||
         !std::holds_alternative<std::string>(kind->second) ||
         !is_kernel_kind(std::get<std::string>(kind->second)))
-      throw Error(where, who + ": a kernel takes one attribute, kind (epilogue, loop, reduce, single or multi_update)");
+      throw Error(where, who + ": a kernel takes one attribute, kind (epilogue, loop, reduce, single, multi_update or attention)");
     const Graph& body = *node.body;
     if (!body.parameters.empty()) throw Error(where, who + ": a kernel's body has no parameters");
     if (body.inputs.size() != operands.size())

@@ -183,6 +183,8 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       "fuse-attention",
       // Nothing unused survives to codegen.
       "dce",
+      // Attention reads q, k, v and writes its output through the views around it.
+      "fuse-attention-views",
       // GEMMs take their bias, residual add and activation into their epilogue...
       "fuse-conv-bias-relu",
       // ...then elementwise chains become loops, feed reductions and GEMM epilogues, and

@@ -18,10 +18,15 @@
 // on every run (FlashAttention-2's dq uses atomics; this spends a second pass over the tiles
 // instead).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <optional>
 
+#include "codegen/kernels/attention.h"
 #include "codegen/kernels/reduce_util.h"
 #include "ir/diagnostic.h"
+#include "ir/kernel_region.h"
+#include "ir/strided_view.h"
 
 namespace kiln::codegen {
 namespace {
@@ -76,6 +81,58 @@ struct Dims {
   }
 };
 
+// Where element (b, r, c) of a [batch..., rows, width] operand of the forward kernel lies
+// (b the flat batch-and-heads index): row-major in its own buffer, or through a strided view
+// of a kernel operand, when fuse-attention-views took the slices, reshapes and transposes that
+// made it into the kernel (q, k and v read straight from a QKV projection; the output written
+// straight as [batch, tokens, heads x features]).
+struct Layout {
+  std::string prefix;                   // constants k<Prefix>...; the per-task base <prefix>_base
+  std::optional<ir::StridedView> view;  // nullopt: contiguous
+
+  // Constants, before the task loop.
+  void emit_constants(BodyWriter& w, const std::string& index) const {
+    if (!view) return;
+    const size_t rank = view->shape.size();
+    StridedDims batch{{view->shape.begin(), view->shape.end() - 2},
+                      {view->strides.begin(), view->strides.end() - 2}};
+    w.comment(fmt::format("{} is read through a strided view: offset {}, strides {}", prefix,
+                          view->offset, ir::shape_to_string(view->strides)));
+    emit_strided_constants(w, prefix + "Batch", collapse(batch), "long long");
+    w.line("constexpr long long k{}Offset = {};", prefix, view->offset);
+    w.line("constexpr long long k{}RowStride = {};", prefix, view->strides[rank - 2]);
+    w.line("constexpr long long k{}ColStride = {};", prefix, view->strides[rank - 1]);
+  }
+  // The base of batch `b`, once per task.
+  void emit_base(BodyWriter& w, const std::string& index) const {
+    if (!view) return;
+    StridedDims batch{{view->shape.begin(), view->shape.end() - 2},
+                      {view->strides.begin(), view->strides.end() - 2}};
+    const std::string var = lower() + "_batch";
+    emit_strided_offset(w, var, "b", prefix + "Batch", collapse(batch), "long long");
+    w.line("const long long {}_base = k{}Offset + {};", lower(), prefix, var);
+  }
+  // The index of row `row`, column `col` of batch b in the buffer (`rows`, `width`: the
+  // operand's constants, for the contiguous case).
+  std::string at(const std::string& row, const std::string& col, const std::string& rows,
+                 const std::string& width) const {
+    if (!view)
+      return "(static_cast<long long>(b) * " + rows + " + " + row + ") * " + width + " + " + col;
+    return lower() + "_base + static_cast<long long>(" + row + ") * k" + prefix +
+           "RowStride + static_cast<long long>(" + col + ") * k" + prefix + "ColStride";
+  }
+  std::string lower() const {
+    std::string name = prefix;
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return name;
+  }
+};
+
+struct Layouts {
+  Layout q{"Q", {}}, k{"K", {}}, v{"V", {}}, out{"Out", {}};
+  bool write_lse = true;  // false: the fused kernel has no buffer for each row's logsumexp
+};
+
 // The sizes as constants, and the warp constants.
 void emit_constants(BodyWriter& w, const Dims& d) {
   w.line("constexpr int kBatch = {};  // batch x heads", d.batch);
@@ -127,12 +184,11 @@ void emit_mask_constants(BodyWriter& w, const Dims& d) {
 // ([kTile][stride], zeros past the end) with the whole block.
 void emit_stage_tile(BodyWriter& w, DType dtype, const std::string& tile, const std::string& src,
                      const std::string& rows, const std::string& width,
-                     const std::string& stride) {
+                     const std::string& stride, const Layout& layout = {}) {
   w.open("for (int e = static_cast<int>(threadIdx.x); e < kTile * {}; e += blockDim.x)", width);
   w.line("const int r = e / {}, c = e % {};", width, width);
   w.line("{}[r * {} + c] = first + r < {} ? {} : 0.0f;", tile, stride, rows,
-         load(dtype, src + "[(static_cast<long long>(b) * " + rows + " + first + r) * " + width +
-                         " + c]"));
+         load(dtype, src + "[" + layout.at("first + r", "c", rows, width) + "]"));
   w.close();
 }
 
@@ -193,16 +249,16 @@ struct KeyTiles {
 // `first_query` declared): stages K and V with the whole block, then, in the warps that own a
 // query, `float s`, the score of query i and key j = first + lane. The caller closes the loop.
 void open_key_tiles(BodyWriter& w, const KernelRequest& request, const Dims& d,
-                    size_t mask_input, const KeyTiles& t) {
+                    size_t mask_input, const KeyTiles& t, const Layouts& layouts = {}) {
   const size_t first = mask_input == 3 ? 0 : 1;
   const DType dtype = request.node.inputs[first]->type.dtype;
   w.line("const int key_end = {};", d.causal ? "min(kKeys, first_query + kWarps)" : "kKeys");
   w.open("for (int first = 0; first < key_end; first += kTile)");
   w.line("__syncthreads();  // the previous tile's readers are done");
   emit_stage_tile(w, dtype, t.k_tile, request.input_params[first + 1], "kKeys", "kDepth",
-                  "kDepthStride");
+                  "kDepthStride", layouts.k);
   emit_stage_tile(w, dtype, t.v_tile, request.input_params[first + 2], "kKeys", "kValueDepth",
-                  t.v_stride);
+                  t.v_stride, layouts.v);
   w.line("__syncthreads();");
   w.line("if (!active) continue;");
   emit_lane_dot(w, "qk", t.q_row, t.k_tile, "kDepth", "kDepthStride");
@@ -222,7 +278,7 @@ KernelSpec finish(BodyWriter& w, int64_t tasks, int64_t shared_floats, std::stri
   return spec;
 }
 
-KernelSpec emit_attention(const KernelRequest& request) {
+KernelSpec emit_attention_with(const KernelRequest& request, const Layouts& layouts) {
   const ir::Node& node = request.node;
   const Dims d(node, 0, 3);
   const DType dtype = node.inputs[0]->type.dtype;
@@ -233,6 +289,8 @@ KernelSpec emit_attention(const KernelRequest& request) {
   BodyWriter w;
   emit_mask_constants(w, d);
   emit_constants(w, d);
+  for (const Layout* layout : {&layouts.q, &layouts.k, &layouts.v, &layouts.out})
+    layout->emit_constants(w, d.index);
   w.line("constexpr int kQueryBlocks = {};", query_blocks);
   w.line("float* k_tile = reinterpret_cast<float*>(kiln_smem);  // [kTile][kDepthStride]");
   w.line("float* v_tile = k_tile + kTile * kDepthStride;  // [kTile][kValueDepth]");
@@ -245,12 +303,14 @@ KernelSpec emit_attention(const KernelRequest& request) {
   w.line("const int first_query = task % kQueryBlocks * kWarps;");
   w.line("const int i = first_query + warp;");
   w.line("const bool active = i < kQueries;  // warp-uniform");
+  for (const Layout* layout : {&layouts.q, &layouts.k, &layouts.v, &layouts.out})
+    layout->emit_base(w, d.index);
   w.line("if (active)");
   w.line("  for (int c = lane; c < kDepth; c += kWarpSize)");
-  w.line("    q_row[c] = {};", load(dtype, q + "[(static_cast<long long>(b) * kQueries + i) * kDepth + c]"));
+  w.line("    q_row[c] = {};", load(dtype, q + "[" + layouts.q.at("i", "c", "kQueries", "kDepth") + "]"));
   w.line("float row_max = -INFINITY, row_sum = 0.0f;  // online softmax state");
   w.line("float acc[kValuesPerLane] = {};  // sum_j p_j v_j, features lane + 32 a");
-  open_key_tiles(w, request, d, 3, {"k_tile", "v_tile", "kValueDepth", "q_row"});
+  open_key_tiles(w, request, d, 3, {"k_tile", "v_tile", "kValueDepth", "q_row"}, layouts);
   w.line("const float new_max = kiln_max(row_max, kiln_warp_max(s));");
   w.comment("Until some key is unmasked the state stays empty (exp(-inf - -inf) would be NaN).");
   w.line("const float p = new_max == -INFINITY ? 0.0f : expf(s - new_max);");
@@ -266,10 +326,21 @@ KernelSpec emit_attention(const KernelRequest& request) {
   w.close();
   w.line("if (!active) continue;");
   w.line("const long long row = static_cast<long long>(b) * kQueries + i;");
-  emit_store_lanes(w, "kValuesPerLane", "kValueDepth", request.output_params[0], "row",
-                   store(dtype, "acc[a] / row_sum"),
-                   "A row with every key masked divides 0 by 0: NaN, as PyTorch.");
-  w.line("if (lane == 0) {}[row] = row_max + logf(row_sum);", request.output_params[1]);
+  if (layouts.out.view) {
+    w.line("#pragma unroll");
+    w.open("for (int a = 0; a < kValuesPerLane; ++a)");
+    w.line("const int c = lane + a * kWarpSize;");
+    w.comment("A row with every key masked divides 0 by 0: NaN, as PyTorch.");
+    w.line("if (c < kValueDepth) {}[{}] = {};", request.output_params[0],
+           layouts.out.at("i", "c", "kQueries", "kValueDepth"), store(dtype, "acc[a] / row_sum"));
+    w.close();
+  } else {
+    emit_store_lanes(w, "kValuesPerLane", "kValueDepth", request.output_params[0], "row",
+                     store(dtype, "acc[a] / row_sum"),
+                     "A row with every key masked divides 0 by 0: NaN, as PyTorch.");
+  }
+  if (layouts.write_lse)
+    w.line("if (lane == 0) {}[row] = row_max + logf(row_sum);", request.output_params[1]);
   w.close();
   const int64_t shared = kTile * odd(d.depth) + kTile * d.value_depth +
                          kAttentionWarps * (d.depth + kTile);
@@ -278,6 +349,8 @@ KernelSpec emit_attention(const KernelRequest& request) {
                             "shared memory, online softmax; no {}x{} score matrix",
                             kTile, d.queries, d.keys));
 }
+
+KernelSpec emit_attention(const KernelRequest& request) { return emit_attention_with(request, {}); }
 
 KernelSpec emit_attention_grad(const KernelRequest& request) {
   const ir::Node& node = request.node;
@@ -399,7 +472,76 @@ KernelSpec emit_attention_grad(const KernelRequest& request) {
                 "tiles, probabilities recomputed from lse; no atomics");
 }
 
+// The body input that `value` is a view of, through view ops of the body, and that view.
+std::pair<const ir::Value*, ir::StridedView> view_source(const ir::Node& kernel, const ir::Value* value) {
+  std::vector<const ir::Node*> chain;
+  while (value->producer != nullptr) {
+    chain.push_back(value->producer);
+    value = value->producer->inputs[0];
+  }
+  ir::StridedView view = ir::contiguous_view(value->type.shape);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    std::optional<ir::StridedView> next = ir::view_after(view, **it);
+    if (!next)
+      throw Error(kernel.loc.render(), kernel.describe() + ": " + (*it)->describe() +
+                                           " is not a strided view of a kernel operand");
+    view = *next;
+  }
+  return {value, view};
+}
+
+size_t index_of(const std::vector<ir::Value*>& values, const ir::Value* value) {
+  const auto it = std::find(values.begin(), values.end(), value);
+  KILN_CHECK(it != values.end()) << "value '" << value->name << "' is not there";
+  return static_cast<size_t>(it - values.begin());
+}
+
 }  // namespace
+
+KernelSpec emit_attention_views(const KernelRequest& request) {
+  const ir::Node& kernel = request.node;
+  const ir::Graph& body = *kernel.body;
+  const ir::Node* attention = nullptr;
+  for (const auto& node : body.nodes())
+    if (node->op == ir::OpId::Attention) attention = node.get();
+  if (!attention) throw Error(kernel.loc.render(), kernel.describe() + ": an attention kernel without attention");
+  KernelRequest inner{*attention, request.kernel_name, {}, {}, {}};
+  Layouts layouts;
+  Layout* operand_layouts[] = {&layouts.q, &layouts.k, &layouts.v};
+  for (size_t i = 0; i < attention->inputs.size(); ++i) {
+    const auto [source, view] = view_source(kernel, attention->inputs[i]);
+    inner.input_params.push_back(request.input_params[index_of(body.inputs, source)]);
+    if (i < 3 && view != ir::contiguous_view(source->type.shape)) operand_layouts[i]->view = view;
+    if (i >= 3 && source != attention->inputs[i])
+      throw Error(kernel.loc.render(), kernel.describe() + ": the mask must be a kernel operand");
+  }
+  // The output: forwards through the view ops to a body output, then the view back from there.
+  const ir::Value* out = attention->results[0];
+  std::vector<const ir::Node*> chain;
+  while (std::find(body.outputs.begin(), body.outputs.end(), out) == body.outputs.end()) {
+    std::vector<ir::Node*> users = body.users(out);
+    if (users.size() != 1)
+      throw Error(kernel.loc.render(), kernel.describe() + ": the attention output must reach one kernel result");
+    chain.push_back(users[0]);
+    out = users[0]->results[0];
+  }
+  ir::StridedView view = ir::contiguous_view(out->type.shape);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    std::optional<ir::StridedView> before = ir::view_before(view, **it);
+    if (!before)
+      throw Error(kernel.loc.render(), kernel.describe() + ": " + (*it)->describe() +
+                                           " does not write the output as a strided view");
+    view = *before;
+  }
+  if (!chain.empty()) layouts.out.view = view;
+  inner.output_params.push_back(request.output_params[index_of(body.outputs, out)]);
+  const auto lse = std::find(body.outputs.begin(), body.outputs.end(), attention->results[1]);
+  layouts.write_lse = lse != body.outputs.end();
+  inner.output_params.push_back(layouts.write_lse ? request.output_params[static_cast<size_t>(lse - body.outputs.begin())] : "");
+  KernelSpec spec = emit_attention_with(inner, layouts);
+  spec.note += "; q, k, v read and the output written through strided views (no copies)";
+  return spec;
+}
 
 void add_attention_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::Attention, emit_attention);

@@ -24,6 +24,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "codegen/kernels/attention.h"
 #include "codegen/kernels/elementwise_util.h"
 #include "codegen/kernels/gemm.h"
 #include "codegen/kernels/optimizer.h"
@@ -391,6 +392,7 @@ KernelSpec emit_fused_kernel(const KernelRequest& request) {
     for (const auto& node : request.node.body->nodes()) updates.push_back(node.get());
     return emit_multi_tensor_update(request, updates);
   }
+  if (ir::kernel_kind(request.node) == ir::kAttentionKernel) return emit_attention_views(request);
   const BodyPlan plan = plan_body(request.node);
   if (plan.compute.size() == 1) return emit_single(request, plan);
   const std::string& kind = ir::kernel_kind(request.node);
