@@ -187,6 +187,8 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       "fuse-attention-views",
       // GEMMs take their bias, residual add and activation into their epilogue...
       "fuse-conv-bias-relu",
+      // ...and normalize the rows they read as they stage them (pre-norm transformers)...
+      "fuse-norm-prologue",
       // ...then elementwise chains become loops, feed reductions and GEMM epilogues, and
       // reshapes disappear into their producer.
       "fuse-elementwise",

@@ -329,12 +329,69 @@ std::string epilogue_index(const ir::Node& node, const ir::Value* operand,
   return "channel";  // fuse-conv-bias-relu checked that it is per output channel
 }
 
-KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan) {
+// A layer_norm or rms_norm before a dense (passes/fuse_norm_prologue.cpp): each row's
+// statistics before the K loop, by the kTileK threads that stage the row (a half-warp, combined
+// with shuffles), then A normalized as it is staged. Rows past kM sum nothing but still shuffle:
+// every lane of the warp must reach them.
+void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& names) {
+  const bool rms = norm.op == ir::OpId::RmsNorm;
+  const std::string x = names.param(norm.inputs[0]);
+  const std::string scale = names.param(norm.inputs[1]);
+  const std::string bias = rms ? "" : names.param(norm.inputs[2]);
+  KILN_CHECK(!x.empty() && !scale.empty() && (rms || !bias.empty()))
+      << norm.describe() << ": a prologue norm reads kernel operands only";
+  const double epsilon = std::get<double>(norm.attrs.at("epsilon"));
+  BodyWriter w(0);
+  w.comment(fmt::format("Prologue: {} normalizes each row of A; its mean and 1/rms per staged row.",
+                        norm.describe()));
+  w.line("float norm_mean[kLoadsPerThread], norm_rstd[kLoadsPerThread];");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kLoadsPerThread; ++i)");
+  w.line("const index_t row = block_row + a_row + i * kAStep;");
+  w.line("const bool inside = row < kM;");
+  if (rms) {
+    w.line("const float mean = 0.0f;  // rms_norm does not centre");
+  } else {
+    w.line("float sum = 0.0f;");
+    w.line("if (inside) for (index_t k = a_k; k < kK; k += kTileK) sum += {}[row * kK + k];", x);
+    w.line("for (int offset = kTileK / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);");
+    w.line("const float mean = sum / static_cast<float>(kK);");
+  }
+  w.comment("Centred squares (no cancellation), as the layer_norm kernel computes them.");
+  w.line("float squares = 0.0f;");
+  w.open("if (inside)");
+  w.open("for (index_t k = a_k; k < kK; k += kTileK)");
+  w.line("const float centred = {}[row * kK + k] - mean;", x);
+  w.line("squares += centred * centred;");
+  w.close();
+  w.close();
+  w.line("for (int offset = kTileK / 2; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);");
+  w.line("norm_mean[i] = mean;");
+  w.line("norm_rstd[i] = 1.0f / sqrtf(squares / static_cast<float>(kK) + {});",
+         literal(ir::DType::F32, epsilon));
+  w.close();
+  spec.a.setup += w.take();
+  spec.a.fetch = fmt::format("value = ({}[row * kK + k] - norm_mean[i]) * norm_rstd[i] * {}[k]{};",
+                             x, scale, rms ? "" : " + " + bias + "[k]");
+  spec.note += "; " + norm.describe() + " as a prologue (rows normalized as they are staged)";
+}
+
+KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) {
   const ir::Node& kernel = request.node;
   const Names names(kernel, request.input_params);
+  BodyPlan plan = plan_in;
+  const ir::Node* norm = nullptr;
+  if (plan.compute.front()->op == ir::OpId::LayerNorm || plan.compute.front()->op == ir::OpId::RmsNorm) {
+    norm = plan.compute.front();
+    plan.compute.erase(plan.compute.begin());
+  }
   const ir::Node& anchor = *plan.compute.front();
   KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}};
-  for (const ir::Value* input : anchor.inputs) inner.input_params.push_back(names.param(input));
+  for (const ir::Value* input : anchor.inputs)
+    inner.input_params.push_back(norm && input == norm->results[0] ? names.param(norm->inputs[0])
+                                                                  : names.param(input));
+  if (norm && (anchor.op != ir::OpId::Dense || anchor.inputs[0] != norm->results[0]))
+    throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue feeds the rows of a dense only");
 
   nn::GemmSpec spec = anchor.op == ir::OpId::Conv2d  ? nn::conv2d_gemm(inner)
                       : anchor.op == ir::OpId::Dense ? nn::dense_gemm(inner)
@@ -360,6 +417,7 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan) {
     epilogue.line("value = {}({});  // {}", names.function(node), args, node.describe());
     running = node.results[0];
   }
+  if (norm) add_norm_prologue(spec, *norm, names);
   spec.prelude = prelude.take();
   if (!spec.epilogue.empty() && spec.epilogue.back() != '\n') spec.epilogue += '\n';
   spec.epilogue += epilogue.take();
