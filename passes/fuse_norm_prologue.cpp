@@ -1,5 +1,6 @@
-// fuse-norm-prologue: a layer_norm or rms_norm over the last axis whose one reader is a dense
-// (plain, or the anchor of an epilogue kernel) joins that dense's kernel as a prologue: the
+// fuse-norm-prologue: a layer_norm or rms_norm over the last axis whose one reader is a dense,
+// or a matmul of rows by one matrix (plain, or the anchor of an epilogue kernel), joins that
+// GEMM's kernel as a prologue: the
 // GEMM computes each row's statistics before its K loop and normalizes A as it stages the
 // tiles (codegen/kernels/fused.cpp), so the normalized rows are never stored. With it a
 // pre-norm transformer block (GPT-2, ViT) is five kernels: norm + QKV projection, attention,
@@ -19,12 +20,22 @@ namespace {
 
 constexpr std::string_view kPass = "fuse-norm-prologue";
 
-// The dense that `consumer` computes first: the node itself, or an epilogue kernel's anchor.
+// Whether the GEMM's A operand is its rows [M, K] with one B for all of them: a dense, or a
+// matmul with a untransposed and b without batch dims (the GEMM then folds a's batch into
+// rows), as ONNX exports a Linear layer.
+bool rows_gemm(const ir::Node& node) {
+  if (node.op == ir::OpId::Dense) return true;
+  if (node.op != ir::OpId::Matmul || std::get<bool>(node.attrs.at("transpose_a"))) return false;
+  const ir::Shape& b = node.inputs[1]->type.shape;
+  return ir::num_elements(b, 0, b.size() - 2) == 1;
+}
+
+// The GEMM that `consumer` computes first: the node itself, or an epilogue kernel's anchor.
 const ir::Node* dense_of(const ir::Node& consumer) {
-  if (!consumer.is_kernel()) return consumer.op == ir::OpId::Dense ? &consumer : nullptr;
+  if (!consumer.is_kernel()) return rows_gemm(consumer) ? &consumer : nullptr;
   if (ir::kernel_kind(consumer) != ir::kEpilogueKernel) return nullptr;
   const ir::Node& anchor = *consumer.body->nodes().front();
-  return anchor.op == ir::OpId::Dense ? &anchor : nullptr;
+  return rows_gemm(anchor) ? &anchor : nullptr;
 }
 
 // Why `norm` cannot be `consumer`'s prologue; nullopt when it can.
@@ -40,7 +51,8 @@ std::optional<std::string> refusal(const ir::Graph& graph, const fusion::Users& 
     if (operand->type.dtype != ir::DType::F32) return "it is not f32";
   const ir::Node& consumer = *users.of(y).front();
   const ir::Node* dense = dense_of(consumer);
-  if (!dense) return fusion::ref(consumer) + " is not a dense (or a dense's epilogue kernel)";
+  if (!dense)
+    return fusion::ref(consumer) + " is not a dense or a matmul of rows by one matrix (or such a GEMM's epilogue kernel)";
   // Inside an epilogue kernel the dense reads the body input that stands for y.
   const ir::Value* x = dense->inputs[0];
   if (consumer.is_kernel()) {
@@ -54,7 +66,7 @@ std::optional<std::string> refusal(const ir::Graph& graph, const fusion::Users& 
   } else if (x != y || dense->inputs[1] == y || (dense->inputs.size() > 2 && dense->inputs[2] == y)) {
     return fusion::ref(consumer) + " reads it as another operand than the dense's rows";
   }
-  if (dense->inputs[0]->type.dtype != ir::DType::F32) return "the dense is not f32";
+  if (dense->inputs[0]->type.dtype != ir::DType::F32) return "the GEMM is not f32";
   return std::nullopt;
 }
 
@@ -74,7 +86,7 @@ bool FuseNormPrologue::run(ir::Graph& graph, PassContext& context) {
     context.debug(kPass, fmt::format("fused {} into {} as its prologue", fusion::ref(*node),
                                      fusion::ref(*consumer)));
     const std::string name = std::string(ir::to_string(node->op)) + "_" +
-                             (consumer->is_kernel() ? consumer->name : std::string("dense"));
+                             (consumer->is_kernel() ? consumer->name : std::string(ir::to_string(consumer->op)));
     groups.push_back({{node.get(), consumer}, name, ir::kEpilogueKernel});
   }
   if (groups.empty()) return false;

@@ -390,8 +390,9 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   for (const ir::Value* input : anchor.inputs)
     inner.input_params.push_back(norm && input == norm->results[0] ? names.param(norm->inputs[0])
                                                                   : names.param(input));
-  if (norm && (anchor.op != ir::OpId::Dense || anchor.inputs[0] != norm->results[0]))
-    throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue feeds the rows of a dense only");
+  if (norm && ((anchor.op != ir::OpId::Dense && anchor.op != ir::OpId::Matmul) ||
+               anchor.inputs[0] != norm->results[0]))
+    throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue feeds the rows of a dense or matmul only");
 
   nn::GemmSpec spec = anchor.op == ir::OpId::Conv2d  ? nn::conv2d_gemm(inner)
                       : anchor.op == ir::OpId::Dense ? nn::dense_gemm(inner)
@@ -417,7 +418,12 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     epilogue.line("value = {}({});  // {}", names.function(node), args, node.describe());
     running = node.results[0];
   }
-  if (norm) add_norm_prologue(spec, *norm, names);
+  if (norm) {
+    if (spec.batch != 1 || !spec.a.k_contiguous)
+      throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue needs the GEMM's rows "
+                                                           "as one row-major matrix (no batch of b, a untransposed)");
+    add_norm_prologue(spec, *norm, names);
+  }
   spec.prelude = prelude.take();
   if (!spec.epilogue.empty() && spec.epilogue.back() != '\n') spec.epilogue += '\n';
   spec.epilogue += epilogue.take();
