@@ -49,10 +49,11 @@ struct Options {
   InputShapeFlag input_shapes;  // an ONNX model's symbolic dims
 };
 
-// One input the model takes: its name and type.
+// One input the model takes: its name and type (dynamic dims at their bounds, ir/dynamic_dims.h).
 struct Slot {
   std::string name;
   ir::TensorType type;
+  ir::DimMap dims;
 };
 
 // What runs: inputs in slot order in, outputs out.
@@ -60,6 +61,8 @@ using Runner = std::function<std::vector<ir::Tensor>(const std::vector<ir::Tenso
 
 struct Prepared {
   std::vector<Slot> slots;
+  std::vector<ir::DimSymbol> symbols;  // the dynamic dims the slots name
+  int64_t samples = 1;                 // per run: the first input's dim 0 as given (before padding)
   Runner run;
   std::string backend;            // what actually runs: reference, host or cuda
   int64_t planned_bytes = -1;     // device memory of the program; -1: none (reference)
@@ -75,7 +78,28 @@ ir::Tensor random_tensor(const ir::TensorType& type, std::mt19937_64& rng) {
   return tensor;
 }
 
-std::vector<ir::Tensor> bench_inputs(const Options& options, const std::vector<Slot>& slots) {
+// Given inputs whose dynamic dims are below their bounds are padded to them, as every run pads
+// them (ir/dynamic_binding.h): what a run of that size costs.
+void pad_given_inputs(const std::vector<ir::DimSymbol>& symbols, const std::vector<Slot>& slots,
+                      std::map<std::string, ir::Tensor>& given) {
+  std::vector<ir::DimMap> dims;
+  std::vector<ir::TensorType> types;
+  std::vector<std::string> names;
+  std::vector<ir::Tensor> tensors;
+  for (const Slot& slot : slots)
+    if (auto it = given.find(slot.name); it != given.end() && ir::has_dynamic_dims(slot.dims)) {
+      dims.push_back(slot.dims);
+      types.push_back(slot.type);
+      names.push_back(slot.name);
+      tensors.push_back(it->second);
+    }
+  if (tensors.empty()) return;
+  ir::bind_dynamic_dims(symbols, dims, types, names, tensors);
+  for (size_t i = 0; i < names.size(); ++i) given[names[i]] = tensors[i];
+}
+
+std::vector<ir::Tensor> bench_inputs(const Options& options, Prepared& prepared) {
+  const std::vector<Slot>& slots = prepared.slots;
   std::map<std::string, ir::Tensor> given = read_input_flags(options.inputs);
   std::vector<std::pair<std::string, ir::TensorType>> types;
   for (const Slot& slot : slots) types.emplace_back(slot.name, slot.type);
@@ -85,6 +109,12 @@ std::vector<ir::Tensor> bench_inputs(const Options& options, const std::vector<S
                                    [&](const Slot& slot) { return slot.name == name; });
     if (!known) throw Error("--input " + name, "the model has no input '" + name + "'");
   }
+  if (!slots.empty() && slots[0].type.rank() > 0) {
+    auto first = given.find(slots[0].name);
+    prepared.samples = first != given.end() && first->second.type().rank() > 0 ? first->second.shape()[0]
+                                                                               : slots[0].type.shape[0];
+  }
+  pad_given_inputs(prepared.symbols, slots, given);
   std::mt19937_64 rng(options.seed);
   std::vector<ir::Tensor> inputs;
   for (const Slot& slot : slots) {
@@ -138,8 +168,11 @@ Prepared prepare_package(const Options& options, PhaseTimer& timer,
   const runtime::PackageProgram* program = package.find(runtime::kInferenceProgram);
   if (!program) throw Error(options.model, "the package has no inference program");
   Prepared prepared;
-  for (int id : program->program.buffer_ids(codegen::BufferRole::Input))
-    prepared.slots.push_back({program->program.buffers[id].name, program->program.buffers[id].type});
+  const std::vector<int> ids = program->program.buffer_ids(codegen::BufferRole::Input);
+  for (size_t i = 0; i < ids.size(); ++i)
+    prepared.slots.push_back({program->program.buffers[ids[i]].name, program->program.buffers[ids[i]].type,
+                              i < program->program.input_dims.size() ? program->program.input_dims[i] : ir::DimMap{}});
+  prepared.symbols = program->program.symbols;
   const runtime::ExecutableOptions exe = executable_options(options, cache);
   if (exe.backend == runtime::Backend::Cuda)
     runtime::require_code_for(program->binary, runtime::cuda::cuda_device_info(0).sm,
@@ -156,7 +189,7 @@ Prepared prepare_package(const Options& options, PhaseTimer& timer,
 Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::KernelCache* cache) {
   // An imported (ONNX, Keras) model's symbolic dims take their sizes from --input-shape or the inputs given.
   compiler::ImportOptions import = options.input_shapes.options(options.model);
-  if (options.model != "-" && compiler::is_imported_model(options.model))
+  if (options.model != "-" && compiler::is_imported_model(options.model) && import.dim_bounds.empty())
     for (const auto& [name, tensor] : read_input_flags(options.inputs))
       import.input_shapes.emplace(name, tensor.shape());
   auto graph = std::make_shared<ir::Graph>(
@@ -165,7 +198,9 @@ Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::Kerne
   if (options.batch != 0) compiler::set_batch_size(*graph, options.batch);
   timer.time("passes", [&] { options.pipeline.run(*graph); });
   Prepared prepared;
-  for (const ir::Value* input : graph->inputs) prepared.slots.push_back({input->name, input->type});
+  for (const ir::Value* input : graph->inputs)
+    prepared.slots.push_back({input->name, input->type, input->dynamic_dims});
+  prepared.symbols = graph->symbols;
   if (options.backend == "reference") {
     prepared.backend = "reference";
     prepared.run = [graph, slots = prepared.slots](const std::vector<ir::Tensor>& inputs) {
@@ -240,10 +275,8 @@ int bench(Options options) {
       return executable->run(inputs);
     };
   }
-  const std::vector<ir::Tensor> inputs = bench_inputs(options, prepared.slots);
-  const int64_t batch =
-      prepared.slots.empty() || prepared.slots[0].type.rank() == 0 ? 1
-                                                                   : prepared.slots[0].type.shape[0];
+  const std::vector<ir::Tensor> inputs = bench_inputs(options, prepared);
+  const int64_t batch = prepared.samples;
   const Latency latency = measure(options, prepared.run, inputs);
   const double runs_per_s = static_cast<double>(latency.ms.size()) / latency.total_s;
 
