@@ -277,7 +277,8 @@ class Importer : public SubgraphImporter {
       for (const auto& input : graph.input()) known |= input.name() == name;
       if (!known) throw Error("--input-shape " + name, "the model has no input '" + name + "'");
     }
-    for (const auto& [name, bound] : options_.dim_bounds) {
+    for (const auto& bound : options_.dim_bounds) {
+      const std::string& name = bound.first;  // (clang 14 cannot capture a structured binding)
       const auto& symbols = builder_.graph.symbols;
       if (std::none_of(symbols.begin(), symbols.end(), [&](const ir::DimSymbol& s) { return s.name == name; }))
         throw Error("--dim " + name, "no input of the model has a dim named '" + name + "'");
