@@ -157,9 +157,9 @@ void InputShapeFlag::add_to(CLI::App& command) {
                      "ONNX and Keras models: the shape of an input whose dims the model leaves "
                      "symbolic, as NAME=2x3x224x224 (Keras: NHWC) (repeatable)");
   command.add_option("--dim", dim_specs,
-                     "ONNX models: keep the symbolic dim NAME (an input's dim_param, e.g. batch) "
-                     "dynamic up to MAX, as NAME=MAX: one compile then runs every size from 1 to "
-                     "MAX (repeatable)");
+                     "ONNX and Keras models: keep the symbolic dim NAME (an ONNX input's "
+                     "dim_param, e.g. batch; for Keras, batch: the None first dim) dynamic up to "
+                     "MAX, as NAME=MAX: one compile then runs every size from 1 to MAX (repeatable)");
 }
 
 compiler::ImportOptions InputShapeFlag::options(const std::string& model) const {
@@ -199,8 +199,8 @@ compiler::ImportOptions InputShapeFlag::options(const std::string& model) const 
       throw Error(flag, "dim '" + spec.substr(0, equals) + "' is given twice");
   }
   if (!dim_specs.empty() && model != "-" && !compiler::is_imported_model(model))
-    throw Error("--dim", model + " is not an ONNX model; a kiln JSON model declares its dynamic "
-                                 "dims in \"dims\"");
+    throw Error("--dim", model + " is not an ONNX or Keras model; a kiln JSON model declares its "
+                                 "dynamic dims in \"dims\"");
   if (!specs.empty() && model != "-" && !compiler::is_imported_model(model))
     throw Error("--input-shape", model + " is not an ONNX or Keras model; its input shapes are fixed");
   return options;

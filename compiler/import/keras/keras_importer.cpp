@@ -131,6 +131,8 @@ class Importer {
     check_unused_hints();
     for (const Layer& layer : topology_.layers) layers_[layer.name] = &layer;
     for (const TensorRef& input : topology_.inputs) add_input(input);
+    if (batch_bound() > 0 && errors_.empty() && b_.graph.symbols.empty())
+      throw Error("--dim batch", "no input of the model leaves its batch open (None)");
     convert_layers();
     for (const TensorRef& output : topology_.outputs) add_output(output);
     if (!errors_.empty()) report();
@@ -142,7 +144,17 @@ class Importer {
     errors_.push_back(Diagnostic{file_ + (layer ? ": " + layer->where() : std::string()), message, {}});
   }
 
+  // The bound --dim batch=MAX gives a Keras model's batch (its None first dim); 0 when absent.
+  int64_t batch_bound() const {
+    auto it = options_.dim_bounds.find("batch");
+    return it == options_.dim_bounds.end() ? 0 : it->second;
+  }
+
   void check_unused_hints() {
+    for (const auto& bound : options_.dim_bounds)
+      if (bound.first != "batch")
+        throw Error("--dim " + bound.first, "a Keras model's only symbolic dim is its batch: use --dim batch=MAX");
+
     for (const auto& [name, shape] : options_.input_shapes) {
       bool known = false;
       for (const TensorRef& input : topology_.inputs) known |= input.layer == name;
@@ -179,6 +191,7 @@ class Importer {
       return error(&layer, "input dtype '" + escape_for_message(dtype_name) +
                                "' is not supported (float32, int32, int64)");
     ir::Shape dims;
+    bool dynamic_batch = false;
     const auto hint = options_.input_shapes.find(layer.name);
     if (hint != options_.input_shapes.end() && hint->second.size() != shape.size())
       return error(&layer, "the model gives it rank " + std::to_string(shape.size()) + ", the given shape " +
@@ -194,6 +207,10 @@ class Importer {
         return error(&layer, "dimension " + std::to_string(d) + " (" + describe_json(dim) + ") is not a size");
       } else if (hint != options_.input_shapes.end()) {
         dims.push_back(hint->second[d]);
+      } else if (d == 0 && batch_bound() > 0) {
+        // --dim batch=MAX: the batch stays dynamic up to MAX (ir/dynamic_dims.h).
+        dims.push_back(batch_bound());
+        dynamic_batch = true;
       } else if (d == 0) {
         // The batch: the size of the input given to `kiln run`, else the training batch, else 1.
         dims.push_back(options_.symbolic_dim_size > 0 ? options_.symbolic_dim_size : 1);
@@ -204,6 +221,11 @@ class Importer {
     }
     if (!ir::checked_num_elements(dims)) return error(&layer, "shape " + ir::shape_to_string(dims) + " is too large");
     ir::Value* input = b_.graph.add_input(b_.unique_name(layer.name), ir::TensorType{input_dtype, dims}, b_.loc(layer));
+    if (dynamic_batch) {
+      if (b_.graph.symbols.empty()) b_.graph.symbols.push_back({"batch", batch_bound()});
+      input->dynamic_dims.assign(dims.size(), ir::DynamicDim{});
+      input->dynamic_dims[0] = {0, 1, 1};
+    }
     LayerContext context(b_, layer, 0);
     try {
       values_[key_of(ref)] = context.from_keras_order(input);

@@ -24,9 +24,10 @@ struct ImportOptions {
   // When > 0, a symbolic dim of an input not in input_shapes takes this size (training sets the
   // batch size afterwards); 0: such a dim is an error that asks for --input-shape.
   int64_t symbolic_dim_size = 0;
-  // Symbolic dims to keep dynamic (ir/dynamic_dims.h): dim_param name → bound. An input dim
-  // named so becomes a dynamic dim of the graph, typed at its bound; one compile then serves
-  // every size up to it. Takes precedence over symbolic_dim_size.
+  // Symbolic dims to keep dynamic (ir/dynamic_dims.h): dim_param name → bound (for Keras,
+  // "batch": the None first dim). An input dim named so becomes a dynamic dim of the graph,
+  // typed at its bound; one compile then serves every size up to it. Takes precedence over
+  // symbolic_dim_size.
   std::map<std::string, int64_t> dim_bounds;
   // The values `kiln run` is given for inputs: where an op needs an operand at import (a
   // Reshape's shape, Slice's starts, Clip's bounds) and the model computes it from an input,
