@@ -329,10 +329,11 @@ std::string epilogue_index(const ir::Node& node, const ir::Value* operand,
   return "channel";  // fuse-conv-bias-relu checked that it is per output channel
 }
 
-// A layer_norm or rms_norm before a dense (passes/fuse_norm_prologue.cpp): each row's
-// statistics before the K loop, by the kTileK threads that stage the row (a half-warp, combined
-// with shuffles), then A normalized as it is staged. Rows past kM sum nothing but still shuffle:
-// every lane of the warp must reach them.
+// A layer_norm or rms_norm before a dense (passes/fuse_norm_prologue.cpp): before the K loop the
+// block computes the statistics of its kTileM rows, four neighbouring threads per row (two
+// shuffle steps to combine them), two passes as the layer_norm kernel (the mean, then centred
+// squares), into shared memory; A is then normalized as it is staged. Every thread reaches the
+// shuffles and the barrier: rows past kM sum nothing.
 void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& names) {
   const bool rms = norm.op == ir::OpId::RmsNorm;
   const std::string x = names.param(norm.inputs[0]);
@@ -340,39 +341,50 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
   const std::string bias = rms ? "" : names.param(norm.inputs[2]);
   KILN_CHECK(!x.empty() && !scale.empty() && (rms || !bias.empty()))
       << norm.describe() << ": a prologue norm reads kernel operands only";
+  constexpr int kThreadsPerRow = nn::kGemmThreads / nn::kGemmTileM;
+  static_assert(kThreadsPerRow == 4, "two shuffle steps combine a row's partial sums");
   const double epsilon = std::get<double>(norm.attrs.at("epsilon"));
   BodyWriter w(0);
-  w.comment(fmt::format("Prologue: {} normalizes each row of A; its mean and 1/rms per staged row.",
+  w.comment(fmt::format("Prologue: {} normalizes the rows of A. Four threads per row of the block",
                         norm.describe()));
-  w.line("float norm_mean[kLoadsPerThread], norm_rstd[kLoadsPerThread];");
-  w.line("#pragma unroll");
-  w.open("for (int i = 0; i < kLoadsPerThread; ++i)");
-  w.line("const index_t row = block_row + a_row + i * kAStep;");
-  w.line("const bool inside = row < kM;");
+  w.comment("sum their quarter of it; the mean and 1/rms of each row go to shared memory.");
+  w.line("float* norm_mean = extra_smem;  // [kTileM]");
+  w.line("float* norm_rstd = norm_mean + kTileM;  // [kTileM]");
+  w.line("const int stat_row = threadIdx.x / {};", kThreadsPerRow);
+  w.line("const int stat_part = threadIdx.x % {};", kThreadsPerRow);
+  w.line("const index_t stat_global_row = block_row + stat_row;");
+  w.line("const bool stat_inside = stat_global_row < kM;");
+  const std::string element = x + "[stat_global_row * kK + k]";
   if (rms) {
-    w.line("const float mean = 0.0f;  // rms_norm does not centre");
+    w.line("const float stat_mean = 0.0f;  // rms_norm does not centre");
   } else {
-    w.line("float sum = 0.0f;");
-    w.line("if (inside) for (index_t k = a_k; k < kK; k += kTileK) sum += {}[row * kK + k];", x);
-    w.line("for (int offset = kTileK / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);");
-    w.line("const float mean = sum / static_cast<float>(kK);");
+    w.line("float stat_sum = 0.0f;");
+    w.line("if (stat_inside) for (index_t k = stat_part; k < kK; k += {}) stat_sum += {};",
+           kThreadsPerRow, element);
+    w.line("stat_sum += __shfl_xor_sync(0xffffffffu, stat_sum, 1);");
+    w.line("stat_sum += __shfl_xor_sync(0xffffffffu, stat_sum, 2);");
+    w.line("const float stat_mean = stat_sum / static_cast<float>(kK);");
   }
-  w.comment("Centred squares (no cancellation), as the layer_norm kernel computes them.");
-  w.line("float squares = 0.0f;");
-  w.open("if (inside)");
-  w.open("for (index_t k = a_k; k < kK; k += kTileK)");
-  w.line("const float centred = {}[row * kK + k] - mean;", x);
-  w.line("squares += centred * centred;");
+  w.line("float stat_squares = 0.0f;");
+  w.open("if (stat_inside)");
+  w.open("for (index_t k = stat_part; k < kK; k += {})", kThreadsPerRow);
+  w.line("const float centred = {} - stat_mean;", element);
+  w.line("stat_squares += centred * centred;");
   w.close();
   w.close();
-  w.line("for (int offset = kTileK / 2; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);");
-  w.line("norm_mean[i] = mean;");
-  w.line("norm_rstd[i] = 1.0f / sqrtf(squares / static_cast<float>(kK) + {});",
+  w.line("stat_squares += __shfl_xor_sync(0xffffffffu, stat_squares, 1);");
+  w.line("stat_squares += __shfl_xor_sync(0xffffffffu, stat_squares, 2);");
+  w.open("if (stat_part == 0)");
+  w.line("norm_mean[stat_row] = stat_mean;");
+  w.line("norm_rstd[stat_row] = 1.0f / sqrtf(stat_squares / static_cast<float>(kK) + {});",
          literal(ir::DType::F32, epsilon));
   w.close();
+  w.line("__syncthreads();  // every row's statistics are in before the first tile");
   spec.a.setup += w.take();
-  spec.a.fetch = fmt::format("value = ({}[row * kK + k] - norm_mean[i]) * norm_rstd[i] * {}[k]{};",
-                             x, scale, rms ? "" : " + " + bias + "[k]");
+  spec.extra_shared_slots = 2 * nn::kGemmTileM;
+  const std::string local = "(row - block_row)";
+  spec.a.fetch = fmt::format("value = ({}[row * kK + k] - norm_mean[{}]) * norm_rstd[{}] * {}[k]{};",
+                             x, local, local, scale, rms ? "" : " + " + bias + "[k]");
   spec.note += "; " + norm.describe() + " as a prologue (rows normalized as they are staged)";
 }
 

@@ -129,6 +129,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.line("constexpr int kBTileStride = kTileN + {};", kGemmTilePad);
   w.line("{0}* a_tile = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
   w.line("{}* b_tile = a_tile + kTileK * kATileStride;", spec.value_type);
+  if (spec.extra_shared_slots > 0)
+    w.line("{}* extra_smem = b_tile + kTileK * kBTileStride;  // the prologue's", spec.value_type);
   w.blank();
   w.line("const int thread_m = threadIdx.x / kThreadsN;");
   w.line("const int thread_n = threadIdx.x % kThreadsN;");
@@ -202,7 +204,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   kernel.grid = Dim3{static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m),
                      static_cast<uint32_t>(spec.batch)};
   kernel.block = Dim3{kGemmThreads, 1, 1};
-  kernel.shared_bytes = kGemmSharedSlots * (spec.value_type == "double" ? sizeof(double) : sizeof(float));
+  kernel.shared_bytes = (kGemmSharedSlots + spec.extra_shared_slots) *
+                        (spec.value_type == "double" ? sizeof(double) : sizeof(float));
   kernel.uses_barriers = true;
   kernel.note = spec.note;
   return kernel;
