@@ -102,8 +102,8 @@ struct Program {
 };
 
 // Runs `run_at_bounds` (a backend's run on inputs of the program's exact types) on inputs whose
-// dynamic dims may be smaller than their bounds: pads them, runs, slices the outputs back
-// (ir/dynamic_binding.h). A program without dynamic dims runs the inputs as given.
+// dynamic dims may be smaller than their bounds (ir::run_padded). A program without dynamic
+// dims runs the inputs as given.
 template <typename RunAtBounds>
 std::vector<ir::Tensor> run_with_dynamic_dims(const Program& program,
                                               const std::vector<ir::Tensor>& inputs,
@@ -115,12 +115,8 @@ std::vector<ir::Tensor> run_with_dynamic_dims(const Program& program,
     types.push_back(id >= 0 ? program.buffers[id].type : ir::TensorType{});
     names.push_back(id >= 0 ? program.buffers[id].name : "");
   }
-  std::vector<ir::Tensor> padded = inputs;
-  const ir::DynamicBinding binding =
-      ir::bind_dynamic_dims(program.symbols, program.input_dims, types, names, padded);
-  std::vector<ir::Tensor> outputs = run_at_bounds(padded);
-  ir::slice_outputs(program.output_dims, binding, outputs);
-  return outputs;
+  return ir::run_padded(program.symbols, program.input_dims, types, names, program.output_dims,
+                        inputs, run_at_bounds);
 }
 
 }  // namespace kiln::codegen

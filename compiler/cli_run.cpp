@@ -131,31 +131,25 @@ std::vector<ir::Tensor> parameter_tensors(const ir::Graph& graph) {
 }
 
 // The reference interpreter on inputs whose dynamic dims may be below their bounds: padded and
-// sliced back as the backends do, so all three agree on what a dynamic dim means.
-std::vector<ir::Tensor> run_reference(const ir::Graph& graph, const std::map<std::string, ir::Tensor>& by_name) {
+// sliced back as the backends do (ir::run_padded), so all three agree on what a dynamic dim
+// means.
+std::vector<ir::Tensor> run_reference(const ir::Graph& graph, std::map<std::string, ir::Tensor>& by_name) {
   if (graph.symbols.empty()) return eval::run_reference(graph, by_name);
+  const std::vector<InputSlot> slots = input_slots(graph);
   std::vector<ir::DimMap> dims;
   std::vector<ir::TensorType> types;
   std::vector<std::string> names;
-  std::vector<ir::Tensor> inputs;
-  for (const auto& [name, tensor] : by_name)
-    if (!graph.find_value(name) || graph.find_value(name)->role != ir::ValueRole::Input)
-      throw Error("--input " + name, "unknown input '" + name + "'");
-  for (const ir::Value* input : graph.inputs) {
-    auto it = by_name.find(input->name);
-    if (it == by_name.end())
-      throw Error("", "missing input '" + input->name + "'; pass --input " + input->name + "=FILE.npy");
-    dims.push_back(input->dynamic_dims);
-    types.push_back(input->type);
-    names.push_back(input->name);
-    inputs.push_back(it->second);
+  for (const InputSlot& slot : slots) {
+    dims.push_back(slot.dims);
+    types.push_back(slot.type);
+    names.push_back(slot.name);
   }
-  const ir::DynamicBinding binding = ir::bind_dynamic_dims(graph.symbols, dims, types, names, inputs);
-  std::map<std::string, ir::Tensor> padded;
-  for (size_t i = 0; i < inputs.size(); ++i) padded.emplace(names[i], inputs[i]);
-  std::vector<ir::Tensor> outputs = eval::run_reference(graph, padded);
-  ir::slice_outputs(ir::output_dynamic_dims(graph), binding, outputs);
-  return outputs;
+  return ir::run_padded(graph.symbols, dims, types, names, ir::output_dynamic_dims(graph),
+                        ordered_inputs(slots, by_name), [&](const std::vector<ir::Tensor>& padded) {
+                          std::map<std::string, ir::Tensor> named;
+                          for (size_t i = 0; i < padded.size(); ++i) named.emplace(names[i], padded[i]);
+                          return eval::run_reference(graph, named);
+                        });
 }
 
 // --backend=auto: the GPU when there is one, else the same kernels on the CPU.

@@ -32,6 +32,22 @@ DynamicBinding bind_dynamic_dims(const std::vector<DimSymbol>& symbols,
 void slice_outputs(const std::vector<DimMap>& output_dims, const DynamicBinding& binding,
                    std::vector<Tensor>& outputs);
 
+// Runs `run` (inputs of exactly `types` in, outputs out) on `inputs` whose dynamic dims may be
+// below their bounds: binds and pads them, runs, and slices the outputs back (`output_dims`).
+// Every backend's run goes through this.
+template <typename Run>
+std::vector<Tensor> run_padded(const std::vector<DimSymbol>& symbols,
+                               const std::vector<DimMap>& input_dims,
+                               const std::vector<TensorType>& types,
+                               const std::vector<std::string>& names,
+                               const std::vector<DimMap>& output_dims,
+                               std::vector<Tensor> inputs, Run&& run) {
+  const DynamicBinding binding = bind_dynamic_dims(symbols, input_dims, types, names, inputs);
+  std::vector<Tensor> outputs = run(inputs);
+  slice_outputs(output_dims, binding, outputs);
+  return outputs;
+}
+
 // A tensor of `shape` holding the leading block of `tensor` (each dim's first shape[d]
 // entries), or that block padded with zeros when `shape` is larger: a row-major block copy.
 Tensor resize_block(const Tensor& tensor, const Shape& shape);

@@ -128,4 +128,18 @@ std::optional<StridedView> view_before(const StridedView& result, const Node& no
   }
 }
 
+std::optional<StridedView> view_through(const Value* source, const std::vector<const Node*>& chain) {
+  std::optional<StridedView> view = contiguous_view(source->type.shape);
+  for (size_t i = 0; i < chain.size() && view; ++i) view = view_after(*view, *chain[i]);
+  return view;
+}
+
+std::optional<StridedView> view_written_through(const Value* source,
+                                                const std::vector<const Node*>& chain) {
+  std::optional<StridedView> view =
+      contiguous_view(chain.empty() ? source->type.shape : chain.back()->results[0]->type.shape);
+  for (size_t i = chain.size(); i-- > 0 && view;) view = view_before(*view, *chain[i]);
+  return view;
+}
+
 }  // namespace kiln::ir

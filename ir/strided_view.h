@@ -39,4 +39,12 @@ std::optional<StridedView> view_after(const StridedView& operand, const Node& no
 // writes so that the result lands as `result` says). Transposes and reshapes only.
 std::optional<StridedView> view_before(const StridedView& result, const Node& node);
 
+// Through a chain of view ops, `chain[0]` reading `source` and each next op reading the result
+// of the one before: the view of the last result in `source`'s buffer (forwards), or the view of
+// `source` in the buffer of the last result (backwards: where a producer of `source` writes so
+// that the last result lands row-major). nullopt when an op breaks the view.
+std::optional<StridedView> view_through(const Value* source, const std::vector<const Node*>& chain);
+std::optional<StridedView> view_written_through(const Value* source,
+                                                const std::vector<const Node*>& chain);
+
 }  // namespace kiln::ir

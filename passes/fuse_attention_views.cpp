@@ -44,14 +44,8 @@ std::vector<ir::Node*> operand_chain(const ir::Graph& graph, const fusion::Users
   // The kernel reads the source of the longest run of the chain, from the attention's side,
   // that composes to a strided view of it; an op that does not cuts the run there.
   for (size_t length = chain.size(); length > 0; --length) {
-    ir::StridedView view = ir::contiguous_view(chain[length - 1]->inputs[0]->type.shape);
-    bool composes = true;
-    for (size_t i = length; i-- > 0 && composes;) {
-      std::optional<ir::StridedView> next = ir::view_after(view, *chain[i]);
-      if (next) view = *next;
-      else composes = false;
-    }
-    if (composes) {
+    const std::vector<const ir::Node*> run(chain.rend() - static_cast<std::ptrdiff_t>(length), chain.rend());
+    if (ir::view_through(chain[length - 1]->inputs[0], run)) {
       chain.resize(length);
       return chain;
     }
@@ -77,21 +71,11 @@ std::vector<ir::Node*> output_chain(const ir::Graph& graph, const fusion::Users&
     chain.push_back(user);
     value = user->results[0];
   }
-  // Backwards from the final value; where an op breaks the view, the chain ends before it.
-  for (bool valid = false; !valid && !chain.empty();) {
-    ir::StridedView view = ir::contiguous_view(chain.back()->results[0]->type.shape);
-    valid = true;
-    for (size_t i = chain.size(); i-- > 0;) {
-      std::optional<ir::StridedView> before = ir::view_before(view, *chain[i]);
-      if (!before) {
-        context.debug(kPass, fmt::format("{} does not keep the output a strided view",
-                                         fusion::ref(*chain[i])));
-        chain.resize(i);
-        valid = false;
-        break;
-      }
-      view = *before;
-    }
+  // The longest start of the chain that keeps the output a strided view of its final value.
+  for (; !chain.empty(); chain.pop_back()) {
+    if (ir::view_written_through(out, {chain.begin(), chain.end()})) break;
+    context.debug(kPass, fmt::format("{} does not keep the output a strided view",
+                                     fusion::ref(*chain.back())));
   }
   return chain;
 }

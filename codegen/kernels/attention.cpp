@@ -474,20 +474,14 @@ KernelSpec emit_attention_grad(const KernelRequest& request) {
 
 // The body input that `value` is a view of, through view ops of the body, and that view.
 std::pair<const ir::Value*, ir::StridedView> view_source(const ir::Node& kernel, const ir::Value* value) {
-  std::vector<const ir::Node*> chain;
-  while (value->producer != nullptr) {
-    chain.push_back(value->producer);
-    value = value->producer->inputs[0];
-  }
-  ir::StridedView view = ir::contiguous_view(value->type.shape);
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    std::optional<ir::StridedView> next = ir::view_after(view, **it);
-    if (!next)
-      throw Error(kernel.loc.render(), kernel.describe() + ": " + (*it)->describe() +
-                                           " is not a strided view of a kernel operand");
-    view = *next;
-  }
-  return {value, view};
+  std::vector<const ir::Node*> chain;  // from the body input on
+  for (; value->producer != nullptr; value = value->producer->inputs[0])
+    chain.insert(chain.begin(), value->producer);
+  std::optional<ir::StridedView> view = ir::view_through(value, chain);
+  if (!view)
+    throw Error(kernel.loc.render(), kernel.describe() + ": an operand of its attention is not a "
+                                                         "strided view of a kernel operand");
+  return {value, *view};
 }
 
 size_t index_of(const std::vector<ir::Value*>& values, const ir::Value* value) {
@@ -525,15 +519,11 @@ KernelSpec emit_attention_views(const KernelRequest& request) {
     chain.push_back(users[0]);
     out = users[0]->results[0];
   }
-  ir::StridedView view = ir::contiguous_view(out->type.shape);
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    std::optional<ir::StridedView> before = ir::view_before(view, **it);
-    if (!before)
-      throw Error(kernel.loc.render(), kernel.describe() + ": " + (*it)->describe() +
-                                           " does not write the output as a strided view");
-    view = *before;
-  }
-  if (!chain.empty()) layouts.out.view = view;
+  const std::optional<ir::StridedView> view = ir::view_written_through(attention->results[0], chain);
+  if (!view)
+    throw Error(kernel.loc.render(), kernel.describe() + ": the ops after its attention do not "
+                                                         "write the output as a strided view");
+  if (!chain.empty()) layouts.out.view = *view;
   inner.output_params.push_back(request.output_params[index_of(body.outputs, out)]);
   const auto lse = std::find(body.outputs.begin(), body.outputs.end(), attention->results[1]);
   layouts.write_lse = lse != body.outputs.end();

@@ -355,25 +355,27 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
   w.line("const index_t stat_global_row = block_row + stat_row;");
   w.line("const bool stat_inside = stat_global_row < kM;");
   const std::string element = x + "[stat_global_row * kK + k]";
+  // `float var` = the sum over the row of `value` (an expression of k), or of its square; the
+  // row's four threads combined.
+  const auto row_sum = [&](const std::string& var, const std::string& value, bool squared) {
+    w.line("float {} = 0.0f;", var);
+    w.open("if (stat_inside)");
+    w.open("for (index_t k = stat_part; k < kK; k += {})", kThreadsPerRow);
+    w.line("const float value = {};", value);
+    w.line("{} += {};", var, squared ? "value * value" : "value");
+    w.close();
+    w.close();
+    w.line("{0} += __shfl_xor_sync(0xffffffffu, {0}, 1);", var);
+    w.line("{0} += __shfl_xor_sync(0xffffffffu, {0}, 2);", var);
+  };
   if (rms) {
     w.line("const float stat_mean = 0.0f;  // rms_norm does not centre");
   } else {
-    w.line("float stat_sum = 0.0f;");
-    w.line("if (stat_inside) for (index_t k = stat_part; k < kK; k += {}) stat_sum += {};",
-           kThreadsPerRow, element);
-    w.line("stat_sum += __shfl_xor_sync(0xffffffffu, stat_sum, 1);");
-    w.line("stat_sum += __shfl_xor_sync(0xffffffffu, stat_sum, 2);");
+    row_sum("stat_sum", element, false);
     w.line("const float stat_mean = stat_sum / static_cast<float>(kK);");
   }
-  w.line("float stat_squares = 0.0f;");
-  w.open("if (stat_inside)");
-  w.open("for (index_t k = stat_part; k < kK; k += {})", kThreadsPerRow);
-  w.line("const float centred = {} - stat_mean;", element);
-  w.line("stat_squares += centred * centred;");
-  w.close();
-  w.close();
-  w.line("stat_squares += __shfl_xor_sync(0xffffffffu, stat_squares, 1);");
-  w.line("stat_squares += __shfl_xor_sync(0xffffffffu, stat_squares, 2);");
+  w.comment("Centred squares, as the layer_norm kernel sums them (no cancellation).");
+  row_sum("stat_squares", element + " - stat_mean", true);
   w.open("if (stat_part == 0)");
   w.line("norm_mean[stat_row] = stat_mean;");
   w.line("norm_rstd[stat_row] = 1.0f / sqrtf(stat_squares / static_cast<float>(kK) + {});",
