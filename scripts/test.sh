@@ -23,6 +23,13 @@ phase() {  # closes the phase before (its time) and names the next
 }
 phase "setup"
 scripts/setup.sh --tests
+# The three builds, the kernel caches and ccache take about 8 GB at their largest: a full disk
+# otherwise shows as a linker's "No space left on device" minutes later.
+free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+echo "   disk: $((free_kb / 1024 / 1024)) GB free here"
+if [ "$free_kb" -lt $((10 * 1024 * 1024)) ]; then
+  echo "warning: under 10 GB free on this disk; the builds and tests need about 8 GB" >&2
+fi
 
 phase "build (sanitizers: address, undefined)"
 # Only what its unit and lit tests run (target check-deps): the rest is built once, below.

@@ -15,7 +15,8 @@ listed below (with a symbolic batch), and then:
 Every opset from 11 to 17 is covered by some model, and one model runs at all of them.
 
 usage: zoo.py --kiln KILN --work DIR [--source SRC] MODEL...   (MODEL: a key of ZOO)
-Everything is written under --work (kiln's kernel cache too), which is emptied first."""
+Everything is written under --work (kiln's kernel cache too), which is emptied first; what a
+passing (model, opset) wrote is removed after it."""
 import argparse
 import json
 import os
@@ -281,6 +282,9 @@ def main():
                 failures += 1
                 print(f"FAIL {name} opset {opset}: {failure}", flush=True)
                 continue
+            # A passing (model, opset) leaves nothing behind (VGG-11's exports and packages alone
+            # are a gigabyte); a failing one keeps its directory to look into.
+            shutil.rmtree(os.path.join(args.work, f"{name}_opset{opset}"))
             host = f" host {f['host']:.2g} ({f['host_s']:.0f} s)" if "host" in f else ""
             kernels = f" kernels {f['kernels']}" if "kernels" in f else ""
             kernels += f" dynamic batch {f['dynamic']:.2g}" if "dynamic" in f else ""
