@@ -3,6 +3,7 @@
 # seeded weights and saves their predictions; kiln runs the same model.json files (reference
 # backend for all, the host backend for one) and must match (rtol 1e-4). `kiln import` of one
 # model must run to the same result as the model itself.
+# MultiHeadAttention models (make_attention.mjs) too, read only from the Keras files.
 # The same models written as Keras HDF5 (write_keras_h5: a Keras 2 whole-model .h5, and a Keras 3
 # model JSON with its .weights.h5 beside it) must match too.
 #   usage: check_keras.sh KILN_BINARY WORK_DIR WRITE_KERAS_H5_BINARY
@@ -64,4 +65,22 @@ done
 "$kiln" import "$work/seq_cnn/model.json" --input-shape conv_a_input=2x12x12x3 \
     -o "$work/seq_cnn/imported.json" >/dev/null
 run "$work/seq_cnn" reference "$work/seq_cnn/imported.json"
+# MultiHeadAttention, against tfjs-layers' port of Keras's layer (make_attention.mjs): as a
+# Keras 2 .h5 and a Keras 3 model JSON + .weights.h5, on both backends; one compile for sm_80
+# and sm_90 (the attention kernel through NVRTC and ptxas), and one run with a dynamic batch.
+(cd "$here" && KILN_NPM_MODULES="$npm_modules" node --no-warnings --loader ./esm_loader.mjs make_attention.mjs "$work") \
+    2>&1 | grep -v -e '^=*$' -e 'Hi, looks like' -e '^$' || true
+for model in mha_causal mha_cross; do
+  "$write_h5" "$work/$model" "$work/$model"
+  for backend in reference host; do
+    run "$work/$model" "$backend" "$work/$model/model.h5"
+    run "$work/$model" "$backend" "$work/$model/keras3/model.json"
+  done
+done
+"$kiln" compile "$work/mha_cross/model.h5" --arch sm_80,sm_90 -o "$work/mha_cross/model.kiln" >/dev/null
+"$kiln" inspect "$work/mha_cross/model.kiln" | grep -q '^attention_' || { echo "mha_cross: no attention kernel" >&2; exit 1; }
+echo "mha_causal (mha_causal/model.h5, --dim batch=4) on reference:"
+"$kiln" run "$work/mha_causal/model.h5" --dim batch=4 -i "tokens=$work/mha_causal/input0.npy" \
+    --output-dir "$work/mha_causal/out-dynamic" >/dev/null
+compare "$work/mha_causal/expected_mha.npy" "$work/mha_causal/out-dynamic/mha.npy"
 echo "check_keras: all models match TensorFlow.js"

@@ -6,6 +6,7 @@
 //                                 and datasets at <layer>/<layer>/<weight>:0
 //   OUT/keras3/model.json         the model JSON (model.to_json())
 //   OUT/keras3/model.weights.h5   Keras 3 weights: /layers/<layer>/vars/<i> in creation order
+//                                 (a sublayer's: /layers/<layer>/<sublayer>_dense/vars/<i>)
 // Usage: write_keras_h5 MODEL_DIR OUT_DIR
 #include <hdf5.h>
 
@@ -88,7 +89,8 @@ hid_t group(hid_t parent, const std::string& path) {
 }
 
 // Creation order of a layer's variables (trainable first), as Keras 3 numbers them.
-int creation_rank(const std::string& name) {
+int creation_rank(std::string name) {
+  name = name.substr(name.rfind('/') + 1);  // a sublayer's "query/kernel"
   static const std::vector<std::string> order = {"kernel", "depthwise_kernel", "pointwise_kernel", "bias",
                                                  "gamma", "beta", "moving_mean", "moving_variance"};
   return static_cast<int>(std::find(order.begin(), order.end(), name) - order.begin());
@@ -113,8 +115,9 @@ int main(int argc, char** argv) {
   for (const json& spec : model.at("weightsManifest").at(0).at("weights")) {
     Weight w;
     const std::string full = spec.at("name");
-    w.layer = full.substr(0, full.rfind('/'));
-    w.name = full.substr(full.rfind('/') + 1);
+    // "conv_a/kernel"; a sublayer's weight is "mha/query/kernel" (layer mha, name query/kernel).
+    w.layer = full.substr(0, full.find('/'));
+    w.name = full.substr(full.find('/') + 1);
     size_t count = 1;
     for (const json& d : spec.at("shape")) {
       w.shape.push_back(d.get<hsize_t>());
@@ -162,9 +165,23 @@ int main(int argc, char** argv) {
       if (w.layer == layer) own.push_back(&w);
     std::stable_sort(own.begin(), own.end(),
                      [](const Weight* a, const Weight* b) { return creation_rank(a->name) < creation_rank(b->name); });
-    hid_t vars = group(file, "layers/" + layer + "/vars");
-    for (size_t i = 0; i < own.size(); ++i) write_dataset(vars, std::to_string(i), *own[i]);
-    H5Gclose(vars);
+    // A sublayer's weights (MultiHeadAttention's query/kernel) go to its own group, named as
+    // Keras 3 names MultiHeadAttention's properties: layers/mha/query_dense/vars/<i>.
+    std::map<std::string, std::vector<const Weight*>> groups;
+    for (const Weight* w : own) {
+      const size_t slash = w->name.find('/');
+      std::string sub;
+      if (slash != std::string::npos) {
+        sub = w->name.substr(0, slash);
+        sub = (sub == "attention_output" ? "output" : sub) + "_dense/";
+      }
+      groups[sub].push_back(w);
+    }
+    for (auto& [sub, members] : groups) {
+      hid_t vars = group(file, "layers/" + layer + "/" + sub + "vars");
+      for (size_t i = 0; i < members.size(); ++i) write_dataset(vars, std::to_string(i), *members[i]);
+      H5Gclose(vars);
+    }
   }
   H5Fclose(file);
   return 0;

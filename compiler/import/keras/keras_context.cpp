@@ -21,6 +21,16 @@ std::string Builder::unique_name(const std::string& base) {
 
 // --- config -------------------------------------------------------------------------------------
 
+const std::vector<std::string>& LayerContext::input_keywords() const {
+  static const std::vector<std::string> none;
+  return call_ < static_cast<int>(layer_.calls.size()) ? layer_.calls[call_].keywords : none;
+}
+
+const json& LayerContext::call_options() const {
+  static const json none = json::object();
+  return call_ < static_cast<int>(layer_.calls.size()) ? layer_.calls[call_].options : none;
+}
+
 bool LayerContext::has(const std::string& key) const { return get(key) != nullptr; }
 
 const json* LayerContext::get(const std::string& key) const {
@@ -93,12 +103,16 @@ ir::Value* LayerContext::emit(ir::OpId op, const std::vector<ir::Value*>& inputs
   } catch (const ir::OpError& error) {
     fail(std::string(ir::op_name(op)) + ": " + error.message);
   }
-  KILN_CHECK(types.size() == 1) << ir::op_name(op) << " has " << types.size() << " results";
+  KILN_CHECK(!types.empty()) << ir::op_name(op) << " has no results";
   std::string base = layer_.name + (call_ > 0 ? "_call" + std::to_string(call_) : "");
   if (emitted_++ > 0) base += "." + std::string(ir::op_name(op));
   const std::string name = b_.unique_name(base);
-  ir::Node* node = b_.graph.add_node(op, name, inputs, std::move(attrs), {{name, types[0]}}, b_.loc(layer_));
-  node->results[0]->loc = b_.loc(layer_);
+  // An op's further results (attention's log-sum-exp) are named after the first; the layers
+  // read only the first.
+  std::vector<std::pair<std::string, ir::TensorType>> results{{name, types[0]}};
+  for (size_t i = 1; i < types.size(); ++i) results.emplace_back(b_.unique_name(name + "." + std::to_string(i)), types[i]);
+  ir::Node* node = b_.graph.add_node(op, name, inputs, std::move(attrs), std::move(results), b_.loc(layer_));
+  for (ir::Value* result : node->results) result->loc = b_.loc(layer_);
   return node->results[0];
 }
 
@@ -215,12 +229,18 @@ static ir::InitializerSpec initializer(LayerContext& c, const std::string& key, 
 ir::Value* LayerContext::param(const std::string& weight, const ir::Shape& keras_shape, const ir::Shape& kiln_shape,
                                const std::function<ir::Tensor(const ir::Tensor&)>& convert,
                                const std::string& initializer_key) {
-  const std::string name = b_.unique_name(layer_.name + "." + weight);
+  std::string dotted = weight;  // "query/kernel" → "mha.query.kernel"
+  std::replace(dotted.begin(), dotted.end(), '/', '.');
+  const std::string name = b_.unique_name(layer_.name + "." + dotted);
   const ir::Tensor* stored = b_.weights.find(layer_.name, weight);
   if (!stored) {  // Keras 3 .weights.h5: numbered in creation order
     const std::vector<std::string> order = weight_order(layer_.class_name, layer_.config);
     const auto it = std::find(order.begin(), order.end(), weight);
     if (it != order.end()) stored = b_.weights.find(layer_.name, "#" + std::to_string(it - order.begin()));
+  }
+  for (const std::string& alias : keras3_sublayer_weight(layer_.class_name, weight)) {
+    if (stored) break;
+    stored = b_.weights.find(layer_.name, alias);
   }
   if (stored) {
     if (stored->shape() != keras_shape)

@@ -116,29 +116,69 @@ void read_keras2_weights(hid_t group, WeightStore& store) {
     if (!layer_group.ok()) fail(where + ": cannot open its group");
     if (!has_attribute(layer_group.get(), "weight_names")) continue;
     for (const std::string& weight : read_strings(layer_group.get(), "weight_names", where)) {
-      // Keyed by the layer's group (a nested model's weights may carry another prefix).
-      const size_t slash = weight.rfind('/');
-      store.add(layer + "/" + (slash == std::string::npos ? weight : weight.substr(slash + 1)),
-                read_dataset(layer_group.get(), weight, where));
+      // Keyed by the layer's group (a nested model's weights may carry another prefix), and by
+      // the path after the layer's own name: "mha/query/kernel:0" is a sublayer's "query/kernel".
+      std::string inner = weight;
+      const std::string own = layer + "/";
+      if (const size_t at = weight.rfind(own); at != std::string::npos && (at == 0 || weight[at - 1] == '/'))
+        inner = weight.substr(at + own.size());
+      else if (const size_t slash = weight.rfind('/'); slash != std::string::npos)
+        inner = weight.substr(slash + 1);
+      std::string key = inner;
+      if (const size_t colon = key.rfind(':'); colon != std::string::npos) key.erase(colon);
+      store.add(layer, key, layer + "/" + inner, read_dataset(layer_group.get(), weight, where));
     }
   }
 }
 
-// Keras 3: /layers/<name>/vars/<i>, stored as "<name>/#<i>".
+// Keras 3: <group>/vars/<i> of layer `layer`, stored as (layer, "<prefix>#<i>").
+void read_vars(hid_t parent, const std::string& group_path, const std::string& layer, const std::string& prefix,
+               WeightStore& store) {
+  const std::string vars = group_path + "/vars";
+  if (H5Lexists(parent, group_path.c_str(), H5P_DEFAULT) <= 0 || H5Lexists(parent, vars.c_str(), H5P_DEFAULT) <= 0) return;
+  Handle group(H5Gopen2(parent, vars.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!group.ok()) return;
+  H5G_info_t info;
+  if (H5Gget_info(group.get(), &info) < 0 || info.nlinks > 1000)
+    fail("weights of layer '" + escape_for_message(layer) + "': bad vars group");
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const std::string index = std::to_string(i);
+    store.add(layer, prefix + "#" + index, group_path + "/vars/" + index,
+              read_dataset(group.get(), index, "weights of layer '" + escape_for_message(layer) + "'"));
+  }
+}
+
+// A layer's sublayers (MultiHeadAttention's query_dense…) keep their variables one level down:
+// /layers/<name>/<sublayer>/vars/<i>, stored as (name, "<sublayer>/#<i>").
+struct SublayerVisit {
+  WeightStore& store;
+  const std::string& layer;
+  std::string error;  // an exception may not cross HDF5's C frames
+};
+
+herr_t visit_sublayer(hid_t layer_group, const char* child, const H5L_info_t*, void* data) {
+  auto& visit = *static_cast<SublayerVisit*>(data);
+  try {
+    if (std::strcmp(child, "vars") != 0) read_vars(layer_group, child, visit.layer, std::string(child) + "/", visit.store);
+  } catch (const LayerError& e) {
+    visit.error = e.message;
+    return -1;
+  }
+  return 0;
+}
+
 herr_t visit_layer(hid_t layers, const char* name, const H5L_info_t*, void* data) {
   auto& [store, error] = *static_cast<std::pair<WeightStore*, std::string*>*>(data);
   try {
-    const std::string vars = std::string(name) + "/vars";
-    if (H5Lexists(layers, name, H5P_DEFAULT) <= 0 || H5Lexists(layers, vars.c_str(), H5P_DEFAULT) <= 0) return 0;
-    Handle group(H5Gopen2(layers, vars.c_str(), H5P_DEFAULT), H5Gclose);
-    if (!group.ok()) return 0;
-    H5G_info_t info;
-    if (H5Gget_info(group.get(), &info) < 0 || info.nlinks > 1000) fail("weights of layer '" + std::string(name) + "': bad vars group");
-    for (hsize_t i = 0; i < info.nlinks; ++i) {
-      const std::string index = std::to_string(i);
-      store->add(std::string(name) + "/#" + index,
-                 read_dataset(group.get(), index, "weights of layer '" + escape_for_message(name) + "'"));
-    }
+    if (H5Lexists(layers, name, H5P_DEFAULT) <= 0) return 0;
+    read_vars(layers, name, name, "", *store);
+    Handle group(H5Gopen2(layers, name, H5P_DEFAULT), H5Gclose);
+    if (!group.ok()) return 0;  // not a group
+    const std::string layer = name;
+    SublayerVisit visit{*store, layer, {}};
+    hsize_t index = 0;
+    if (H5Literate(group.get(), H5_INDEX_NAME, H5_ITER_INC, &index, visit_sublayer, &visit) < 0 && !visit.error.empty())
+      fail(visit.error);
   } catch (const LayerError& e) {
     *error = e.message;
     return -1;

@@ -277,7 +277,7 @@ class Importer {
     if (!layer.error.empty()) return fail(layer.error);
     std::vector<KTensor> inputs;
     bool upstream_failed = false;
-    for (const TensorRef& ref : layer.calls[call]) {
+    for (const TensorRef& ref : layer.calls[call].inputs) {
       if (failed_.count(ref.layer)) {
         upstream_failed = true;
         continue;
@@ -290,6 +290,11 @@ class Importer {
       }
       inputs.push_back(it->second);
     }
+    const Call& args = layer.calls[call];
+    for (size_t i = 0; i < args.inputs.size(); ++i)
+      if (!args.keywords[i].empty() && layer.class_name != "MultiHeadAttention")
+        return fail("its call passes a tensor as keyword argument '" + escape_for_message(args.keywords[i]) +
+                    "', which kiln does not read for " + escape_for_message(layer.class_name));
     const LayerConverter* converter = find_converter(layer.class_name);
     if (!converter) return fail("layer " + escape_for_message(layer.class_name) + " is not supported");
     if (upstream_failed) {  // reported at its source

@@ -455,6 +455,7 @@ const std::unordered_map<std::string, LayerConverter>& converters() {
       {"Identity", identity},
       {"Embedding", embedding_layer},
       {"LayerNormalization", layer_normalization_layer},
+      {"MultiHeadAttention", multi_head_attention_layer},
   };
   return table;
 }

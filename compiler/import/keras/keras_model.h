@@ -33,12 +33,21 @@ struct TensorRef {
   int tensor_index = 0;
 };
 
+// One application of a layer: its tensor arguments, positional first, then the keyword ones
+// (MultiHeadAttention's value=, key=, attention_mask=), and its other keyword arguments
+// (use_causal_mask, training…).
+struct Call {
+  std::vector<TensorRef> inputs;
+  std::vector<std::string> keywords;  // per input: "" when positional, else its keyword
+  json options = json::object();
+};
+
 struct Layer {
   int index = 0;  // position in the model's layer list, for messages
   std::string name;
   std::string class_name;
   json config;
-  std::vector<std::vector<TensorRef>> calls;  // one entry per time the layer is applied
+  std::vector<Call> calls;  // one entry per time the layer is applied
   std::string error;  // its inbound nodes did not parse (reported with the layer's location)
   std::string where() const;  // "layer 3 'lstm_1' (LSTM)"
 };
@@ -58,6 +67,8 @@ Topology read_topology(const json& model);
 class WeightStore {
  public:
   void add(const std::string& full_name, ir::Tensor tensor);
+  // Keyed explicitly: a sublayer's weight of MultiHeadAttention is ("mha", "query/kernel").
+  void add(const std::string& layer, const std::string& weight, const std::string& full_name, ir::Tensor tensor);
   const ir::Tensor* find(const std::string& layer, const std::string& weight) const;
   bool empty() const { return by_name_.empty(); }
   // Weights no layer asked for (a sign of a name mismatch), for a message.
@@ -85,6 +96,9 @@ KerasHdf5 read_keras_hdf5(const std::string& path);
 // Keras 3's .weights.h5 numbers a layer's variables (creation order, trainable first) instead
 // of naming them: the names in that order, for the layer's class and config.
 std::vector<std::string> weight_order(const std::string& class_name, const json& config);
+// Where Keras 3 keeps a sublayer's weight that Keras 2 names "query/kernel": the names it may
+// have in the store ("query_dense/#0"); empty for a weight of the layer's own.
+std::vector<std::string> keras3_sublayer_weight(const std::string& class_name, const std::string& weight);
 
 // A tensor during import. 4-D tensors (Keras NHWC) are stored NCHW (channels_first); a
 // flattened NCHW tensor remembers [C, H, W] so that a Dense layer permutes its weight rows to
@@ -149,6 +163,9 @@ class LayerContext {
 
   Builder& builder() { return b_; }
   int call() const { return call_; }
+  // This call's keyword arguments: per input, its keyword ("" when positional); the others.
+  const std::vector<std::string>& input_keywords() const;
+  const json& call_options() const;
 
  private:
   Builder& b_;
@@ -162,6 +179,8 @@ using LayerConverter = std::function<std::vector<KTensor>(LayerContext&, const s
 // The sequence layers (keras_layers_sequence.cpp).
 std::vector<KTensor> embedding_layer(LayerContext& c, const std::vector<KTensor>& in);
 std::vector<KTensor> layer_normalization_layer(LayerContext& c, const std::vector<KTensor>& in);
+// MultiHeadAttention (keras_layers_attention.cpp).
+std::vector<KTensor> multi_head_attention_layer(LayerContext& c, const std::vector<KTensor>& in);
 const LayerConverter* find_converter(const std::string& class_name);
 std::vector<std::string> supported_layers();  // sorted, for messages
 

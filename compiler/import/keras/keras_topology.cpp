@@ -41,7 +41,8 @@ int small_int(const json& value, const std::string& what) {
   return static_cast<int>(value.get<int64_t>());
 }
 
-// ["name", node, tensor, ...] (a fourth kwargs entry is ignored).
+// ["name", node, tensor, ...] (a fourth entry, the call's keyword arguments, is read by
+// inbound_calls).
 TensorRef triple(const json& value, const std::string& what) {
   if (!value.is_array() || value.size() < 3) fail(what + " must be [layer, node index, tensor index]");
   return TensorRef{string_of(value[0], what + " layer"), small_int(value[1], what + " node index"),
@@ -68,20 +69,50 @@ void collect_keras_tensors(const json& value, std::vector<TensorRef>& out, int d
   out.push_back(triple(member(config, "keras_history", "a keras tensor"), "keras_history"));
 }
 
-std::vector<std::vector<TensorRef>> inbound_calls(const json& nodes) {
-  std::vector<std::vector<TensorRef>> calls;
+// A keyword argument that is a tensor: [layer, node, tensor] in Keras 2, a keras tensor object
+// in Keras 3.
+bool is_tensor_argument(const json& value) {
+  if (value.is_object()) return value.value("class_name", json()) == "__keras_tensor__";
+  return value.is_array() && value.size() == 3 && value[0].is_string() && value[1].is_number_integer() &&
+         value[2].is_number_integer();
+}
+
+// Splits keyword arguments into keyword tensors (appended to the call's inputs) and options.
+void read_keywords(const json& kwargs, Call& call) {
+  if (kwargs.is_null()) return;
+  if (!kwargs.is_object()) fail("an inbound node's keyword arguments must be an object");
+  for (const auto& [key, value] : kwargs.items()) {
+    if (!is_tensor_argument(value)) {
+      call.options[key] = value;
+      continue;
+    }
+    std::vector<TensorRef> refs;
+    if (value.is_object()) collect_keras_tensors(value, refs);
+    else refs.push_back(triple(value, "keyword argument '" + escape_for_message(key) + "'"));
+    call.inputs.push_back(refs.at(0));
+    call.keywords.push_back(key);
+  }
+}
+
+std::vector<Call> inbound_calls(const json& nodes) {
+  std::vector<Call> calls;
   if (nodes.is_null()) return calls;
   if (!nodes.is_array()) fail("inbound_nodes must be a list");
   for (const json& node : nodes) {
-    std::vector<TensorRef> inputs;
+    Call call;
     if (node.is_object()) {  // Keras 3
-      collect_keras_tensors(node.value("args", json::array()), inputs);
+      collect_keras_tensors(node.value("args", json::array()), call.inputs);
+      call.keywords.assign(call.inputs.size(), "");
+      read_keywords(node.value("kwargs", json()), call);
     } else if (node.is_array()) {
-      for (const json& entry : node) inputs.push_back(triple(entry, "an inbound node"));
+      for (const json& entry : node) call.inputs.push_back(triple(entry, "an inbound node"));
+      call.keywords.assign(call.inputs.size(), "");
+      // Keras 2 repeats the call's keyword arguments as each input's fourth entry.
+      if (!node.empty() && node[0].is_array() && node[0].size() > 3) read_keywords(node[0][3], call);
     } else {
       fail("an inbound node must be a list or an object");
     }
-    calls.push_back(std::move(inputs));
+    calls.push_back(std::move(call));
   }
   return calls;
 }
@@ -135,7 +166,7 @@ Topology read_sequential(const json& config) {
     input.config = {{"batch_input_shape", shape}, {"name", input.name}};
     read.insert(read.begin(), std::move(input));
   }
-  for (size_t i = 1; i < read.size(); ++i) read[i].calls.push_back({TensorRef{read[i - 1].name, 0, 0}});
+  for (size_t i = 1; i < read.size(); ++i) read[i].calls.push_back(Call{{TensorRef{read[i - 1].name, 0, 0}}, {""}});
   topology.layers = std::move(read);
   topology.inputs = {TensorRef{topology.layers.front().name, 0, 0}};
   topology.outputs = {TensorRef{topology.layers.back().name, 0, 0}};
@@ -192,6 +223,11 @@ void WeightStore::add(const std::string& full_name, ir::Tensor tensor) {
     layer = name.substr(0, slash);
     if (auto outer = layer.rfind('/'); outer != std::string::npos) layer = layer.substr(outer + 1);
   }
+  add(layer, weight, full_name, std::move(tensor));
+}
+
+void WeightStore::add(const std::string& layer, const std::string& weight, const std::string& full_name,
+                      ir::Tensor tensor) {
   full_names_[{layer, weight}] = full_name;
   by_name_.insert_or_assign({layer, weight}, std::move(tensor));
 }
