@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "compiler/json_frontend.h"
 #include "compiler/output_file.h"
@@ -22,6 +24,31 @@ ordered_json attribute_json(const ir::Attribute& value) {
 
 ordered_json type_json(const std::string& name, const ir::TensorType& type) {
   return ordered_json{{"name", name}, {"dtype", std::string(ir::dtype_name(type.dtype))}, {"shape", type.shape}};
+}
+
+// The name each value is written under. kiln JSON names a model's outputs by their values, so
+// an output whose model name differs from its value's (a Keras layer's output is the last of
+// the ops it emitted, its name the layer's) is written under the model name, and a value that
+// already held that name moves aside. Inputs and parameters keep theirs (users and weight
+// files refer to them).
+std::unordered_map<const ir::Value*, std::string> written_names(const ir::Graph& graph) {
+  std::unordered_map<const ir::Value*, std::string> names;
+  std::unordered_set<std::string> taken;
+  for (const ir::Value* v : graph.inputs) taken.insert(names[v] = v->name);
+  for (const ir::Value* v : graph.parameters) taken.insert(names[v] = v->name);
+  for (size_t i = 0; i < graph.outputs.size(); ++i) {
+    const ir::Value* output = graph.outputs[i];
+    if (names.count(output) || taken.count(graph.output_name(i))) continue;
+    taken.insert(names[output] = graph.output_name(i));
+  }
+  for (const auto& node : graph.nodes())
+    for (const ir::Value* result : node->results) {
+      if (names.count(result)) continue;
+      std::string name = result->name;
+      for (int suffix = 1; taken.count(name); ++suffix) name = result->name + "." + std::to_string(suffix);
+      taken.insert(names[result] = name);
+    }
+  return names;
 }
 }  // namespace
 
@@ -52,13 +79,14 @@ void write_json_model(const ir::Graph& graph, const std::string& json_path,
     root["parameters"].push_back(type_json(param->name, param->type));
     tensors.emplace(param->name, *param->data);
   }
+  const std::unordered_map<const ir::Value*, std::string> names = written_names(graph);
   root["nodes"] = ordered_json::array();
   for (const auto& node : graph.nodes()) {
     ordered_json item{{"op", std::string(node->op_name())}, {"name", node->name}};
     item["inputs"] = ordered_json::array();
-    for (const ir::Value* input : node->inputs) item["inputs"].push_back(input->name);
+    for (const ir::Value* input : node->inputs) item["inputs"].push_back(names.at(input));
     item["outputs"] = ordered_json::array();
-    for (const ir::Value* result : node->results) item["outputs"].push_back(result->name);
+    for (const ir::Value* result : node->results) item["outputs"].push_back(names.at(result));
     if (!node->attrs.empty()) {
       ordered_json attrs = ordered_json::object();
       for (const auto& [name, value] : node->attrs) {
@@ -75,7 +103,7 @@ void write_json_model(const ir::Graph& graph, const std::string& json_path,
     root["nodes"].push_back(item);
   }
   root["outputs"] = ordered_json::array();
-  for (const ir::Value* output : graph.outputs) root["outputs"].push_back(output->name);
+  for (const ir::Value* output : graph.outputs) root["outputs"].push_back(names.at(output));
   write_safetensors(weights_path, tensors);
   write_file_atomically(json_path, root.dump(2) + "\n");
 }
