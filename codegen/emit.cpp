@@ -7,6 +7,7 @@
 
 #include "codegen/cost_model.h"
 #include "codegen/device_library.h"
+#include "codegen/dynamic_rows.h"
 #include "codegen/library_dispatch.h"
 #include "codegen/kernel_emitter.h"
 #include "ir/diagnostic.h"
@@ -99,6 +100,19 @@ class ProgramBuilder {
       program_.naive_bytes = figures.naive_bytes;
       program_.lower_bound_bytes = figures.lower_bound_bytes;
     }
+
+    // Which kernels compute only the real rows of a run (codegen/dynamic_rows.h): a probe asks
+    // each candidate's emitter; one that throws is left to the real emission to report.
+    dynamic_rows_ = choose_dynamic_rows(graph_, [&](const ir::Node& node, const DynamicRows& rows) {
+      const KernelEmitter* emitter = find_kernel_emitter(node.op);
+      if (emitter == nullptr) return false;
+      try {
+        KernelRequest probe{node, "probe", operand_params(node), result_params(node), {}, rows};
+        return (*emitter)(probe).dynamic_grid_axis >= 0;
+      } catch (const std::exception&) {
+        return false;
+      }
+    });
 
     std::string kernels_text;
     std::string entries_text;
@@ -242,10 +256,13 @@ class ProgramBuilder {
     KernelRequest request{node,
                           fmt::format("{}_{}", node.is_kernel() ? node.name : ir::to_string(node.op),
                                       kernel_index_++),
-                          operand_params(node), result_params(node), {}};
+                          operand_params(node), result_params(node), {}, {}};
+    if (const auto rows = dynamic_rows_.find(&node); rows != dynamic_rows_.end()) request.dynamic_rows = rows->second;
     const KernelSpec spec = (*emitter)(request);
     KILN_CHECK(spec.grid.count() > 0 && spec.block.count() > 0 && spec.block.count() <= 1024)
         << request.kernel_name << ": bad launch configuration";
+    KILN_CHECK(!request.dynamic_rows || (spec.dynamic_grid_axis >= 0 && spec.dynamic_grid_axis <= 2))
+        << request.kernel_name << ": the emitter honoured real rows in its probe, not now";
 
     Kernel kernel;
     kernel.name = request.kernel_name;
@@ -269,6 +286,10 @@ class ProgramBuilder {
     for (const ir::Value* input : node.inputs) kernel.args.push_back(buffer_of_.at(input));
     for (const ir::Value* result : node.results) kernel.args.push_back(buffer_of_.at(result));
     kernel.num_outputs = static_cast<int>(node.results.size());
+    if (request.dynamic_rows) {
+      kernel.dynamic_symbol = request.dynamic_rows->symbol;
+      kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
+    }
     kernel.library = select_library_call(node, libraries_);
     const NodeCost cost = node_cost(node);
     kernel.flops = cost.flops;
@@ -293,6 +314,10 @@ class ProgramBuilder {
                                    request.output_params[i]));
       casts.push_back(fmt::format("static_cast<{}*>(args[{}])", type, casts.size()));
     }
+    if (request.dynamic_rows) {
+      params.push_back("const int kiln_dim_size");
+      casts.push_back(fmt::format("*static_cast<const int*>(args[{}])", casts.size()));
+    }
 
     kernels_text += fmt::format("// {}: {}\n", node.describe(),
                                 describe_operands(node, request.input_params, request.output_params));
@@ -302,6 +327,11 @@ class ProgramBuilder {
         "// launch: grid ({},{},{}), block ({},{},{}), {} bytes of shared memory{}\n",
         spec.grid.x, spec.grid.y, spec.grid.z, spec.block.x, spec.block.y, spec.block.z,
         spec.shared_bytes, spec.uses_barriers ? ", threads cooperate" : "");
+    if (request.dynamic_rows)
+      kernels_text += fmt::format(
+          "// real rows only: kiln_dim_size is this run's '{}' (<= {}); grid {} shrinks with it\n",
+          graph_.symbols[static_cast<size_t>(request.dynamic_rows->symbol)].name, request.dynamic_rows->bound,
+          "xyz"[spec.dynamic_grid_axis]);
     const std::string bounds = spec.min_blocks_per_sm > 0
                                    ? fmt::format("{}, {}", spec.block.count(), spec.min_blocks_per_sm)
                                    : fmt::format("{}", spec.block.count());
@@ -319,6 +349,7 @@ class ProgramBuilder {
   LibrarySelection libraries_;
   Program program_;
   std::unordered_map<const ir::Value*, int> buffer_of_;
+  std::unordered_map<const ir::Node*, DynamicRows> dynamic_rows_;
   int kernel_index_ = 0;
 };
 

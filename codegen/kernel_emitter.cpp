@@ -206,4 +206,19 @@ uint32_t grid_stride_blocks(int64_t count, uint32_t block) {
   return static_cast<uint32_t>(std::clamp<int64_t>(needed, 1, kMaxBlocks));
 }
 
+std::string dynamic_count(const std::optional<DynamicRows>& rows, std::string_view name, std::string_view type,
+                          int64_t count) {
+  const std::string_view suffix = type == "long long" ? "LL" : "";
+  if (!rows) return fmt::format("constexpr {} {} = {}{};", type, name, count, suffix);
+  const int64_t bound = rows->bound;
+  KILN_CHECK(bound > 0 && count % bound == 0) << name << ": " << count << " rows do not split into " << bound << " blocks";
+  return fmt::format("const {} {} = static_cast<{}>(kiln_dim_size) * {};  // the real rows: {} per unit of "
+                     "the dynamic dim (<= {})",
+                     type, name, type, count / bound, count / bound, bound);
+}
+
+std::string_view count_qualifier(const KernelRequest& request) {
+  return request.dynamic_rows ? "const" : "constexpr";
+}
+
 }  // namespace kiln::codegen

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,17 @@
 #include "ir/graph.h"
 
 namespace kiln::codegen {
+
+// A kernel whose results hold a dynamic dim as their first dim (ir/dynamic_dims.h), with the
+// symbol's padding at the end of each buffer (outer 1): in a run where the symbol is n, only the
+// first n/bound of every result is real. Such a kernel may compute just those rows: it takes n
+// as its last parameter, `const int kiln_dim_size`, scales the count of its outermost loop by
+// it (dynamic_count below), and says which grid axis the runtime may shrink in proportion
+// (KernelSpec::dynamic_grid_axis). codegen/dynamic_rows.h decides which kernels do.
+struct DynamicRows {
+  int symbol = -1;
+  int64_t bound = 1;
+};
 
 struct KernelRequest {
   const ir::Node& node;
@@ -44,6 +56,9 @@ struct KernelRequest {
   // load_input (emit_util.h), which honours this; the reduce-kind emitters support it for
   // operand 0, which is what fuse-elementwise fuses into them.
   std::vector<std::string> fused_inputs;
+  // Set when the kernel should compute only the real rows (see DynamicRows); an emitter that
+  // cannot leaves KernelSpec::dynamic_grid_axis at -1 and computes every row.
+  std::optional<DynamicRows> dynamic_rows;
 };
 
 struct KernelSpec {
@@ -57,6 +72,10 @@ struct KernelSpec {
   uint32_t min_blocks_per_sm = 0;
   std::string note;          // one line for the kernel's comment: the algorithm ("implicit GEMM,
                              // 64x64 tiles, 4x4 per thread")
+  // For a request with dynamic_rows: the grid axis (0 x, 1 y, 2 z) whose blocks walk the rows
+  // in order, which the runtime shrinks to ceil(grid × n / bound); -1: the request was not
+  // honoured and the kernel computes every row.
+  int dynamic_grid_axis = -1;
 };
 
 using KernelEmitter = std::function<KernelSpec(const KernelRequest&)>;
@@ -106,5 +125,15 @@ inline constexpr uint32_t kDefaultBlock = 256;
 // Grid size for a grid-stride loop over `count` items: enough blocks to fill a large GPU
 // (capped so tiny tensors don't launch empty blocks, and huge ones stride).
 uint32_t grid_stride_blocks(int64_t count, uint32_t block = kDefaultBlock);
+
+// The declaration of a loop count `name` of `count` iterations over a kernel's rows, outermost
+// first: `constexpr T name = count;`, or with dynamic `rows` the real rows' share,
+// `const T name = static_cast<T>(kiln_dim_size) * (count / bound);` (count must be a multiple
+// of the bound, as the rows of a prefix-dynamic result are).
+std::string dynamic_count(const std::optional<DynamicRows>& rows, std::string_view name, std::string_view type,
+                          int64_t count);
+// "constexpr", or "const" when the request has dynamic_rows: for constants derived from a
+// dynamic_count.
+std::string_view count_qualifier(const KernelRequest& request);
 
 }  // namespace kiln::codegen

@@ -3,6 +3,8 @@
 // harness) need none of the code generator.
 #include "codegen/program.h"
 
+#include <algorithm>
+
 #include "codegen/library_call.h"
 #include "ir/diagnostic.h"
 
@@ -16,6 +18,20 @@ std::string_view buffer_role_name(BufferRole role) {
     case BufferRole::Output: return "output";
   }
   return "?";
+}
+
+Dim3 launch_grid(const Kernel& kernel, const std::vector<ir::DimSymbol>& symbols,
+                 const std::vector<int64_t>& sizes) {
+  if (kernel.dynamic_symbol < 0 || sizes.empty()) return kernel.grid;
+  const auto symbol = static_cast<size_t>(kernel.dynamic_symbol);
+  const uint64_t size = static_cast<uint64_t>(sizes.at(symbol));
+  const uint64_t bound = static_cast<uint64_t>(symbols.at(symbol).bound);
+  Dim3 grid = kernel.grid;
+  uint32_t& blocks = kernel.dynamic_grid_axis == 0 ? grid.x : kernel.dynamic_grid_axis == 1 ? grid.y : grid.z;
+  // Blocks walk the rows in order and evenly: the first ceil(blocks × size / bound) cover the
+  // real ones.
+  blocks = static_cast<uint32_t>(std::max<uint64_t>(1, (uint64_t{blocks} * size + bound - 1) / bound));
+  return grid;
 }
 
 const Kernel* Program::find_kernel(std::string_view name) const {

@@ -64,7 +64,17 @@ struct Kernel {
   int64_t unfused_bytes = 0;
   // Set when --library chose a vendor routine for this kernel.
   std::optional<LibraryCall> library;
+  // A kernel that computes only the real rows of a run with dynamic dims (codegen/dynamic_rows.h):
+  // it takes the run's size of symbol `dynamic_symbol` as one more parameter, an int after the
+  // buffers, and the runtime launches ceil(grid[dynamic_grid_axis] × size / bound) blocks along
+  // that axis (0 x, 1 y, 2 z). -1: the kernel computes every row at the bounds.
+  int dynamic_symbol = -1;
+  int dynamic_grid_axis = 0;
 };
+
+// The grid of `kernel` in a run where the symbols have `sizes` (empty: the bounds).
+Dim3 launch_grid(const Kernel& kernel, const std::vector<ir::DimSymbol>& symbols,
+                 const std::vector<int64_t>& sizes);
 
 struct Program {
   std::string graph_name;
@@ -101,14 +111,14 @@ struct Program {
   std::vector<int> buffer_ids(BufferRole role) const;
 };
 
-// Runs `run_at_bounds` (a backend's run on inputs of the program's exact types) on inputs whose
-// dynamic dims may be smaller than their bounds (ir::run_padded). A program without dynamic
-// dims runs the inputs as given.
+// Runs `run_at_bounds` (a backend's run on inputs of the program's exact types, and each symbol's
+// size in this run) on inputs whose dynamic dims may be smaller than their bounds
+// (ir::run_padded). A program without dynamic dims runs the inputs as given, with no sizes.
 template <typename RunAtBounds>
 std::vector<ir::Tensor> run_with_dynamic_dims(const Program& program,
                                               const std::vector<ir::Tensor>& inputs,
                                               RunAtBounds&& run_at_bounds) {
-  if (program.symbols.empty()) return run_at_bounds(inputs);
+  if (program.symbols.empty()) return run_at_bounds(inputs, std::vector<int64_t>{});
   std::vector<ir::TensorType> types;
   std::vector<std::string> names;
   for (int id : program.buffer_ids(BufferRole::Input)) {

@@ -145,7 +145,7 @@ std::vector<ir::Tensor> run_reference(const ir::Graph& graph, std::map<std::stri
     names.push_back(slot.name);
   }
   return ir::run_padded(graph.symbols, dims, types, names, ir::output_dynamic_dims(graph),
-                        ordered_inputs(slots, by_name), [&](const std::vector<ir::Tensor>& padded) {
+                        ordered_inputs(slots, by_name), [&](const std::vector<ir::Tensor>& padded, const std::vector<int64_t>&) {
                           std::map<std::string, ir::Tensor> named;
                           for (size_t i = 0; i < padded.size(); ++i) named.emplace(names[i], padded[i]);
                           return eval::run_reference(graph, named);

@@ -71,6 +71,8 @@ std::string main_source(const codegen::Program& program, const std::string& proj
       args.push_back(fmt::format("static_cast<{}{}*>(device[{}])", written ? "" : "const ",
                                  codegen::c_type(b.type.dtype), k.args[a]));
     }
+    // The project runs at the bounds: a kernel of real rows gets its symbol's bound.
+    if (k.dynamic_symbol >= 0) args.push_back(std::to_string(program.symbols.at(static_cast<size_t>(k.dynamic_symbol)).bound));
     if (k.dynamic_shared_bytes > 48 * 1024)
       launches += fmt::format("  check(cudaFuncSetAttribute({}, cudaFuncAttributeMaxDynamicSharedMemorySize, {}), \"{}\");\n",
                               k.name, k.dynamic_shared_bytes, k.name);

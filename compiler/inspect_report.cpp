@@ -174,6 +174,10 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
     }
     out += fmt::format(" | {:>11}  {}\n", time_text(f.seconds), f.bound);
     out += fmt::format("    implementation: {}\n", implementation_text(k));
+    if (k.dynamic_symbol >= 0)
+      out += fmt::format("    dynamic: the generated kernel computes the real rows only, grid {} shrinking with '{}'{}\n",
+                         "xyz"[k.dynamic_grid_axis], in.program.symbols.at(static_cast<size_t>(k.dynamic_symbol)).name,
+                         k.library ? " (the library call computes every row)" : "");
     out += nodes_text(f, "    ");
   }
   return out;

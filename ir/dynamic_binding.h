@@ -32,8 +32,9 @@ DynamicBinding bind_dynamic_dims(const std::vector<DimSymbol>& symbols,
 void slice_outputs(const std::vector<DimMap>& output_dims, const DynamicBinding& binding,
                    std::vector<Tensor>& outputs);
 
-// Runs `run` (inputs of exactly `types` in, outputs out) on `inputs` whose dynamic dims may be
-// below their bounds: binds and pads them, runs, and slices the outputs back (`output_dims`).
+// Runs `run` (inputs of exactly `types` and each symbol's size in; outputs out) on `inputs` whose
+// dynamic dims may be below their bounds: binds and pads them, runs, and slices the outputs back
+// (`output_dims`).
 // Every backend's run goes through this.
 template <typename Run>
 std::vector<Tensor> run_padded(const std::vector<DimSymbol>& symbols,
@@ -43,7 +44,7 @@ std::vector<Tensor> run_padded(const std::vector<DimSymbol>& symbols,
                                const std::vector<DimMap>& output_dims,
                                std::vector<Tensor> inputs, Run&& run) {
   const DynamicBinding binding = bind_dynamic_dims(symbols, input_dims, types, names, inputs);
-  std::vector<Tensor> outputs = run(inputs);
+  std::vector<Tensor> outputs = run(inputs, binding.sizes);
   slice_outputs(output_dims, binding, outputs);
   return outputs;
 }

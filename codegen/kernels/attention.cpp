@@ -292,13 +292,18 @@ KernelSpec emit_attention_with(const KernelRequest& request, const Layouts& layo
   for (const Layout* layout : {&layouts.q, &layouts.k, &layouts.v, &layouts.out})
     layout->emit_constants(w, d.index);
   w.line("constexpr int kQueryBlocks = {};", query_blocks);
+  // Real rows only when the dynamic dim is a batch dim (q of rank 3 or more): tasks run
+  // batch-major (b = task / kQueryBlocks), so the first ones are the real batches. A dynamic
+  // query axis (rank 2) keeps every task.
+  const bool dynamic_batch = request.dynamic_rows && node.inputs[0]->type.rank() >= 3;
+  w.line(dynamic_count(dynamic_batch ? request.dynamic_rows : std::nullopt, "kTasks", "int", tasks));
   w.line("float* k_tile = reinterpret_cast<float*>(kiln_smem);  // [kTile][kDepthStride]");
   w.line("float* v_tile = k_tile + kTile * kDepthStride;  // [kTile][kValueDepth]");
   w.line("float* q_row = v_tile + kTile * kValueDepth + warp * kDepth;  // this warp's query");
   w.line("float* p_row = v_tile + kTile * kValueDepth + kWarps * kDepth + warp * kTile;");
   w.comment("Block-uniform loop over (batch, block of kWarps queries): every thread reaches every");
   w.comment("barrier; warps past the last query idle through the tiles.");
-  w.open("for (int task = blockIdx.x; task < kBatch * kQueryBlocks; task += gridDim.x)");
+  w.open("for (int task = blockIdx.x; task < kTasks; task += gridDim.x)");
   w.line("const int b = task / kQueryBlocks;");
   w.line("const int first_query = task % kQueryBlocks * kWarps;");
   w.line("const int i = first_query + warp;");
@@ -344,10 +349,12 @@ KernelSpec emit_attention_with(const KernelRequest& request, const Layouts& layo
   w.close();
   const int64_t shared = kTile * odd(d.depth) + kTile * d.value_depth +
                          kAttentionWarps * (d.depth + kTile);
-  return finish(w, tasks, shared,
-                fmt::format("flash attention: a warp per query row, keys in tiles of {} through "
-                            "shared memory, online softmax; no {}x{} score matrix",
-                            kTile, d.queries, d.keys));
+  KernelSpec spec = finish(w, tasks, shared,
+                           fmt::format("flash attention: a warp per query row, keys in tiles of {} through "
+                                       "shared memory, online softmax; no {}x{} score matrix",
+                                       kTile, d.queries, d.keys));
+  if (dynamic_batch) spec.dynamic_grid_axis = 0;
+  return spec;
 }
 
 KernelSpec emit_attention(const KernelRequest& request) { return emit_attention_with(request, {}); }
@@ -499,7 +506,7 @@ KernelSpec emit_attention_views(const KernelRequest& request) {
   for (const auto& node : body.nodes())
     if (node->op == ir::OpId::Attention) attention = node.get();
   if (!attention) throw Error(kernel.loc.render(), kernel.describe() + ": an attention kernel without attention");
-  KernelRequest inner{*attention, request.kernel_name, {}, {}, {}};
+  KernelRequest inner{*attention, request.kernel_name, {}, {}, {}, request.dynamic_rows};
   Layouts layouts;
   Layout* operand_layouts[] = {&layouts.q, &layouts.k, &layouts.v};
   for (size_t i = 0; i < attention->inputs.size(); ++i) {

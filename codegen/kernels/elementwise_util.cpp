@@ -25,7 +25,7 @@ void emit_apply_lambda(BodyWriter& w, const ir::Node& node, const ElementFn& fn)
 // The float4 loop: every operand and the result are f32 and read in order.
 void emit_vector_loop(BodyWriter& w, const KernelRequest& request, std::string_view type) {
   w.comment("Four elements per thread and iteration: one 16-byte load per operand, one store.");
-  w.line("constexpr {} kVectors = kCount / kVectorWidth;", type);
+  w.line("{} {} kVectors = kCount / kVectorWidth;", count_qualifier(request), type);
   for (const std::string& name : request.input_params)
     w.line("const float4* {}4 = reinterpret_cast<const float4*>({});", name, name);
   w.line("float4* out4 = reinterpret_cast<float4*>({});", request.output_params[0]);
@@ -75,13 +75,13 @@ KernelSpec emit_map_kernel(const KernelRequest& request, const ElementFn& fn) {
 
   BodyWriter w;
   emit_apply_lambda(w, node, fn);
-  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  w.line(dynamic_count(request.dynamic_rows, "kCount", type, count));
   emit_index_constants(w, map, type);
   std::string start;
   if (vectorize) {
     w.line("constexpr {} kVectorWidth = {};", type, kVectorWidth);
     emit_vector_loop(w, request, type);
-    if (count % kVectorWidth == 0) {
+    if (count % kVectorWidth == 0 && !request.dynamic_rows) {
       w.comment("kCount is a multiple of kVectorWidth: no scalar tail.");
       KernelSpec spec = grid_stride_spec(count / kVectorWidth);
       spec.body = w.take();
@@ -108,6 +108,7 @@ KernelSpec emit_map_kernel(const KernelRequest& request, const ElementFn& fn) {
 
   KernelSpec spec = grid_stride_spec(vectorize ? count / kVectorWidth + 1 : count);
   spec.body = w.take();
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   spec.note = vectorize   ? "grid-stride map, float4 loads and stores, scalar tail"
               : broadcast ? "grid-stride map with NumPy broadcasting (constexpr strides)"
                           : "grid-stride map, one element per thread";
@@ -127,16 +128,16 @@ KernelSpec emit_copy_kernel(const KernelRequest& request, const std::string& why
 
   BodyWriter w;
   w.comment(why);
-  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  w.line(dynamic_count(request.dynamic_rows, "kCount", type, count));
   w.comment("16 bytes per move: float4 copies the bits of any element type unchanged.");
   w.line("constexpr {} kPerVector = {};", type, per_vector);
-  w.line("constexpr {} kVectors = kCount / kPerVector;", type);
+  w.line("{} {} kVectors = kCount / kPerVector;", count_qualifier(request), type);
   w.line("const float4* x4 = reinterpret_cast<const float4*>({});", x);
   w.line("float4* out4 = reinterpret_cast<float4*>({});", out);
   open_grid_stride_loop(w, "v", type, "kVectors");
   w.line("out4[v] = x4[v];");
   w.close();
-  if (count % per_vector == 0) {
+  if (count % per_vector == 0 && !request.dynamic_rows) {
     w.comment("kCount is a multiple of kPerVector: no scalar tail.");
   } else {
     w.comment("The last kCount % kPerVector elements, one per thread.");
@@ -146,6 +147,7 @@ KernelSpec emit_copy_kernel(const KernelRequest& request, const std::string& why
   }
   KernelSpec spec = grid_stride_spec(std::max<int64_t>(vectors, 1));
   spec.body = w.take();
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   spec.note = "bit copy, 16 bytes per thread and iteration";
   return spec;
 }

@@ -112,7 +112,7 @@ using Aliases = std::vector<std::pair<std::string, std::string>>;  // alias, dec
 
 KernelRequest inner_request(const ir::Node& node, const KernelRequest& request, const Names& names,
                             Aliases& aliases) {
-  KernelRequest inner{node, request.kernel_name, {}, request.output_params, {}};
+  KernelRequest inner{node, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows};
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     const std::string param = names.param(node.inputs[i]);
     if (param.empty()) {  // computed in the kernel (fused_x)
@@ -268,13 +268,14 @@ KernelSpec emit_loop(const KernelRequest& request, const BodyPlan& plan) {
 
   BodyWriter w;
   for (const ir::Node* node : plan.compute) emit_element_lambda(w, *node, names);
-  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  w.line(dynamic_count(request.dynamic_rows, "kCount", type, count));
   open_grid_stride_loop(w, "i", type, "kCount");
   const std::string last = emit_element_chain(w, plan.compute, loop, names, "i", type);
   w.line("{}[i] = {};", request.output_params[0], store(plan.stored->type.dtype, last));
   w.close();
   KernelSpec spec = grid_stride_spec(count);
   spec.body = w.take();
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   spec.note = "fused grid-stride loop (" + source_list(plan.compute) +
               "), intermediates in registers";
   return spec;
@@ -400,7 +401,7 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     plan.compute.erase(plan.compute.begin());
   }
   const ir::Node& anchor = *plan.compute.front();
-  KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}};
+  KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows};
   for (const ir::Value* input : anchor.inputs)
     inner.input_params.push_back(norm && input == norm->results[0] ? names.param(norm->inputs[0])
                                                                   : names.param(input));

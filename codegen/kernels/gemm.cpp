@@ -208,6 +208,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
                         (spec.value_type == "double" ? sizeof(double) : sizeof(float));
   kernel.uses_barriers = true;
   kernel.note = spec.note;
+  kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
   return kernel;
 }
 

@@ -57,6 +57,11 @@ struct GemmSpec {
   // What M, N and K are for the op, for the generated code's comments.
   std::string m_is = "rows", n_is = "columns", k_is = "terms per dot product";
   int64_t batch = 1;            // problems, one per grid z
+  // For a request with dynamic_rows: the grid axis whose tiles walk the result's first dim in
+  // order (rows of a dense, a folded batch; z over a matmul's batch; conv's N·OH·OW columns).
+  // The kernel needs no other change: tiles past the real rows are not launched, and the ones
+  // it launches compute garbage-in, garbage-out rows in the padding only.
+  int dynamic_grid_axis = -1;
   std::string z_name = "batch"; // what grid z means to the caller ("batch", "group")
   std::string index_type = "int";
   std::vector<GemmConstant> constants;  // caller's shape constants, emitted before the tiling

@@ -105,6 +105,7 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
   const bool fold = batches > 1 && ir::num_elements(b_batch, 0, b_batch.size()) == 1 && !ta &&
                     ir::num_elements(a_batch, 0, a_batch.size()) == batches;
   spec.m = fold ? batches * m : m;
+  if (request.dynamic_rows) spec.dynamic_grid_axis = fold || batches == 1 ? 1 : 2;
   spec.m_is = fold ? "rows of a, all batches" : "rows of a";
   spec.n_is = "columns of b";
   spec.k_is = "columns of a, rows of b";
@@ -141,6 +142,7 @@ GemmSpec dense_gemm(const KernelRequest& request) {
 
   GemmSpec spec = gemm_for(request);
   spec.m = ir::num_elements(x->type.shape) / k;
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 1;  // the rows
   spec.m_is = "rows of x";
   spec.n_is = "output features";
   spec.k_is = "input features";
@@ -180,6 +182,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.n_is = "output pixels, N * OH * OW";
   spec.k_is = "patch size, C / groups * KH * KW";
   spec.n = os[0] * os[2] * os[3];
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;  // columns, image-major
   spec.k = group_in * kh * kw;
   spec.batch = groups;
   spec.z_name = "group";

@@ -42,7 +42,7 @@ KernelSpec emit_contiguous_softmax(const KernelRequest& request, int64_t rows, i
   const std::string first = per_warp ? "lane" : "static_cast<int>(threadIdx.x)";
   const std::string step = per_warp ? "kWarpSize" : "static_cast<int>(blockDim.x)";
   BodyWriter w;
-  w.line("constexpr {} kRows = {};", type, int_literal(rows, type));
+  w.line(dynamic_count(request.dynamic_rows, "kRows", type, rows));
   w.line("constexpr int kLen = {};  // row length", len);
   emit_warp_constants(w, kRowBlock);
   emit_rescale_lambda(w);
@@ -66,6 +66,7 @@ KernelSpec emit_contiguous_softmax(const KernelRequest& request, int64_t rows, i
   w.close();
   KernelSpec spec = row_spec(per_warp, rows, static_cast<uint32_t>(2 * kRowBlock / kWarpSize * 4));
   spec.body = w.take();
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   spec.note = std::string(per_warp ? "one warp" : "one block") +
               " per row: online max/sum-of-exp pass, shuffle merge, write pass";
   return spec;
@@ -78,10 +79,10 @@ KernelSpec emit_strided_softmax(const KernelRequest& request, int64_t outer, int
   const std::string type = index_type(count);
   BodyWriter w;
   w.comment("x viewed as [kOuter, kLen, kInner]; each thread owns one (outer, inner) row.");
-  w.line("constexpr {} kOuter = {};", type, int_literal(outer, type));
+  w.line(dynamic_count(request.dynamic_rows, "kOuter", type, outer));
   w.line("constexpr {} kLen = {};", type, int_literal(len, type));
   w.line("constexpr {} kInner = {};", type, int_literal(inner, type));
-  w.line("constexpr {} kRows = kOuter * kInner;", type);
+  w.line("{} {} kRows = kOuter * kInner;", count_qualifier(request), type);
   emit_rescale_lambda(w);
   open_grid_stride_loop(w, "row", type, "kRows");
   w.line("const {} base = row / kInner * kLen * kInner + row % kInner;", type);
@@ -96,6 +97,7 @@ KernelSpec emit_strided_softmax(const KernelRequest& request, int64_t outer, int
   w.close();
   KernelSpec spec = grid_stride_spec(outer * inner);
   spec.body = w.take();
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   spec.note = "one thread per strided row: online max/sum-of-exp pass, write pass";
   return spec;
 }
@@ -141,7 +143,7 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   const double epsilon = attr<double>(node, "epsilon");
 
   BodyWriter w;
-  w.line("constexpr {} kRows = {};", type, int_literal(rows, type));
+  w.line(dynamic_count(request.dynamic_rows, "kRows", type, rows));
   w.line("constexpr int kSize = {};  // elements per normalized row", size);
   w.line("constexpr float kSizeF = {};", literal(DType::F32, static_cast<double>(size)));
   w.line("constexpr float kEpsilon = {};", literal(DType::F32, epsilon));
@@ -179,6 +181,7 @@ KernelSpec emit_layer_norm(const KernelRequest& request) {
   w.close();
   KernelSpec spec = row_spec(per_warp, rows, static_cast<uint32_t>(kRowBlock / kWarpSize * 4));
   spec.body = w.take();
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   spec.note = std::string(per_warp ? "one warp" : "one block") +
               (centred ? " per row: mean pass, centred variance pass, normalize pass"
                        : " per row: mean-square pass, normalize pass");

@@ -27,10 +27,13 @@ void open_output_loop(BodyWriter& w) {
   w.open("for (index_t i = first; i < kCount; i += grid_threads)");
 }
 
-KernelSpec elementwise_launch(BodyWriter& w, int64_t count, std::string note) {
+// One thread per output in order (outputs image-major): a request for real rows is honoured
+// by the kCount the caller declared with dynamic_count.
+KernelSpec elementwise_launch(const KernelRequest& request, BodyWriter& w, int64_t count, std::string note) {
   KernelSpec spec = grid_stride_spec(count);
   spec.body = w.take();
   spec.note = std::move(note);
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   return spec;
 }
 
@@ -55,7 +58,7 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
   BodyWriter w;
   w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
-  w.line("constexpr index_t kCount = {};  // outputs", count);
+  w.line(dynamic_count(request.dynamic_rows, "kCount", "index_t", count));
   w.line("constexpr int kH = {};", xs[2]);
   w.line("constexpr int kW = {};", xs[3]);
   w.line("constexpr int kOutH = {};", os[2]);
@@ -118,7 +121,7 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
   }
   w.close();
   return elementwise_launch(
-      w, count,
+      request, w, count,
       fmt::format("{} pooling {}x{}, one thread per output{}", is_max ? "max" : "average",
                   kernel[0], kernel[1],
                   is_max ? "" : include_pad ? ", padding counted" : ", padding not counted"));
@@ -136,7 +139,7 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
   w.line("constexpr int kWarpSize = {};", kWarpSize);
   w.line("constexpr int kWarpsPerBlock = {};", kWarpsPerBlock);
-  w.line("constexpr index_t kPlanes = {};  // N * C", planes);
+  w.line(dynamic_count(request.dynamic_rows, "kPlanes", "index_t", planes));
   w.line("constexpr int kPlaneSize = {};  // H * W", xs[2] * xs[3]);
   w.line("const int lane = threadIdx.x % kWarpSize;");
   w.comment("The plane depends on the warp only, so all 32 lanes reach the shuffles together.");
@@ -161,6 +164,7 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   spec.block = Dim3{kDefaultBlock, 1, 1};
   spec.uses_barriers = true;  // warp shuffles
   spec.note = "one warp per (n, c) plane, strided lane sums and a shuffle-tree sum";
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;  // planes in order, image-major
   return spec;
 }
 
@@ -177,7 +181,7 @@ KernelSpec emit_bias_add(const KernelRequest& request) {
   BodyWriter w;
   w.line("using index_t = {};", index_type_with_overhang(count));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
-  w.line("constexpr index_t kCount = {};", count);
+  w.line(dynamic_count(request.dynamic_rows, "kCount", "index_t", count));
   w.line("constexpr int kChannels = {};  // size of axis {}", xs[axis], axis);
   w.line("constexpr index_t kInner = {};  // elements after axis {}",
          ir::num_elements(xs, axis + 1, xs.size()), axis);
@@ -186,7 +190,7 @@ KernelSpec emit_bias_add(const KernelRequest& request) {
   w.line("{}[i] = {};", request.output_params[0],
          store(dtype, load_input(request, 0, "i") + " + " + load_input(request, 1, "channel")));
   w.close();
-  return elementwise_launch(w, count,
+  return elementwise_launch(request, w, count,
                             "elementwise, bias broadcast along axis " + std::to_string(axis));
 }
 
@@ -200,7 +204,7 @@ KernelSpec emit_batch_norm_inference(const KernelRequest& request) {
   BodyWriter w;
   w.line("using index_t = {};", index_type_with_overhang(count));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
-  w.line("constexpr index_t kCount = {};", count);
+  w.line(dynamic_count(request.dynamic_rows, "kCount", "index_t", count));
   w.line("constexpr int kChannels = {};", xs[1]);
   w.line("constexpr index_t kInner = {};  // elements per (n, c)", ir::num_elements(xs, 2, xs.size()));
   w.line("constexpr float kEpsilon = {};", literal(ir::DType::F32, attr<double>(node, "epsilon")));
@@ -216,7 +220,7 @@ KernelSpec emit_batch_norm_inference(const KernelRequest& request) {
                load_input(request, 0, "i") + " * channel_scale + channel_shift"));
   w.close();
   return elementwise_launch(
-      w, count, "inference: running statistics folded into a per-channel scale and shift");
+      request, w, count, "inference: running statistics folded into a per-channel scale and shift");
 }
 
 KernelSpec emit_batch_norm_training(const KernelRequest& request) {

@@ -103,8 +103,10 @@ class DeviceExecutable final : public CudaExecutable {
   ~DeviceExecutable() override;
 
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override;
-  // run() on inputs padded to the program's types.
-  std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::Tensor>& inputs, RunProfile* profile);
+  // run() on inputs padded to the program's types; `sizes`: each symbol's size in this run
+  // (empty: the bounds), for the kernels that compute only the real rows.
+  std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::Tensor>& inputs,
+                                        const std::vector<int64_t>& sizes, RunProfile* profile);
   ir::Tensor parameter(int index) override;
   void set_parameter(int index, const ir::Tensor& value) override;
   std::string device_name() const override { return device_.name; }
@@ -152,7 +154,12 @@ class DeviceExecutable final : public CudaExecutable {
   Owned<CUstream> stream_;
   std::unique_ptr<LibraryContext> library_context_;
   Owned<CUgraphExec> graph_;
+  std::vector<int64_t> graph_sizes_;  // the sizes graph_ was captured with: its launches' grids
   std::vector<Launch> launches_;
+  // This run's size of each symbol: dim_sizes_ is what the kernels of real rows read their
+  // last argument from (sized once, so the launches' parameter arrays may point into it).
+  std::vector<int64_t> sizes_;
+  std::vector<int> dim_sizes_;
 };
 
 DeviceExecutable::DeviceExecutable(const DriverApi& api, const codegen::Program& program,
@@ -164,6 +171,7 @@ DeviceExecutable::DeviceExecutable(const DriverApi& api, const codegen::Program&
       bindings_(std::move(bindings)),
       use_graph_(options.use_cuda_graph) {
   program_.source.clear();
+  for (const ir::DimSymbol& symbol : program_.symbols) dim_sizes_.push_back(static_cast<int>(symbol.bound));
   libraries_ = load_libraries(options);
   layout_ = plan_arena(program_.buffers, library_workspace_bytes(program_, libraries_));
   CUdevice device = open_device(api_, options.device);
@@ -284,6 +292,8 @@ void DeviceExecutable::allocate_arena(const std::vector<ir::Tensor>& parameters)
   for (Launch& launch : launches_) {
     for (int id : launch.kernel->args) launch.args.push_back(address(id));
     for (CUdeviceptr& arg : launch.args) launch.params.push_back(&arg);
+    if (launch.kernel->dynamic_symbol >= 0)
+      launch.params.push_back(&dim_sizes_.at(static_cast<size_t>(launch.kernel->dynamic_symbol)));
   }
   // Upload errors belong to create(), not to the first run.
   api_.check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize",
@@ -342,7 +352,8 @@ void DeviceExecutable::enqueue(Launch& launch) {
     return;
   }
   const codegen::Kernel& kernel = *launch.kernel;
-  api_.check(api_.cuLaunchKernel(launch.function, kernel.grid.x, kernel.grid.y, kernel.grid.z,
+  const codegen::Dim3 grid = codegen::launch_grid(kernel, program_.symbols, sizes_);
+  api_.check(api_.cuLaunchKernel(launch.function, grid.x, grid.y, grid.z,
                                  kernel.block.x, kernel.block.y, kernel.block.z,
                                  kernel.dynamic_shared_bytes, stream_.get(),
                                  launch.params.data(), nullptr),
@@ -409,15 +420,18 @@ void DeviceExecutable::capture_graph() {
 }
 
 std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) {
-  return codegen::run_with_dynamic_dims(program_, inputs, [&](const std::vector<ir::Tensor>& bound) {
-    return run_at_bounds(bound, profile);
-  });
+  return codegen::run_with_dynamic_dims(
+      program_, inputs, [&](const std::vector<ir::Tensor>& bound, const std::vector<int64_t>& sizes) {
+        return run_at_bounds(bound, sizes, profile);
+      });
 }
 
 std::vector<ir::Tensor> DeviceExecutable::run_at_bounds(const std::vector<ir::Tensor>& inputs,
-                                                        RunProfile* profile) {
+                                                        const std::vector<int64_t>& sizes, RunProfile* profile) {
   check_tensors(program_, "input", bindings_.inputs, inputs);
   make_current();
+  sizes_ = sizes;
+  for (size_t i = 0; i < sizes.size() && i < dim_sizes_.size(); ++i) dim_sizes_[i] = static_cast<int>(sizes[i]);
   CUstream stream = stream_.get();
   for (size_t i = 0; i < inputs.size(); ++i) {
     int id = bindings_.inputs[i];
@@ -429,7 +443,12 @@ std::vector<ir::Tensor> DeviceExecutable::run_at_bounds(const std::vector<ir::Te
   if (profile) {
     enqueue_profiled(*profile);
   } else if (use_graph_ && !launches_.empty()) {
-    if (!graph_.owns()) capture_graph();
+    // A graph holds its launches' grids and arguments: another run size needs another capture.
+    if (graph_.owns() && graph_sizes_ != sizes_) graph_ = Owned<CUgraphExec>();
+    if (!graph_.owns()) {
+      capture_graph();
+      graph_sizes_ = sizes_;
+    }
     api_.check(api_.cuGraphLaunch(graph_.get(), stream), "cuGraphLaunch",
                fmt::format("graph '{}'", program_.graph_name));
   } else {

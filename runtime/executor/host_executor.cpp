@@ -1,5 +1,7 @@
 #include "runtime/executor/host_executor.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -69,13 +71,14 @@ HostExecutable::HostExecutable(const codegen::Program& program, const HostModule
 HostExecutable::~HostExecutable() = default;
 
 std::vector<ir::Tensor> HostExecutable::run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) {
-  return codegen::run_with_dynamic_dims(program_, inputs, [&](const std::vector<ir::Tensor>& bound) {
-    return run_at_bounds(bound, profile);
-  });
+  return codegen::run_with_dynamic_dims(
+      program_, inputs, [&](const std::vector<ir::Tensor>& bound, const std::vector<int64_t>& sizes) {
+        return run_at_bounds(bound, sizes, profile);
+      });
 }
 
 std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tensor>& inputs,
-                                                      RunProfile* profile) {
+                                                      const std::vector<int64_t>& sizes, RunProfile* profile) {
   check_count(input_buffers_, inputs.size(), program_, "input");
   for (size_t i = 0; i < input_buffers_.size() && i < inputs.size(); ++i) {
     const int id = input_buffers_[i];
@@ -84,6 +87,7 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
     std::memcpy(pointers_[id], inputs[i].data(), inputs[i].byte_size());
   }
 
+  poison_skipped_padding(sizes);
   std::vector<void*> args;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point first = Clock::now();
@@ -98,8 +102,15 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
     const codegen::Kernel& kernel = program_.kernels[k];
     args.clear();
     for (int id : kernel.args) args.push_back(pointers_.at(id));
+    // A kernel of real rows only takes this run's size of its symbol after the buffers.
+    int dim_size = 0;
+    if (kernel.dynamic_symbol >= 0) {
+      const auto symbol = static_cast<size_t>(kernel.dynamic_symbol);
+      dim_size = static_cast<int>(sizes.empty() ? program_.symbols.at(symbol).bound : sizes.at(symbol));
+      args.push_back(&dim_size);
+    }
     const Clock::time_point start = Clock::now();
-    module_.launch(kernel.name, args.data(), kernel.grid, kernel.block,
+    module_.launch(kernel.name, args.data(), codegen::launch_grid(kernel, program_.symbols, sizes), kernel.block,
                    kernel.dynamic_shared_bytes, kernel.uses_barriers, options_);
     if (profile)
       profile->kernels.push_back({static_cast<int>(k), microseconds(start - first),
@@ -118,6 +129,20 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
     std::memcpy(pointers_[update.parameter], pointers_[update.output],
                 static_cast<size_t>(program_.buffers[update.output].bytes));
   return outputs;
+}
+
+void HostExecutable::poison_skipped_padding(const std::vector<int64_t>& sizes) {
+  if (!options_.poison_padding) return;
+  bool below = false;
+  for (size_t i = 0; i < sizes.size(); ++i) below = below || sizes[i] < program_.symbols.at(i).bound;
+  const bool skips = std::any_of(program_.kernels.begin(), program_.kernels.end(),
+                                 [](const codegen::Kernel& k) { return k.dynamic_symbol >= 0; });
+  if (!below || !skips) return;
+  for (size_t id = 0; id < program_.buffers.size(); ++id) {
+    const codegen::Buffer& buffer = program_.buffers[id];
+    if (buffer.role == codegen::BufferRole::Intermediate || buffer.role == codegen::BufferRole::Output)
+      std::memset(pointers_[id], 0xFF, static_cast<size_t>(buffer.bytes));
+  }
 }
 
 ir::Tensor HostExecutable::parameter(int index) const {

@@ -38,7 +38,11 @@ class HostExecutable {
   void set_parameter(int index, const ir::Tensor& value);
 
  private:
-  std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::Tensor>& inputs, RunProfile* profile);
+  // `sizes`: each symbol's size in this run (empty: the bounds), for the kernels that compute
+  // only the real rows.
+  std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::Tensor>& inputs,
+                                        const std::vector<int64_t>& sizes, RunProfile* profile);
+  void poison_skipped_padding(const std::vector<int64_t>& sizes);
   struct Storage;
   const codegen::Program& program_;
   const HostModule& module_;

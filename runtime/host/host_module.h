@@ -44,6 +44,10 @@ struct HostOptions {
   Schedule schedule;
   int workers = 0;            // OS threads running blocks; 0: one per core
   bool poison_shared = true;  // fill shared memory with 0xFF (NaN) before each block
+  // Before a run below the bounds of a program with kernels of real rows only
+  // (codegen/dynamic_rows.h): fill every buffer the kernels write with 0xFF (NaN), so that a
+  // real result that read skipped padding shows as NaN instead of passing on stale values.
+  bool poison_padding = true;
   // Abort the run (kiln::Error) on a barrier reached from different places in one block, or a
   // shuffle whose source lane is outside the mask or has exited.
   bool strict = false;

@@ -187,6 +187,7 @@ Json kernel_to_json(const codegen::Kernel& k) {
                {"bytes_written", k.bytes_written},
                {"unfused_bytes", k.unfused_bytes}};
   if (k.library) json["library"] = library_to_json(*k.library);
+  if (k.dynamic_symbol >= 0) json["dynamic_rows"] = {{"symbol", k.dynamic_symbol}, {"grid_axis", k.dynamic_grid_axis}};
   return json;
 }
 
@@ -209,6 +210,10 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
   k.bytes_written = at["bytes_written"].integer();
   k.unfused_bytes = at["unfused_bytes"].integer();
   if (at.has("library")) k.library = library_from_json(at["library"]);
+  if (at.has("dynamic_rows")) {
+    k.dynamic_symbol = to_int(at["dynamic_rows"]["symbol"]);
+    k.dynamic_grid_axis = to_int(at["dynamic_rows"]["grid_axis"]);
+  }
   return k;
 }
 
@@ -407,6 +412,13 @@ void validate_program(const codegen::Program& program, const std::string& path,
     if (k.source_ops.size() != k.source_nodes.size())
       fail(fmt::format("kernel '{}' lists {} source nodes and {} ops", k.name, k.source_nodes.size(),
                        k.source_ops.size()));
+    if (k.dynamic_symbol >= 0 || k.dynamic_symbol < -1) {
+      if (k.dynamic_symbol >= static_cast<int>(program.symbols.size()) || k.dynamic_symbol < 0)
+        fail(fmt::format("kernel '{}' computes the real rows of symbol {}, which the program does not have",
+                         k.name, k.dynamic_symbol));
+      if (k.dynamic_grid_axis < 0 || k.dynamic_grid_axis > 2)
+        fail(fmt::format("kernel '{}': dynamic rows on grid axis {} (0, 1 or 2)", k.name, k.dynamic_grid_axis));
+    }
     if (k.library) {
       for (int arg : {k.library->x_arg, k.library->weight_arg, k.library->out_arg})
         if (arg < 0 || arg >= static_cast<int>(k.args.size()))
