@@ -38,7 +38,7 @@ double seconds_since(Clock::time_point start) {
 
 // The inference pipeline without the passes that bake parameters into the program: the
 // evaluation graph reads the parameters training changes.
-const std::vector<std::string> kEvalPipeline = {"canonicalize", "fuse-attention", "cse", "dce",
+const std::vector<std::string> kEvalPipeline = {"canonicalize", "fuse-gelu", "fuse-attention", "cse", "dce",
                                                 "fuse-attention-views", "fuse-conv-bias-relu",
                                                 "fuse-norm-prologue", "fuse-elementwise",
                                                 "plan-memory"};

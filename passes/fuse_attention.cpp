@@ -40,14 +40,6 @@ std::string who(const ir::Node& node) {
                               : node.describe() + " (%" + node.results[0]->name + ")";
 }
 
-// The value of a one-element float parameter with data, or nullopt.
-std::optional<double> scalar_constant(const ir::Value* value) {
-  if (value->role != ir::ValueRole::Parameter || !value->data) return std::nullopt;
-  if (!ir::is_floating(value->type.dtype) || ir::num_elements(value->type.shape) != 1)
-    return std::nullopt;
-  return value->data->to_doubles()[0];
-}
-
 // A constant whose every element is -inf (the "hidden" branch of a where mask), seen through
 // a broadcast_to.
 bool all_minus_infinity(const ir::Value* value) {
@@ -322,10 +314,7 @@ bool FuseAttention::run(ir::Graph& graph, PassContext& context) {
   }
   std::unordered_set<const ir::Node*> dead;
   for (const Match& m : matches) dead.insert(m.replaced.begin(), m.replaced.end());
-  for (const auto& node : graph.nodes())
-    if (!dead.count(node.get())) rewrite_operands(*node, replacements);
-  rewrite_outputs(graph, replacements);
-  graph.erase_nodes([&](const ir::Node& node) { return dead.count(&node) > 0; });
+  replace_and_erase(graph, replacements, dead);
   return true;
 }
 

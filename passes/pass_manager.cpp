@@ -179,6 +179,8 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       "constant-fold",
       // Identical nodes (often left by the rewrites above) are computed once.
       "cse",
+      // GELU spelled out in five nodes becomes one, which a GEMM epilogue can take.
+      "fuse-gelu",
       // matmul, softmax, matmul chains become attention: no S x S scores in memory.
       "fuse-attention",
       // Nothing unused survives to codegen.

@@ -2,10 +2,25 @@
 
 namespace kiln::passes {
 
+std::optional<double> scalar_constant(const ir::Value* value) {
+  if (value->role != ir::ValueRole::Parameter || !value->data) return std::nullopt;
+  if (!ir::is_floating(value->type.dtype) || ir::num_elements(value->type.shape) != 1)
+    return std::nullopt;
+  return value->data->to_doubles()[0];
+}
+
 void rewrite_operands(ir::Node& node, const Replacements& replacements) {
   if (replacements.empty()) return;
   for (ir::Value*& operand : node.inputs)
     if (auto it = replacements.find(operand); it != replacements.end()) operand = it->second;
+}
+
+void replace_and_erase(ir::Graph& graph, const Replacements& replacements,
+                       const std::unordered_set<const ir::Node*>& dead) {
+  for (const auto& node : graph.nodes())
+    if (!dead.count(node.get())) rewrite_operands(*node, replacements);
+  rewrite_outputs(graph, replacements);
+  graph.erase_nodes([&](const ir::Node& node) { return dead.count(&node) > 0; });
 }
 
 void rewrite_outputs(ir::Graph& graph, const Replacements& replacements) {

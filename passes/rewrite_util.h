@@ -7,6 +7,7 @@
 // (then to the graph outputs once) is equivalent, and linear.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -15,6 +16,10 @@
 
 namespace kiln::passes {
 
+// The value of a one-element float parameter with data (a scalar constant of an exported
+// graph), or nullopt.
+std::optional<double> scalar_constant(const ir::Value* value);
+
 // Value → the value that replaces it. A replacement is never itself replaced.
 using Replacements = std::unordered_map<const ir::Value*, ir::Value*>;
 
@@ -22,6 +27,10 @@ using Replacements = std::unordered_map<const ir::Value*, ir::Value*>;
 void rewrite_operands(ir::Node& node, const Replacements& replacements);
 // Makes the graph outputs the replacements of theirs.
 void rewrite_outputs(ir::Graph& graph, const Replacements& replacements);
+// Both, for every node but the `dead` ones, which are then erased: the end of a pattern pass
+// whose matched nodes give way to new ones.
+void replace_and_erase(ir::Graph& graph, const Replacements& replacements,
+                       const std::unordered_set<const ir::Node*>& dead);
 
 // Unique value names for many new values: the graph's names are read once.
 class NameTable {
