@@ -4,53 +4,145 @@
 
 namespace kiln::ir {
 
+namespace {
+
+// A view as one list of (size, stride) pieces per dim of the value, outermost piece first.
+struct Piece {
+  int64_t size;
+  int64_t stride;
+};
+using Pieces = std::vector<std::vector<Piece>>;
+
+Pieces pieces_of(const StridedView& view) {
+  Pieces dims;
+  size_t next = 0;
+  const size_t rank = view.groups.empty() ? view.shape.size() : view.groups.size();
+  for (size_t d = 0; d < rank; ++d) {
+    const size_t count = view.groups.empty() ? 1 : static_cast<size_t>(view.groups[d]);
+    std::vector<Piece>& dim = dims.emplace_back();
+    for (size_t k = 0; k < count; ++k, ++next) dim.push_back({view.shape[next], view.strides[next]});
+  }
+  return dims;
+}
+
+// Drops size-1 pieces (their stride means nothing) and merges neighbours that are one run of
+// memory (the outer steps over the inner whole).
+std::vector<Piece> coalesce(const std::vector<Piece>& pieces) {
+  std::vector<Piece> out;
+  for (const Piece& piece : pieces) {
+    if (piece.size == 1) continue;
+    if (!out.empty() && out.back().stride == piece.stride * piece.size) {
+      out.back() = {out.back().size * piece.size, piece.stride};
+      continue;
+    }
+    out.push_back(piece);
+  }
+  return out;
+}
+
+StridedView view_of(const Pieces& dims, int64_t offset) {
+  StridedView view{{}, {}, offset, {}};
+  bool grouped = false;
+  for (const std::vector<Piece>& dim : dims) {
+    const std::vector<Piece> pieces = dim.empty() ? std::vector<Piece>{{1, 1}} : dim;
+    for (const Piece& piece : pieces) {
+      view.shape.push_back(piece.size);
+      view.strides.push_back(piece.stride);
+    }
+    view.groups.push_back(static_cast<int>(pieces.size()));
+    grouped = grouped || pieces.size() != 1;
+  }
+  if (!grouped) view.groups.clear();
+  return view;
+}
+
+// Takes the pieces of one dim of `size` off the front of `queue`, splitting the piece that
+// straddles its end when the sizes divide; nullopt when they do not.
+std::optional<std::vector<Piece>> take(std::vector<Piece>& queue, size_t& head, int64_t size) {
+  std::vector<Piece> taken;
+  int64_t product = 1;
+  while (product < size) {
+    if (head == queue.size() || size % product != 0) return std::nullopt;
+    const int64_t need = size / product;
+    Piece& piece = queue[head];
+    if (piece.size <= need && need % piece.size == 0) {
+      taken.push_back(piece);
+      product *= piece.size;
+      ++head;
+    } else if (piece.size % need == 0) {
+      taken.push_back({need, piece.stride * (piece.size / need)});
+      piece.size /= need;
+      product *= need;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return coalesce(taken);
+}
+
+}  // namespace
+
+Shape StridedView::value_shape() const {
+  Shape shape;
+  for (const std::vector<Piece>& dim : pieces_of(*this)) {
+    int64_t size = 1;
+    for (const Piece& piece : dim) size *= piece.size;
+    shape.push_back(size);
+  }
+  return shape;
+}
+
+bool StridedView::plain_trailing(size_t count) const {
+  if (groups.empty()) return count <= shape.size();
+  if (count > groups.size()) return false;
+  return std::all_of(groups.end() - static_cast<std::ptrdiff_t>(count), groups.end(), [](int g) { return g == 1; });
+}
+
 StridedView contiguous_view(const Shape& shape) {
-  StridedView view{shape, std::vector<int64_t>(shape.size(), 1), 0};
+  StridedView view{shape, std::vector<int64_t>(shape.size(), 1), 0, {}};
   for (size_t d = shape.size(); d-- > 1;) view.strides[d - 1] = view.strides[d] * shape[d];
   return view;
 }
 
 std::optional<StridedView> reshape_view(const StridedView& view, const Shape& shape) {
-  // Size-1 dims have no meaningful stride: drop them first, give new ones any stride.
-  Shape old_shape;
-  std::vector<int64_t> old_strides;
-  for (size_t d = 0; d < view.shape.size(); ++d)
-    if (view.shape[d] != 1) {
-      old_shape.push_back(view.shape[d]);
-      old_strides.push_back(view.strides[d]);
-    }
-  StridedView result{shape, std::vector<int64_t>(shape.size(), 1), view.offset};
-  std::vector<size_t> new_dims;  // the non-1 dims of `shape`
+  const Pieces old_dims = pieces_of(view);
+  const Shape old_shape = view.value_shape();
+  Pieces new_dims(shape.size());
+  // Walk both shapes (their non-1 dims) in runs with equal element counts; each run's pieces,
+  // made as few as memory allows, are dealt out to its new dims.
+  std::vector<size_t> old_live, new_live;
+  for (size_t d = 0; d < old_shape.size(); ++d)
+    if (old_shape[d] != 1) old_live.push_back(d);
   for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] != 1) new_dims.push_back(d);
-  // Walk both lists in groups with equal element counts.
+    if (shape[d] != 1) new_live.push_back(d);
   size_t i = 0, j = 0;
-  while (i < old_shape.size() && j < new_dims.size()) {
+  while (i < old_live.size() && j < new_live.size()) {
     size_t i_end = i + 1, j_end = j + 1;
-    int64_t old_count = old_shape[i], new_count = shape[new_dims[j]];
+    int64_t old_count = old_shape[old_live[i]], new_count = shape[new_live[j]];
     while (old_count != new_count) {
       if (old_count < new_count) {
-        if (i_end == old_shape.size()) return std::nullopt;
-        old_count *= old_shape[i_end++];
+        if (i_end == old_live.size()) return std::nullopt;
+        old_count *= old_shape[old_live[i_end++]];
       } else {
-        if (j_end == new_dims.size()) return std::nullopt;
-        new_count *= shape[new_dims[j_end++]];
+        if (j_end == new_live.size()) return std::nullopt;
+        new_count *= shape[new_live[j_end++]];
       }
     }
-    // The old group must be one run of memory: each dim steps over the next whole.
-    for (size_t k = i; k + 1 < i_end; ++k)
-      if (old_strides[k] != old_strides[k + 1] * old_shape[k + 1]) return std::nullopt;
-    // The new group splits that run row-major, from the innermost stride.
-    int64_t stride = old_strides[i_end - 1];
-    for (size_t k = j_end; k-- > j;) {
-      result.strides[new_dims[k]] = stride;
-      stride *= shape[new_dims[k]];
+    std::vector<Piece> run;
+    for (size_t k = i; k < i_end; ++k)
+      run.insert(run.end(), old_dims[old_live[k]].begin(), old_dims[old_live[k]].end());
+    std::vector<Piece> queue = coalesce(run);
+    size_t head = 0;
+    for (size_t k = j; k < j_end; ++k) {
+      std::optional<std::vector<Piece>> dim = take(queue, head, shape[new_live[k]]);
+      if (!dim) return std::nullopt;
+      new_dims[new_live[k]] = std::move(*dim);
     }
     i = i_end;
     j = j_end;
   }
-  if (i != old_shape.size() || j != new_dims.size()) return std::nullopt;
-  return result;
+  if (i != old_live.size() || j != new_live.size()) return std::nullopt;
+  return view_of(new_dims, view.offset);
 }
 
 bool is_view_op(OpId op) {
@@ -78,32 +170,30 @@ std::optional<StridedView> view_after(const StridedView& operand, const Node& no
     case OpId::Flatten:
       return reshape_view(operand, out);
     case OpId::Transpose: {
-      const std::vector<int64_t> perm = perm_of(node, operand.shape.size());
-      StridedView view{{}, {}, operand.offset};
-      for (int64_t p : perm) {
-        view.shape.push_back(operand.shape[static_cast<size_t>(p)]);
-        view.strides.push_back(operand.strides[static_cast<size_t>(p)]);
-      }
-      return view;
+      const Pieces dims = pieces_of(operand);
+      Pieces moved;
+      for (int64_t p : perm_of(node, dims.size())) moved.push_back(dims[static_cast<size_t>(p)]);
+      return view_of(moved, operand.offset);
     }
     case OpId::Slice: {
       const auto& starts = std::get<std::vector<int64_t>>(node.attrs.at("starts"));
       const auto& axes = std::get<std::vector<int64_t>>(node.attrs.at("axes"));
       const auto& steps = std::get<std::vector<int64_t>>(node.attrs.at("steps"));
-      StridedView view = operand;
-      const int64_t rank = static_cast<int64_t>(operand.shape.size());
+      Pieces dims = pieces_of(operand);
+      int64_t offset = operand.offset;
+      const int64_t rank = static_cast<int64_t>(dims.size());
       for (size_t i = 0; i < starts.size(); ++i) {
         int64_t axis = axes.empty() ? static_cast<int64_t>(i) : axes[i];
         if (axis < 0) axis += rank;
-        const int64_t dim = operand.shape[static_cast<size_t>(axis)];
-        int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];
-        start = std::clamp<int64_t>(start, 0, dim);
-        const int64_t step = steps.empty() ? 1 : steps[i];
-        view.offset += start * operand.strides[static_cast<size_t>(axis)];
-        view.strides[static_cast<size_t>(axis)] *= step;
+        std::vector<Piece>& dim = dims[static_cast<size_t>(axis)];
+        if (dim.size() != 1) return std::nullopt;  // a group has no one stride to step by
+        int64_t start = starts[i] < 0 ? starts[i] + dim[0].size : starts[i];
+        start = std::clamp<int64_t>(start, 0, dim[0].size);
+        offset += start * dim[0].stride;
+        dim[0].stride *= steps.empty() ? 1 : steps[i];
+        dim[0].size = out[static_cast<size_t>(axis)];
       }
-      view.shape = out;
-      return view;
+      return view_of(dims, offset);
     }
     default:
       return std::nullopt;
@@ -117,11 +207,11 @@ std::optional<StridedView> view_before(const StridedView& result, const Node& no
     case OpId::Flatten:
       return reshape_view(result, in);
     case OpId::Transpose: {
+      const Pieces dims = pieces_of(result);
       const std::vector<int64_t> perm = perm_of(node, in.size());
-      StridedView view{in, std::vector<int64_t>(in.size(), 0), result.offset};
-      for (size_t k = 0; k < perm.size(); ++k)
-        view.strides[static_cast<size_t>(perm[k])] = result.strides[k];
-      return view;
+      Pieces before(in.size());
+      for (size_t k = 0; k < perm.size(); ++k) before[static_cast<size_t>(perm[k])] = dims[k];
+      return view_of(before, result.offset);
     }
     default:
       return std::nullopt;

@@ -13,19 +13,30 @@ namespace kiln::ir {
 
 // Element (i0, i1, ...) of a value of `shape` is element offset + sum(i_d * strides[d]) of
 // the buffer.
+//
+// A dim of the value may also be made of several of these dims (`groups`): merging dims that
+// no single stride spans, such as the batch and the heads of [T, B, 3·H·Dh] reshaped to
+// [T, B·H, Dh], keeps them apart, and index i of the merged dim decomposes row-major over them.
+// `shape` and `strides` are then finer than the value's shape; value_shape() gives it back.
 struct StridedView {
   Shape shape;
   std::vector<int64_t> strides;
   int64_t offset = 0;
+  std::vector<int> groups;  // dims of `shape` per dim of the value; empty: one each
   friend bool operator==(const StridedView&, const StridedView&) = default;
+
+  Shape value_shape() const;
+  // Whether the value's last `count` dims are each one dim of `shape` (one stride each).
+  bool plain_trailing(size_t count) const;
 };
 
 // A row-major buffer of `shape` viewed whole.
 StridedView contiguous_view(const Shape& shape);
 
 // The view as `shape` (same element count, row-major order), when the elements stay
-// addressable by strides: each group of dims that merges or splits must be contiguous within
-// `view` (NumPy's rule for reshape without a copy). nullopt otherwise.
+// addressable: dims that merge or split must be contiguous within `view` (NumPy's rule for
+// reshape without a copy), except that dims which merge without being contiguous stay apart as
+// a group (and a group may split again where its dims divide it). nullopt otherwise.
 std::optional<StridedView> reshape_view(const StridedView& view, const Shape& shape);
 
 // Whether `op` is one the views follow: slice, transpose, reshape, flatten.

@@ -6,8 +6,10 @@
 // (ir/strided_view.h) of the projection and of the final tensor, and nothing is copied.
 //
 // A chain is taken op by op while each value in it has the one reader (the next op), is not a
-// graph output, and the composed view stays expressible by strides (a reshape must merge or
-// split only dims that are contiguous in the view). Training graphs keep their chains: the
+// graph output, and the composed view stays expressible by strides: a reshape must merge or
+// split dims that are contiguous in the view, except batch dims, which may merge as a group
+// (the batch and the heads of a sequence-first [T, B·H, Dh] split); rows and features keep one
+// stride each. Training graphs keep their chains: the
 // backward pass reads the same transposed q, k, v and output. Every refusal is logged under
 // --debug-only=fuse-attention-views.
 #include <fmt/format.h>
@@ -45,7 +47,9 @@ std::vector<ir::Node*> operand_chain(const ir::Graph& graph, const fusion::Users
   // that composes to a strided view of it; an op that does not cuts the run there.
   for (size_t length = chain.size(); length > 0; --length) {
     const std::vector<const ir::Node*> run(chain.rend() - static_cast<std::ptrdiff_t>(length), chain.rend());
-    if (ir::view_through(chain[length - 1]->inputs[0], run)) {
+    const std::optional<ir::StridedView> view = ir::view_through(chain[length - 1]->inputs[0], run);
+    // The kernel walks rows and features by one stride each; the batch dims may be groups.
+    if (view && view->plain_trailing(2)) {
       chain.resize(length);
       return chain;
     }
@@ -73,7 +77,8 @@ std::vector<ir::Node*> output_chain(const ir::Graph& graph, const fusion::Users&
   }
   // The longest start of the chain that keeps the output a strided view of its final value.
   for (; !chain.empty(); chain.pop_back()) {
-    if (ir::view_written_through(out, {chain.begin(), chain.end()})) break;
+    const std::optional<ir::StridedView> view = ir::view_written_through(out, {chain.begin(), chain.end()});
+    if (view && view->plain_trailing(2)) break;
     context.debug(kPass, fmt::format("{} does not keep the output a strided view",
                                      fusion::ref(*chain.back())));
   }

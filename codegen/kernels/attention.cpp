@@ -485,9 +485,10 @@ std::pair<const ir::Value*, ir::StridedView> view_source(const ir::Node& kernel,
   for (; value->producer != nullptr; value = value->producer->inputs[0])
     chain.insert(chain.begin(), value->producer);
   std::optional<ir::StridedView> view = ir::view_through(value, chain);
-  if (!view)
+  if (!view || !view->plain_trailing(2))
     throw Error(kernel.loc.render(), kernel.describe() + ": an operand of its attention is not a "
-                                                         "strided view of a kernel operand");
+                                                         "strided view of a kernel operand (rows and "
+                                                         "features by one stride each)");
   return {value, *view};
 }
 
@@ -527,7 +528,7 @@ KernelSpec emit_attention_views(const KernelRequest& request) {
     out = users[0]->results[0];
   }
   const std::optional<ir::StridedView> view = ir::view_written_through(attention->results[0], chain);
-  if (!view)
+  if (!view || !view->plain_trailing(2))
     throw Error(kernel.loc.render(), kernel.describe() + ": the ops after its attention do not "
                                                          "write the output as a strided view");
   if (!chain.empty()) layouts.out.view = *view;
