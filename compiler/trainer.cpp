@@ -40,7 +40,7 @@ double seconds_since(Clock::time_point start) {
 // evaluation graph reads the parameters training changes.
 const std::vector<std::string> kEvalPipeline = {"canonicalize", "fuse-gelu", "fuse-attention", "cse", "dce",
                                                 "fuse-attention-views", "fuse-conv-bias-relu",
-                                                "fuse-norm-prologue", "fuse-elementwise",
+                                                "fuse-gemm-views", "fuse-norm-prologue", "fuse-elementwise",
                                                 "plan-memory"};
 
 void run_pipeline(ir::Graph& graph, const std::vector<std::string>& passes,

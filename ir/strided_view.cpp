@@ -1,6 +1,7 @@
 #include "ir/strided_view.h"
 
 #include <algorithm>
+#include <string>
 
 namespace kiln::ir {
 
@@ -230,6 +231,39 @@ std::optional<StridedView> view_written_through(const Value* source,
       contiguous_view(chain.empty() ? source->type.shape : chain.back()->results[0]->type.shape);
   for (size_t i = chain.size(); i-- > 0 && view;) view = view_before(*view, *chain[i]);
   return view;
+}
+
+std::optional<StridedView> gemm_rows_view(const Value* source, const std::vector<const Node*>& chain,
+                                          bool whole_rows) {
+  const std::optional<StridedView> view = view_through(source, chain);
+  if (!view) return std::nullopt;
+  const Shape shape = view->value_shape();
+  if (shape.empty()) return std::nullopt;
+  const int64_t k = shape.back();
+  std::optional<StridedView> rows = reshape_view(*view, {num_elements(shape) / k, k});
+  if (!rows || !rows->plain_trailing(1) || (k > 1 && rows->strides.back() != 1)) return std::nullopt;
+  if (whole_rows) {
+    const Shape& in = source->type.shape;
+    if (in.empty() || in.back() != k || rows->offset % k != 0) return std::nullopt;
+    for (size_t d = 0; d + 1 < rows->shape.size(); ++d)
+      if (rows->shape[d] > 1 && rows->strides[d] % k != 0) return std::nullopt;
+  }
+  return rows;
+}
+
+std::string row_position(const StridedView& rows_by_k, const std::string& row) {
+  // Every piece but the last (K) is one of the rows'.
+  std::string text = std::to_string(rows_by_k.offset);
+  int64_t inner = 1;
+  for (size_t d = rows_by_k.shape.size() - 1; d-- > 0;) {
+    const int64_t size = rows_by_k.shape[d], stride = rows_by_k.strides[d];
+    if (size == 1) continue;
+    std::string index = inner == 1 ? row : "(" + row + ") / " + std::to_string(inner);
+    if (d > 0) index = "(" + index + ") % " + std::to_string(size);
+    text += " + (" + index + ") * " + std::to_string(stride);
+    inner *= size;
+  }
+  return text;
 }
 
 }  // namespace kiln::ir

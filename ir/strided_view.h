@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ir/graph.h"
@@ -57,5 +58,17 @@ std::optional<StridedView> view_before(const StridedView& result, const Node& no
 std::optional<StridedView> view_through(const Value* source, const std::vector<const Node*>& chain);
 std::optional<StridedView> view_written_through(const Value* source,
                                                 const std::vector<const Node*>& chain);
+
+// A GEMM's A operand [rows..., K] made by `chain` from `source`, as a [M, K] view of
+// `source`'s buffer whose K has stride 1 (the GEMM stages tiles along k): the rows may be any
+// strided group. nullopt otherwise. `whole_rows` also asks each row to be one whole row of
+// `source` (K equal to its last dim, rows and offset on multiples of K): what a row-wise norm of
+// `source` before the views needs.
+std::optional<StridedView> gemm_rows_view(const Value* source, const std::vector<const Node*>& chain,
+                                          bool whole_rows);
+
+// The buffer position of row `row` (a C expression) of a [M, K] view: the offset plus the row
+// index decomposed row-major over its pieces, as C source.
+std::string row_position(const StridedView& rows_by_k, const std::string& row);
 
 }  // namespace kiln::ir

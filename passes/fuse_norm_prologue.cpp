@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "ir/kernel_region.h"
+#include "ir/strided_view.h"
 #include "passes/fusion_util.h"
 #include "passes/pass.h"
 
@@ -20,22 +21,16 @@ namespace {
 
 constexpr std::string_view kPass = "fuse-norm-prologue";
 
-// Whether the GEMM's A operand is its rows [M, K] with one B for all of them: a dense, or a
-// matmul with a untransposed and b without batch dims (the GEMM then folds a's batch into
-// rows), as ONNX exports a Linear layer.
-bool rows_gemm(const ir::Node& node) {
-  if (node.op == ir::OpId::Dense) return true;
-  if (node.op != ir::OpId::Matmul || std::get<bool>(node.attrs.at("transpose_a"))) return false;
-  const ir::Shape& b = node.inputs[1]->type.shape;
-  return ir::num_elements(b, 0, b.size() - 2) == 1;
-}
-
 // The GEMM that `consumer` computes first: the node itself, or an epilogue kernel's anchor.
 const ir::Node* dense_of(const ir::Node& consumer) {
-  if (!consumer.is_kernel()) return rows_gemm(consumer) ? &consumer : nullptr;
+  if (!consumer.is_kernel()) return fusion::is_rows_gemm(consumer) ? &consumer : nullptr;
   if (ir::kernel_kind(consumer) != ir::kEpilogueKernel) return nullptr;
-  const ir::Node& anchor = *consumer.body->nodes().front();
-  return rows_gemm(anchor) ? &anchor : nullptr;
+  // After the view ops the GEMM reads its rows through (fuse-gemm-views), if any.
+  for (const auto& node : consumer.body->nodes()) {
+    if (ir::is_view_op(node->op)) continue;
+    return fusion::is_rows_gemm(*node) ? node.get() : nullptr;
+  }
+  return nullptr;
 }
 
 // Why `norm` cannot be `consumer`'s prologue; nullopt when it can.
@@ -53,9 +48,18 @@ std::optional<std::string> refusal(const ir::Graph& graph, const fusion::Users& 
   const ir::Node* dense = dense_of(consumer);
   if (!dense)
     return fusion::ref(consumer) + " is not a dense or a matmul of rows by one matrix (or such a GEMM's epilogue kernel)";
-  // Inside an epilogue kernel the dense reads the body input that stands for y.
+  // Inside an epilogue kernel the dense reads the body input that stands for y, or reads it
+  // through view ops (fuse-gemm-views) that keep each row of A one whole row of y: a row-wise
+  // norm then commutes with them.
   const ir::Value* x = dense->inputs[0];
   if (consumer.is_kernel()) {
+    std::vector<const ir::Node*> views;
+    while (x->producer != nullptr && ir::is_view_op(x->producer->op)) {
+      views.insert(views.begin(), x->producer);
+      x = x->producer->inputs[0];
+    }
+    if (!views.empty() && !ir::gemm_rows_view(x, views, true))
+      return fusion::ref(consumer) + " reads it through views whose rows are not whole rows of it";
     const auto& body_inputs = consumer.body->inputs;
     for (size_t i = 0; i < body_inputs.size(); ++i)
       if (consumer.inputs[i] == y && body_inputs[i] != x)

@@ -91,6 +91,13 @@ bool is_gemm(const ir::Node& node) {
   return !node.is_kernel() && (node.op == ir::OpId::Conv2d || node.op == ir::OpId::Dense || node.op == ir::OpId::Matmul);
 }
 
+bool is_rows_gemm(const ir::Node& node) {
+  if (node.op == ir::OpId::Dense) return true;
+  if (node.op != ir::OpId::Matmul || std::get<bool>(node.attrs.at("transpose_a"))) return false;
+  const ir::Shape& b = node.inputs[1]->type.shape;
+  return ir::num_elements(b, 0, b.size() - 2) == 1;
+}
+
 int channel_axis(const ir::Node& gemm) {
   const int rank = static_cast<int>(gemm.results[0]->type.shape.size());
   return gemm.op == ir::OpId::Conv2d ? 1 : rank - 1;

@@ -41,6 +41,11 @@ class Users {
 // Whether `node` is a plain conv2d, dense or matmul: a GEMM whose epilogue can take ops.
 bool is_gemm(const ir::Node& node);
 
+// Whether the GEMM's A operand is its rows [M, K] with one B for all of them: a dense, or a
+// matmul with a untransposed and b without batch dims (the GEMM then folds a's batch into
+// rows), as ONNX exports a Linear layer. What a norm prologue and row views need.
+bool is_rows_gemm(const ir::Node& node);
+
 // The axis of a conv2d/dense/matmul result that a bias indexes: 1 for conv2d (NCHW), the last
 // for dense and matmul. What the GEMM template calls the channel.
 int channel_axis(const ir::Node& gemm);

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <set>
 #include <unordered_map>
 
@@ -29,6 +30,7 @@
 #include "codegen/kernels/gemm.h"
 #include "codegen/kernels/optimizer.h"
 #include "ir/kernel_region.h"
+#include "ir/strided_view.h"
 #include "ir/op_registry.h"
 
 namespace kiln::codegen {
@@ -335,7 +337,14 @@ std::string epilogue_index(const ir::Node& node, const ir::Value* operand,
 // shuffle steps to combine them), two passes as the layer_norm kernel (the mean, then centred
 // squares), into shared memory; A is then normalized as it is staged. Every thread reaches the
 // shuffles and the barrier: rows past kM sum nothing.
-void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& names) {
+// The position of row `row` of A in its kernel operand: `row * kK`, or through the views the
+// GEMM reads its rows by (fuse-gemm-views).
+using RowPosition = std::function<std::string(const std::string& row)>;
+
+std::string row_major(const std::string& row) { return "(" + row + ") * kK"; }
+
+void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& names,
+                       const RowPosition& row_at = row_major) {
   const bool rms = norm.op == ir::OpId::RmsNorm;
   const std::string x = names.param(norm.inputs[0]);
   const std::string scale = names.param(norm.inputs[1]);
@@ -355,7 +364,7 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
   w.line("const int stat_part = threadIdx.x % {};", kThreadsPerRow);
   w.line("const index_t stat_global_row = block_row + stat_row;");
   w.line("const bool stat_inside = stat_global_row < kM;");
-  const std::string element = x + "[stat_global_row * kK + k]";
+  const std::string element = x + "[" + row_at("stat_global_row") + " + k]";
   // `float var` = the sum over the row of `value` (an expression of k), or of its square; the
   // row's four threads combined.
   const auto row_sum = [&](const std::string& var, const std::string& value, bool squared) {
@@ -386,8 +395,8 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
   spec.a.setup += w.take();
   spec.extra_shared_slots = 2 * nn::kGemmTileM;
   const std::string local = "(row - block_row)";
-  spec.a.fetch = fmt::format("value = ({}[row * kK + k] - norm_mean[{}]) * norm_rstd[{}] * {}[k]{};",
-                             x, local, local, scale, rms ? "" : " + " + bias + "[k]");
+  spec.a.fetch = fmt::format("value = ({}[{} + k] - norm_mean[{}]) * norm_rstd[{}] * {}[k]{};",
+                             x, row_at("row"), local, local, scale, rms ? "" : " + " + bias + "[k]");
   spec.note += "; " + norm.describe() + " as a prologue (rows normalized as they are staged)";
 }
 
@@ -400,14 +409,29 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     norm = plan.compute.front();
     plan.compute.erase(plan.compute.begin());
   }
+  // View ops before the GEMM make its rows out of a kernel operand (or of the norm's rows): the
+  // GEMM reads A through their strided view (fuse-gemm-views).
+  std::vector<const ir::Node*> row_views;
+  while (ir::is_view_op(plan.compute.front()->op)) {
+    row_views.push_back(plan.compute.front());
+    plan.compute.erase(plan.compute.begin());
+  }
   const ir::Node& anchor = *plan.compute.front();
+  const ir::Value* rows = norm ? norm->results[0] : row_views.empty() ? nullptr : row_views.front()->inputs[0];
+  const ir::Value* rows_param = norm ? norm->inputs[0] : rows;  // the kernel operand A comes from
   KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows};
   for (const ir::Value* input : anchor.inputs)
-    inner.input_params.push_back(norm && input == norm->results[0] ? names.param(norm->inputs[0])
-                                                                  : names.param(input));
-  if (norm && ((anchor.op != ir::OpId::Dense && anchor.op != ir::OpId::Matmul) ||
-               anchor.inputs[0] != norm->results[0]))
-    throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue feeds the rows of a dense or matmul only");
+    inner.input_params.push_back(input == anchor.inputs[0] && rows ? names.param(rows_param) : names.param(input));
+  const ir::Value* a = row_views.empty() ? rows : row_views.back()->results[0];
+  if (rows && ((anchor.op != ir::OpId::Dense && anchor.op != ir::OpId::Matmul) || anchor.inputs[0] != a))
+    throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue or row views feed the rows of a dense or matmul only");
+  RowPosition row_at = row_major;
+  if (!row_views.empty()) {
+    const std::optional<ir::StridedView> view = ir::gemm_rows_view(rows, row_views, norm != nullptr);
+    if (!view)
+      throw Error(kernel.loc.render(), kernel.describe() + ": the ops before its GEMM are no strided view of whole rows");
+    row_at = [view = *view](const std::string& row) { return "(" + ir::row_position(view, row) + ")"; };
+  }
 
   nn::GemmSpec spec = anchor.op == ir::OpId::Conv2d  ? nn::conv2d_gemm(inner)
                       : anchor.op == ir::OpId::Dense ? nn::dense_gemm(inner)
@@ -433,11 +457,14 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     epilogue.line("value = {}({});  // {}", names.function(node), args, node.describe());
     running = node.results[0];
   }
+  if (rows && (spec.batch != 1 || !spec.a.k_contiguous))
+    throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue or row views need the GEMM's rows "
+                                                         "as one matrix (no batch of b, a untransposed)");
   if (norm) {
-    if (spec.batch != 1 || !spec.a.k_contiguous)
-      throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue needs the GEMM's rows "
-                                                           "as one row-major matrix (no batch of b, a untransposed)");
-    add_norm_prologue(spec, *norm, names);
+    add_norm_prologue(spec, *norm, names, row_at);
+  } else if (!row_views.empty()) {
+    spec.a.fetch = fmt::format("value = {};", load(a->type.dtype, names.param(rows_param) + "[" + row_at("row") + " + k]"));
+    spec.note += "; A read through the view of " + source_list(row_views);
   }
   spec.prelude = prelude.take();
   if (!spec.epilogue.empty() && spec.epilogue.back() != '\n') spec.epilogue += '\n';
