@@ -251,6 +251,17 @@ std::optional<StridedView> gemm_rows_view(const Value* source, const std::vector
   return rows;
 }
 
+std::optional<StridedView> gemm_output_view(const Value* result, const std::vector<const Node*>& chain) {
+  const std::optional<StridedView> view = view_written_through(result, chain);
+  if (!view) return std::nullopt;
+  const Shape& shape = result->type.shape;
+  if (shape.empty()) return std::nullopt;
+  const int64_t n = shape.back();
+  std::optional<StridedView> rows = reshape_view(*view, {num_elements(shape) / n, n});
+  if (!rows || !rows->plain_trailing(1) || (n > 1 && rows->strides.back() != 1)) return std::nullopt;
+  return rows;
+}
+
 std::string row_position(const StridedView& rows_by_k, const std::string& row) {
   // Every piece but the last (K) is one of the rows'.
   std::string text = std::to_string(rows_by_k.offset);

@@ -67,6 +67,11 @@ std::optional<StridedView> view_written_through(const Value* source,
 std::optional<StridedView> gemm_rows_view(const Value* source, const std::vector<const Node*>& chain,
                                           bool whole_rows);
 
+// Where a GEMM's result [rows..., N] lands in the buffer of the last of `chain` (transposes and
+// reshapes it goes through), as a [M, N] view whose N has stride 1: each result row is one run
+// of the final tensor. nullopt otherwise.
+std::optional<StridedView> gemm_output_view(const Value* result, const std::vector<const Node*>& chain);
+
 // The buffer position of row `row` (a C expression) of a [M, K] view: the offset plus the row
 // index decomposed row-major over its pieces, as C source.
 std::string row_position(const StridedView& rows_by_k, const std::string& row);

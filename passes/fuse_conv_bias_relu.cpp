@@ -10,14 +10,21 @@
 // nodes becomes a kernel of kind "epilogue" (ir/kernel_region.h), named after its steps:
 // conv2d_bias_relu, conv2d_bias_add_relu, dense_bias_gelu.
 //
+// The chain may also pass through reshapes and transposes of a dense's or row-matmul's result
+// that keep its columns last at stride 1 (PyTorch's sequence-first [T·B, E] -> [T, B, E] ->
+// [B, T, E] after an output projection): the kernel then stores through their view
+// (ir::gemm_output_view), and the ops after them (the residual add) read the final layout.
+//
 // Only the chain's last value leaves the kernel: every other value had one user, inside the
 // chain, so no path leaves the group and comes back (the kernel cannot depend on itself).
 // TensorRT and cuDNN fuse the same pattern (convolution + bias + activation, optionally + z).
-#include <unordered_map>
-
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "ir/kernel_region.h"
+#include "ir/strided_view.h"
 #include "passes/fusion_util.h"
 #include "passes/pass.h"
 
@@ -25,6 +32,28 @@ namespace kiln::passes {
 namespace {
 
 constexpr std::string_view kPass = "fuse-conv-bias-relu";
+
+// A transpose or reshape of the running value: the kernel writes its result through the view
+// they compose (the store and the ops after them index the final layout).
+bool is_output_view(const ir::Node& node) {
+  return !node.is_kernel() && (node.op == ir::OpId::Transpose || ir::is_reshape_like(node.op));
+}
+
+// Why the epilogue cannot write through `view` after `chain`: the GEMM must be one matrix of
+// rows by one B, and the composed view must keep its columns (the channels) last at stride 1,
+// so that each result row is one run of the final tensor.
+std::optional<std::string> output_view_refusal(const ir::Node& anchor, const std::vector<ir::Node*>& chain,
+                                               const ir::Node& view) {
+  if (!fusion::is_rows_gemm(anchor) || anchor.op == ir::OpId::Conv2d)
+    return fusion::ref(anchor) + " is not a dense or a matmul of rows by one matrix";
+  std::vector<const ir::Node*> views;
+  for (const ir::Node* node : chain)
+    if (is_output_view(*node)) views.push_back(node);
+  views.push_back(&view);
+  if (!ir::gemm_output_view(anchor.results[0], views))
+    return ir::to_string(view.op) + " does not keep the GEMM's columns last at stride 1";
+  return std::nullopt;
+}
 
 // The anchor and the consumers its epilogue takes, in order. `claimed`: the nodes of the chains
 // found before this one, which become kernels.
@@ -43,6 +72,8 @@ std::vector<ir::Node*> epilogue_chain(const ir::Graph& graph, const fusion::User
     std::optional<std::string> reason;
     if (auto kernel = claimed.find(&consumer); kernel != claimed.end())
       reason = "kernel '" + kernel->second + "' is already a fused kernel";
+    else if (is_output_view(consumer))
+      reason = output_view_refusal(anchor, chain, consumer);
     else
       reason = fusion::epilogue_refusal(anchor, running, consumer, true);
     if (reason) {
@@ -53,6 +84,11 @@ std::vector<ir::Node*> epilogue_chain(const ir::Graph& graph, const fusion::User
     chain.push_back(&consumer);
     running = consumer.results[0];
   }
+  // A view that nothing after it takes is still worth writing through (no transpose kernel);
+  // a reshape alone at the end is fuse-elementwise's.
+  while (chain.size() > 1 && ir::is_reshape_like(chain.back()->op) &&
+         std::none_of(chain.begin() + 1, chain.end() - 1, [](const ir::Node* n) { return is_output_view(*n); }))
+    chain.pop_back();
   return chain;
 }
 

@@ -103,6 +103,14 @@ int channel_axis(const ir::Node& gemm) {
   return gemm.op == ir::OpId::Conv2d ? 1 : rank - 1;
 }
 
+// The channel axis of the running value: conv2d's 1; a dense's or matmul's last, also after
+// the reshapes and transposes an epilogue writes through (they keep the columns last).
+namespace {
+int running_channel_axis(const ir::Node& gemm, const ir::Value* running) {
+  return gemm.op == ir::OpId::Conv2d ? 1 : running->type.rank() - 1;
+}
+}  // namespace
+
 std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Value* running,
                                             const ir::Node& consumer, bool activations_only) {
   if (consumer.is_kernel()) return consumer.describe() + " is already a fused kernel";
@@ -127,14 +135,14 @@ std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Valu
   if (bias_add) {
     if (consumer.inputs[0] != running) return ref(running) + " is the bias, not the biased value";
     const int axis = normalized_axis(consumer, running->type.shape.size());
-    if (axis != channel_axis(gemm))
+    if (axis != running_channel_axis(gemm, running))
       return fmt::format("bias_add on axis {}, but the {}'s channels are axis {}", axis, gemm.op,
-                         channel_axis(gemm));
+                         running_channel_axis(gemm, running));
     return std::nullopt;
   }
   for (const ir::Value* operand : consumer.inputs) {
     if (operand == running) continue;
-    if (layout_of(operand->type.shape, running->type.shape, channel_axis(gemm)) == Layout::Other)
+    if (layout_of(operand->type.shape, running->type.shape, running_channel_axis(gemm, running)) == Layout::Other)
       return fmt::format("operand {} {} is neither per-channel, a scalar nor of the result's shape",
                          ref(operand), operand->type.to_string());
   }
@@ -147,7 +155,7 @@ std::string epilogue_step_name(const ir::Node& gemm, const ir::Value* running,
   if (consumer.op != ir::OpId::Add) return ir::to_string(consumer.op);
   for (const ir::Value* operand : consumer.inputs)
     if (operand != running &&
-        layout_of(operand->type.shape, running->type.shape, channel_axis(gemm)) == Layout::Channel)
+        layout_of(operand->type.shape, running->type.shape, running_channel_axis(gemm, running)) == Layout::Channel)
       return "bias";
   return "add";
 }

@@ -439,9 +439,27 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   BodyWriter prelude(0);
   BodyWriter epilogue(0);
   const ir::Value* running = anchor.results[0];
-  const ir::Shape& out = running->type.shape;
+  // Transposes and reshapes among the epilogue's ops: the result is stored through their view,
+  // and the ops after them read operands in the final layout (out_index); the ones before, in
+  // the GEMM's (row * kN + col).
+  std::vector<const ir::Node*> out_views;
+  for (size_t n = 1; n < plan.compute.size(); ++n)
+    if (ir::is_view_op(plan.compute[n]->op)) out_views.push_back(plan.compute[n]);
+  if (!out_views.empty()) {
+    const std::optional<ir::StridedView> view = ir::gemm_output_view(anchor.results[0], out_views);
+    if (!view || spec.batch != 1 || !spec.a.k_contiguous)
+      throw Error(kernel.loc.render(), kernel.describe() + ": its epilogue's views do not keep the GEMM's rows "
+                                                           "whole with columns at stride 1");
+    spec.out_index = ir::row_position(*view, "row") + " + col";
+  }
+  bool past_views = false;
   for (size_t n = 1; n < plan.compute.size(); ++n) {
     const ir::Node& node = *plan.compute[n];
+    if (ir::is_view_op(node.op)) {
+      past_views = true;
+      running = node.results[0];
+      continue;
+    }
     emit_element_lambda(prelude, node, names);
     std::string args;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -450,7 +468,9 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
       if (input != running) {
         const std::string param = names.param(input);
         KILN_CHECK(!param.empty()) << node.describe() << " reads a value the epilogue lost";
-        arg = load(input->type.dtype, param + "[" + epilogue_index(node, input, out) + "]");
+        std::string index = epilogue_index(node, input, running->type.shape);
+        if (index == "out_index" && !out_views.empty() && !past_views) index = "row * kN + col";
+        arg = load(input->type.dtype, param + "[" + index + "]");
       }
       args += (i ? ", " : "") + arg;
     }
