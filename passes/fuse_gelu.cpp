@@ -1,4 +1,5 @@
-// fuse-gelu: GELU written out as x · ½ · (1 + erf(x / √2)) becomes one `gelu` node.
+// fuse-gelu: GELU written out as x · ½ · (1 + erf(x / √2)) becomes one `gelu` node, and its
+// tanh approximation ½ · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³))) one `gelu` {tanh}.
 //
 // PyTorch exports F.gelu (nn.GELU, torchvision's ViT MLP, nn.TransformerEncoderLayer with
 // activation="gelu") at opsets below 20 as
@@ -50,31 +51,63 @@ struct Match {
   ir::Value* x = nullptr;
   ir::Node* root = nullptr;                // the last mul: its result becomes gelu's
   std::vector<const ir::Node*> replaced;  // every node of the pattern, root included
+  bool tanh = false;                       // the tanh approximation
 };
 
 class Matcher {
  public:
   Matcher(const ir::Graph& graph, PassContext& context) : graph_(graph), context_(context) {}
 
-  // The pattern whose erf is `erf`, or nullopt (the reason logged).
-  std::optional<Match> match(ir::Node& erf) {
+  // The exact form whose erf is `erf`, or nullopt (the reason logged).
+  std::optional<Match> match_erf(ir::Node& erf) {
     Match m;
     ir::Node* scaled = sole(graph_, erf.inputs[0], ir::OpId::Div);
     if (scaled && near(scalar_constant(scaled->inputs[1]), std::sqrt(2.0))) {
       m.x = scaled->inputs[0];
     } else if ((scaled = sole(graph_, erf.inputs[0], ir::OpId::Mul)) != nullptr) {
-      for (int i : {0, 1})
-        if (near(scalar_constant(scaled->inputs[1 - i]), std::sqrt(0.5))) m.x = scaled->inputs[i];
+      m.x = other_than_constant(*scaled, std::sqrt(0.5));
     }
     if (m.x == nullptr) return refuse(erf, "its input is not x / sqrt(2) (a div or mul by the constant, read only here)");
-    if (!ir::is_floating(m.x->type.dtype)) return refuse(erf, "x is not a float tensor");
-    const std::vector<ir::Node*> erf_users = graph_.users(erf.results[0]);
-    ir::Node* plus_one = read_once(graph_, erf.results[0]) ? erf_users[0] : nullptr;
-    if (plus_one == nullptr || plus_one->op != ir::OpId::Add ||
-        !(near(scalar_constant(plus_one->inputs[0]), 1.0) || near(scalar_constant(plus_one->inputs[1]), 1.0)))
-      return refuse(erf, "its one reader is not an add of 1");
-    m.replaced = {scaled, &erf, plus_one};
-    // The product x · (1 + erf) · ½: rooted one or two muls above the add.
+    m.replaced = {scaled};
+    return match_tail(erf, m, "x * (1 + erf(x / sqrt(2))) * 0.5");
+  }
+
+  // The tanh approximation, 0.5 · x · (1 + tanh(sqrt(2/pi) · (x + 0.044715 · x³))), as
+  // PyTorch exports approximate="tanh" (x · (x · x)) and Hugging Face's gelu_new (pow(x, 3)).
+  std::optional<Match> match_tanh(ir::Node& tanh) {
+    Match m;
+    m.tanh = true;
+    const char* what = "its input is not sqrt(2/pi) * (x + 0.044715 * x^3) (each intermediate read only there)";
+    ir::Node* scaled = sole(graph_, tanh.inputs[0], ir::OpId::Mul);
+    const ir::Value* inner_sum = scaled ? other_than_constant(*scaled, std::sqrt(2.0 / std::acos(-1.0))) : nullptr;
+    ir::Node* sum = inner_sum ? sole(graph_, inner_sum, ir::OpId::Add) : nullptr;
+    if (sum == nullptr) return refuse(tanh, what);
+    // x + 0.044715 · x³, either order: the term is the operand a mul by the constant makes.
+    for (int i : {0, 1}) {
+      ir::Node* term = sole(graph_, sum->inputs[i], ir::OpId::Mul);
+      const ir::Value* cube = term ? other_than_constant(*term, 0.044715) : nullptr;
+      std::vector<const ir::Node*> cube_nodes;
+      if (cube && is_cube_of(cube, sum->inputs[1 - i], cube_nodes)) {
+        m.x = sum->inputs[1 - i];
+        m.replaced = {scaled, sum, term};
+        m.replaced.insert(m.replaced.end(), cube_nodes.begin(), cube_nodes.end());
+      }
+    }
+    if (m.x == nullptr) return refuse(tanh, what);
+    return match_tail(tanh, m, "0.5 * x * (1 + tanh(...))");
+  }
+
+ private:
+  // The shared tail: f's one reader adds 1, and the product of x, that sum and 0.5 is rooted
+  // one or two muls above the add.
+  std::optional<Match> match_tail(ir::Node& f, Match& m, const std::string& form) {
+    if (!ir::is_floating(m.x->type.dtype)) return refuse(f, "x is not a float tensor");
+    const std::vector<ir::Node*> f_users = graph_.users(f.results[0]);
+    ir::Node* plus_one = read_once(graph_, f.results[0]) ? f_users[0] : nullptr;
+    if (plus_one == nullptr || plus_one->op != ir::OpId::Add || !other_than_constant(*plus_one, 1.0))
+      return refuse(f, "its one reader is not an add of 1");
+    m.replaced.push_back(&f);
+    m.replaced.push_back(plus_one);
     ir::Node* node = plus_one;
     for (int depth = 0; depth < 2; ++depth) {
       const std::vector<ir::Node*> users = graph_.users(node->results[0]);
@@ -83,18 +116,49 @@ class Matcher {
       std::vector<const ir::Node*> interior;
       std::vector<const ir::Value*> leaves;
       collect_factors(*node, node, interior, leaves);
-      if (is_gelu_product(leaves, m.x, plus_one->results[0]) &&
-          node->results[0]->type == m.x->type) {
+      if (is_gelu_product(leaves, m.x, plus_one->results[0]) && node->results[0]->type == m.x->type) {
         m.root = node;
         m.replaced.insert(m.replaced.end(), interior.begin(), interior.end());
         return m;
       }
     }
-    return refuse(erf, "the product after it is not x * (1 + erf(x / sqrt(2))) * 0.5 (each factor once, "
-                       "each intermediate read only there)");
+    return refuse(f, "the product after it is not " + form + " (each factor once, each intermediate read only there)");
   }
 
- private:
+  // The operand of binary `node` other than a scalar constant equal to `constant`; nullptr
+  // when neither operand is that constant.
+  static ir::Value* other_than_constant(const ir::Node& node, double constant) {
+    if (node.inputs.size() != 2) return nullptr;
+    for (int i : {0, 1})
+      if (near(scalar_constant(node.inputs[static_cast<size_t>(1 - i)]), constant)) return node.inputs[static_cast<size_t>(i)];
+    return nullptr;
+  }
+
+  // Whether `cube` is x³: pow(x, 3), power(x, 3), x · (x · x) or (x · x) · x, each intermediate
+  // read once.
+  bool is_cube_of(const ir::Value* cube, const ir::Value* x, std::vector<const ir::Node*>& nodes) {
+    if (ir::Node* pow = sole(graph_, cube, ir::OpId::Pow)) {
+      if (pow->inputs[0] != x || !near(std::get<double>(pow->attrs.at("exponent")), 3.0)) return false;
+      nodes = {pow};
+      return true;
+    }
+    if (ir::Node* power = sole(graph_, cube, ir::OpId::Power)) {
+      if (power->inputs[0] != x || !near(scalar_constant(power->inputs[1]), 3.0)) return false;
+      nodes = {power};
+      return true;
+    }
+    ir::Node* outer = sole(graph_, cube, ir::OpId::Mul);
+    if (outer == nullptr) return false;
+    for (int i : {0, 1}) {
+      ir::Node* square = sole(graph_, outer->inputs[static_cast<size_t>(i)], ir::OpId::Mul);
+      if (outer->inputs[static_cast<size_t>(1 - i)] == x && square && square->inputs[0] == x && square->inputs[1] == x) {
+        nodes = {outer, square};
+        return true;
+      }
+    }
+    return false;
+  }
+
   // The leaves of the product rooted at `node`: a mul operand produced by a mul with `node`'s
   // tree as its only reader is expanded (up to three levels), anything else is a factor.
   void collect_factors(const ir::Node& node, const ir::Node* root, std::vector<const ir::Node*>& interior,
@@ -138,8 +202,8 @@ bool FuseGelu::run(ir::Graph& graph, PassContext& context) {
   std::vector<Match> matches;
   std::unordered_set<const ir::Node*> taken;
   for (const auto& node : graph.nodes()) {
-    if (node->op != ir::OpId::Erf) continue;
-    std::optional<Match> m = matcher.match(*node);
+    if (node->op != ir::OpId::Erf && node->op != ir::OpId::Tanh) continue;
+    std::optional<Match> m = node->op == ir::OpId::Erf ? matcher.match_erf(*node) : matcher.match_tanh(*node);
     if (!m) continue;
     if (std::any_of(m->replaced.begin(), m->replaced.end(), [&](const ir::Node* n) { return taken.count(n) > 0; }))
       continue;
@@ -158,11 +222,12 @@ bool FuseGelu::run(ir::Graph& graph, PassContext& context) {
     const std::string out_name = old_out->name;
     old_out->name = names.take(out_name + ".unfused");
     ir::Node* gelu = graph.insert_node_before(&root, ir::OpId::Gelu, root.name.empty() ? out_name : root.name,
-                                              {m.x}, {{"approximate", std::string("none")}},
+                                              {m.x}, {{"approximate", std::string(m.tanh ? "tanh" : "none")}},
                                               {{out_name, old_out->type}}, root.loc);
     replacements[old_out] = gelu->results[0];
-    context.debug(kPass, fmt::format("fused x * 0.5 * (1 + erf(x / sqrt(2))) at %{} into gelu (exact) of %{}",
-                                     out_name, m.x->name));
+    context.debug(kPass, m.tanh ? fmt::format("fused the tanh form at %{} into gelu (tanh) of %{}", out_name, m.x->name)
+                                : fmt::format("fused x * 0.5 * (1 + erf(x / sqrt(2))) at %{} into gelu (exact) of %{}",
+                                              out_name, m.x->name));
   }
   std::unordered_set<const ir::Node*> dead;
   for (const Match& m : matches) dead.insert(m.replaced.begin(), m.replaced.end());
