@@ -11,6 +11,22 @@
 
 namespace kiln::compiler::keras_import {
 
+ir::Tensor permuted(const ir::Tensor& from, const ir::Shape& to_shape,
+                    const std::function<int64_t(const std::vector<int64_t>&)>& source) {
+  ir::Tensor out(ir::TensorType{ir::DType::F32, to_shape});
+  const auto* src = reinterpret_cast<const float*>(from.data());
+  auto* dst = reinterpret_cast<float*>(out.data());
+  std::vector<int64_t> index(to_shape.size(), 0);
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    dst[i] = src[source(index)];
+    for (int d = static_cast<int>(to_shape.size()) - 1; d >= 0; --d) {
+      if (++index[d] < to_shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
 namespace {
 using ir::OpId;
 using Ints = std::vector<int64_t>;
@@ -30,20 +46,6 @@ const KTensor& image_input(LayerContext& c, const Inputs& in) {
   return x;
 }
 
-ir::Tensor permuted(const ir::Tensor& from, const ir::Shape& to_shape, const std::function<int64_t(const Ints&)>& source) {
-  ir::Tensor out(ir::TensorType{ir::DType::F32, to_shape});
-  const auto* src = reinterpret_cast<const float*>(from.data());
-  auto* dst = reinterpret_cast<float*>(out.data());
-  Ints index(to_shape.size(), 0);
-  for (int64_t i = 0; i < out.num_elements(); ++i) {
-    dst[i] = src[source(index)];
-    for (int d = static_cast<int>(to_shape.size()) - 1; d >= 0; --d) {
-      if (++index[d] < to_shape[d]) break;
-      index[d] = 0;
-    }
-  }
-  return out;
-}
 
 // Keras conv kernel [kh, kw, in, out] → kiln [out, in, kh, kw].
 ir::Tensor hwio_to_oihw(const ir::Tensor& k) {

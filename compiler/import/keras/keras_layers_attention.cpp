@@ -21,12 +21,9 @@ using Ints = std::vector<int64_t>;
 // projection, [H, Dv, E] for the output) as a Dense weight [outputs, inputs].
 ir::Tensor dense_weight(const ir::Tensor& kernel, size_t input_axes) {
   const ir::Shape& s = kernel.shape();
-  const int64_t inputs = ir::num_elements(ir::Shape(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(input_axes)));
+  const int64_t inputs = ir::num_elements(s, 0, input_axes);
   const int64_t outputs = kernel.num_elements() / inputs;
-  ir::Tensor out(ir::TensorType{ir::DType::F32, {outputs, inputs}});
-  for (int64_t i = 0; i < inputs; ++i)
-    for (int64_t o = 0; o < outputs; ++o) out.set(o * inputs + i, kernel.get(i * outputs + o));
-  return out;
+  return permuted(kernel, {outputs, inputs}, [&](const Ints& i) { return i[1] * outputs + i[0]; });
 }
 
 // A bias [H, D] as [H·D].

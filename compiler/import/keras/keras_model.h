@@ -174,6 +174,11 @@ class LayerContext {
   int emitted_ = 0;
 };
 
+// A float tensor of `to_shape` whose element at each index is `from`'s element at flat index
+// `source(index)`: how kernels move to kiln's layouts (HWIO → OIHW, [in, out] → [out, in]).
+ir::Tensor permuted(const ir::Tensor& from, const ir::Shape& to_shape,
+                    const std::function<int64_t(const std::vector<int64_t>&)>& source);
+
 // Converts one call of a layer: its inputs → its outputs.
 using LayerConverter = std::function<std::vector<KTensor>(LayerContext&, const std::vector<KTensor>&)>;
 // The sequence layers (keras_layers_sequence.cpp).
