@@ -61,6 +61,8 @@ HostExecutable::HostExecutable(const codegen::Program& program, const HostModule
     storage_->blocks.push_back(Storage::allocate(buffer.bytes));
     pointers_.push_back(storage_->blocks.back().get());
   }
+  skips_padding_ = std::any_of(program.kernels.begin(), program.kernels.end(),
+                               [](const codegen::Kernel& k) { return k.dynamic_symbol >= 0; });
   input_buffers_ = program.buffer_ids(codegen::BufferRole::Input);
   parameter_buffers_ = program.buffer_ids(codegen::BufferRole::Parameter);
   check_count(parameter_buffers_, parameters.size(), program, "parameter");
@@ -133,11 +135,10 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
 
 void HostExecutable::poison_skipped_padding(const std::vector<int64_t>& sizes) {
   if (!options_.poison_padding) return;
+  if (!skips_padding_) return;
   bool below = false;
   for (size_t i = 0; i < sizes.size(); ++i) below = below || sizes[i] < program_.symbols.at(i).bound;
-  const bool skips = std::any_of(program_.kernels.begin(), program_.kernels.end(),
-                                 [](const codegen::Kernel& k) { return k.dynamic_symbol >= 0; });
-  if (!below || !skips) return;
+  if (!below) return;
   for (size_t id = 0; id < program_.buffers.size(); ++id) {
     const codegen::Buffer& buffer = program_.buffers[id];
     if (buffer.role == codegen::BufferRole::Intermediate || buffer.role == codegen::BufferRole::Output)

@@ -51,6 +51,7 @@ class HostExecutable {
   std::vector<void*> pointers_;           // per buffer id
   std::vector<int> input_buffers_;        // buffer id per graph input
   std::vector<int> parameter_buffers_;    // buffer id per graph parameter
+  bool skips_padding_ = false;            // some kernel computes the real rows only
 };
 
 // One run on a fresh executable: what `kiln run --backend=host` does.

@@ -126,10 +126,9 @@ std::vector<KTensor> multi_head_attention_layer(LayerContext& c, const std::vect
     c.fail("num_heads, key_dim and value_dim must be positive, got " + std::to_string(heads) + ", " +
            std::to_string(key_dim) + " and " + std::to_string(value_dim));
   if (const json* axes = c.get("attention_axes")) {
-    const bool default_axis = (axes->is_number_integer() && (axes->get<int64_t>() == 1 || axes->get<int64_t>() == -2)) ||
-                              (axes->is_array() && axes->size() == 1 && (*axes)[0].is_number_integer() &&
-                               ((*axes)[0].get<int64_t>() == 1 || (*axes)[0].get<int64_t>() == -2));
-    if (!default_axis) c.fail("attention_axes " + axes->dump() + " is not supported (attention over the steps axis, 1)");
+    const json& axis = axes->is_array() && axes->size() == 1 ? (*axes)[0] : *axes;  // 1 or [1]
+    const bool steps_axis = axis.is_number_integer() && (axis.get<int64_t>() == 1 || axis.get<int64_t>() == -2);
+    if (!steps_axis) c.fail("attention_axes " + axes->dump() + " is not supported (attention over the steps axis, 1)");
   }
   const int64_t batch = query.value->type.shape[0], queries = query.value->type.shape[1];
   const int64_t keys = key.value->type.shape[1];
