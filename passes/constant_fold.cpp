@@ -12,7 +12,21 @@
 // (integer division by zero: that stays a run-time error, never a compile failure), and results
 // so much larger than their operands that folding would bloat the model (a scalar broadcast to
 // a huge tensor).
+//
+// A node with one constant operand folds when the constant makes it the identity: mul(x, 1),
+// mul(1, x) and div(x, 1) are x exactly in IEEE arithmetic (±0, ±inf and NaN included) and in
+// integer arithmetic, when the constant does not broadcast x to a larger shape. Exporters write
+// them (PyTorch 1.13 scales the attention mask by 1).
+//
+// Then equal small constants become one (dtype, shape and every bit of the data equal, up to
+// kMaxMergedElements elements): an exporter writes the same scalar or mask constant once per
+// layer, and nodes that read different copies of it are not identical to cse, which runs next.
+// Graph outputs are not merged.
+// The inference pipeline only: training updates every float parameter on its own.
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ir/diagnostic.h"
@@ -70,6 +84,52 @@ std::string refusal(const ir::Node& node) {
   return {};
 }
 
+// The operand `node` passes through unchanged because its other operand is a constant 1, or
+// nullptr.
+ir::Value* identity_operand(const ir::Node& node) {
+  if (node.op != ir::OpId::Mul && node.op != ir::OpId::Div) return nullptr;
+  for (size_t i = node.op == ir::OpId::Div ? 1 : 0; i < 2; ++i) {
+    const ir::Value* one = node.inputs[i];
+    ir::Value* x = node.inputs[1 - i];
+    if (one->role != ir::ValueRole::Parameter || !one->data || x->type != node.results[0]->type) continue;
+    const std::vector<double> values = one->data->to_doubles();
+    if (std::all_of(values.begin(), values.end(), [](double v) { return v == 1.0; })) return x;
+  }
+  return nullptr;
+}
+
+// Constants of at most this many elements are merged when equal. Exporters repeat scalars,
+// masks and shape vectors per layer; large weights they deduplicate themselves (PyTorch's
+// exporter shares equal initializers), and hashing them all would cost compile time.
+constexpr int64_t kMaxMergedElements = 4096;
+
+// Equal small constants read as the first of them; the others, unread, are erased. Returns
+// whether any was merged.
+bool merge_equal_constants(ir::Graph& graph, PassContext& context) {
+  std::unordered_map<std::string, ir::Value*> first_with_data;
+  Replacements replacements;
+  for (const auto& value : graph.values()) {
+    // A graph output keeps its own parameter, and with it its name.
+    if (value->role != ir::ValueRole::Parameter || !value->data ||
+        ir::num_elements(value->type.shape) > kMaxMergedElements || graph.is_output(value.get()))
+      continue;
+    const std::vector<double> data = value->data->to_doubles();
+    std::string key = value->type.to_string() + ":";
+    key.append(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(double));
+    auto [it, inserted] = first_with_data.emplace(std::move(key), value.get());
+    if (inserted) continue;
+    if (!context.take_fuel(kPass, fmt::format("read %{} for %{}: equal constants", it->second->name,
+                                              value->name)))
+      continue;
+    replacements.emplace(value.get(), it->second);
+  }
+  if (replacements.empty()) return false;
+  for (const auto& node : graph.nodes()) rewrite_operands(*node, replacements);
+  rewrite_outputs(graph, replacements);
+  graph.erase_parameters([&](const ir::Value& value) { return replacements.count(&value) > 0; });
+  return true;
+}
+
 }  // namespace
 
 bool ConstantFold::run(ir::Graph& graph, PassContext& context) {
@@ -82,6 +142,15 @@ bool ConstantFold::run(ir::Graph& graph, PassContext& context) {
   for (ir::Node* node : nodes) {
     // Folded operands are parameters already once their replacements are read.
     rewrite_operands(*node, replacements);
+    if (ir::Value* x = identity_operand(*node)) {
+      if (!context.take_fuel(kPass, fmt::format("replace {} by %{}: {} by the constant 1 is the identity",
+                                                who(*node), x->name,
+                                                node->op == ir::OpId::Mul ? "multiplication" : "division")))
+        continue;
+      replacements.emplace(node->results[0], x);
+      folded.insert(node);
+      continue;
+    }
     if (!all_operands_are_parameters(*node)) continue;
     if (std::string why = refusal(*node); !why.empty()) {
       context.debug(kPass, fmt::format("not folding {}: {}", who(*node), why));
@@ -123,10 +192,12 @@ bool ConstantFold::run(ir::Graph& graph, PassContext& context) {
     }
     folded.insert(node);
   }
-  if (folded.empty()) return false;
-  rewrite_outputs(graph, replacements);
-  graph.erase_nodes([&](const ir::Node& node) { return folded.count(&node) > 0; });
-  return true;
+  if (!folded.empty()) {
+    rewrite_outputs(graph, replacements);
+    graph.erase_nodes([&](const ir::Node& node) { return folded.count(&node) > 0; });
+  }
+  const bool merged = merge_equal_constants(graph, context);
+  return !folded.empty() || merged;
 }
 
 }  // namespace kiln::passes
