@@ -38,10 +38,10 @@ double seconds_since(Clock::time_point start) {
 
 // The inference pipeline without the passes that bake parameters into the program: the
 // evaluation graph reads the parameters training changes.
-const std::vector<std::string> kEvalPipeline = {"canonicalize", "fuse-gelu", "fuse-attention", "cse", "dce",
-                                                "fuse-attention-views", "fuse-conv-bias-relu",
-                                                "fuse-gemm-views", "fuse-norm-prologue", "fuse-elementwise",
-                                                "plan-memory"};
+const std::vector<std::string> kEvalPipeline = {
+    "canonicalize", "fuse-gelu", "fuse-attention", "cse", "dce", "fuse-attention-views",
+    "fuse-conv-bias-relu", "fuse-gemm-views", "fuse-norm-residual", "fuse-norm-prologue",
+    "fuse-elementwise", "plan-memory"};
 
 void run_pipeline(ir::Graph& graph, const std::vector<std::string>& passes,
                   std::vector<std::pair<std::string, std::string>>* decisions = nullptr) {

@@ -21,57 +21,12 @@ namespace {
 
 constexpr std::string_view kPass = "fuse-norm-prologue";
 
-// The GEMM that `consumer` computes first: the node itself, or an epilogue kernel's anchor.
-const ir::Node* dense_of(const ir::Node& consumer) {
-  if (!consumer.is_kernel()) return fusion::is_rows_gemm(consumer) ? &consumer : nullptr;
-  if (ir::kernel_kind(consumer) != ir::kEpilogueKernel) return nullptr;
-  // After the view ops the GEMM reads its rows through (fuse-gemm-views), if any.
-  for (const auto& node : consumer.body->nodes()) {
-    if (ir::is_view_op(node->op)) continue;
-    return fusion::is_rows_gemm(*node) ? node.get() : nullptr;
-  }
-  return nullptr;
-}
-
 // Why `norm` cannot be `consumer`'s prologue; nullopt when it can.
 std::optional<std::string> refusal(const ir::Graph& graph, const fusion::Users& users,
                                    const ir::Node& norm) {
   const ir::Value* y = norm.results[0];
   if (auto reason = fusion::stored_value_reason(graph, y, users.of(y).size())) return reason;
-  const int64_t rank = y->type.rank();
-  const int64_t axis = std::get<int64_t>(norm.attrs.at("axis"));
-  if (axis != -1 && axis != rank - 1)
-    return fmt::format("it normalizes from axis {}, not the last axis alone", axis);
-  for (const ir::Value* operand : norm.inputs)
-    if (operand->type.dtype != ir::DType::F32) return "it is not f32";
-  const ir::Node& consumer = *users.of(y).front();
-  const ir::Node* dense = dense_of(consumer);
-  if (!dense)
-    return fusion::ref(consumer) + " is not a dense or a matmul of rows by one matrix (or such a GEMM's epilogue kernel)";
-  // Inside an epilogue kernel the dense reads the body input that stands for y, or reads it
-  // through view ops (fuse-gemm-views) that keep each row of A one whole row of y: a row-wise
-  // norm then commutes with them.
-  const ir::Value* x = dense->inputs[0];
-  if (consumer.is_kernel()) {
-    std::vector<const ir::Node*> views;
-    while (x->producer != nullptr && ir::is_view_op(x->producer->op)) {
-      views.insert(views.begin(), x->producer);
-      x = x->producer->inputs[0];
-    }
-    if (!views.empty() && !ir::gemm_rows_view(x, views, true))
-      return fusion::ref(consumer) + " reads it through views whose rows are not whole rows of it";
-    const auto& body_inputs = consumer.body->inputs;
-    for (size_t i = 0; i < body_inputs.size(); ++i)
-      if (consumer.inputs[i] == y && body_inputs[i] != x)
-        return fusion::ref(consumer) + " reads it as another operand than the dense's rows";
-    bool rows = false;
-    for (size_t i = 0; i < body_inputs.size(); ++i) rows |= body_inputs[i] == x && consumer.inputs[i] == y;
-    if (!rows) return fusion::ref(consumer) + " reads it as another operand than the dense's rows";
-  } else if (x != y || dense->inputs[1] == y || (dense->inputs.size() > 2 && dense->inputs[2] == y)) {
-    return fusion::ref(consumer) + " reads it as another operand than the dense's rows";
-  }
-  if (dense->inputs[0]->type.dtype != ir::DType::F32) return "the GEMM is not f32";
-  return std::nullopt;
+  return fusion::norm_prologue_refusal(norm, *users.of(y).front());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "ir/kernel_region.h"
 #include "ir/op_registry.h"
+#include "ir/strided_view.h"
 
 namespace kiln::passes::fusion {
 namespace {
@@ -96,6 +97,59 @@ bool is_rows_gemm(const ir::Node& node) {
   if (node.op != ir::OpId::Matmul || std::get<bool>(node.attrs.at("transpose_a"))) return false;
   const ir::Shape& b = node.inputs[1]->type.shape;
   return ir::num_elements(b, 0, b.size() - 2) == 1;
+}
+
+const ir::Node* rows_gemm_of(const ir::Node& consumer) {
+  if (!consumer.is_kernel()) return is_rows_gemm(consumer) ? &consumer : nullptr;
+  if (ir::kernel_kind(consumer) != ir::kEpilogueKernel) return nullptr;
+  for (const auto& node : consumer.body->nodes()) {
+    if (ir::is_view_op(node->op) || node->op == ir::OpId::LayerNorm || node->op == ir::OpId::RmsNorm) continue;
+    return is_rows_gemm(*node) ? node.get() : nullptr;
+  }
+  return nullptr;
+}
+
+std::optional<std::string> recomputed_norm_refusal(const ir::Node& norm) {
+  const int64_t rank = norm.results[0]->type.rank();
+  const int64_t axis = std::get<int64_t>(norm.attrs.at("axis"));
+  if (axis != -1 && axis != rank - 1)
+    return fmt::format("it normalizes from axis {}, not the last axis alone", axis);
+  for (const ir::Value* operand : norm.inputs)
+    if (operand->type.dtype != ir::DType::F32) return "it is not f32";
+  return std::nullopt;
+}
+
+std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir::Node& consumer) {
+  if (auto reason = recomputed_norm_refusal(norm)) return reason;
+  const ir::Value* y = norm.results[0];
+  const ir::Node* dense = rows_gemm_of(consumer);
+  if (!dense)
+    return ref(consumer) + " is not a dense or a matmul of rows by one matrix (or such a GEMM's epilogue kernel)";
+  // Inside an epilogue kernel the dense reads the body input that stands for y, or reads it
+  // through view ops (fuse-gemm-views) that keep each row of A one whole row of y: a row-wise
+  // norm then commutes with them.
+  const ir::Value* x = dense->inputs[0];
+  if (consumer.is_kernel()) {
+    std::vector<const ir::Node*> views;
+    while (x->producer != nullptr && ir::is_view_op(x->producer->op)) {
+      views.insert(views.begin(), x->producer);
+      x = x->producer->inputs[0];
+    }
+    if (!views.empty() && !ir::gemm_rows_view(x, views, true))
+      return ref(consumer) + " reads it through views whose rows are not whole rows of it";
+    const auto& body_inputs = consumer.body->inputs;
+    bool rows = false;
+    for (size_t i = 0; i < body_inputs.size(); ++i) {
+      if (consumer.inputs[i] != y) continue;
+      if (body_inputs[i] != x) return ref(consumer) + " reads it as another operand than the dense's rows";
+      rows = true;
+    }
+    if (!rows) return ref(consumer) + " reads it as another operand than the dense's rows";
+  } else if (x != y || dense->inputs[1] == y || (dense->inputs.size() > 2 && dense->inputs[2] == y)) {
+    return ref(consumer) + " reads it as another operand than the dense's rows";
+  }
+  if (dense->inputs[0]->type.dtype != ir::DType::F32) return "the GEMM is not f32";
+  return std::nullopt;
 }
 
 int channel_axis(const ir::Node& gemm) {

@@ -46,6 +46,22 @@ bool is_gemm(const ir::Node& node);
 // rows), as ONNX exports a Linear layer. What a norm prologue and row views need.
 bool is_rows_gemm(const ir::Node& node);
 
+// The GEMM an epilogue kernel computes first (after the view ops its rows come through, and
+// any norm recomputed for its epilogue), when it is a rows GEMM (is_rows_gemm); for a plain
+// node, the node itself when it is one. nullptr otherwise.
+const ir::Node* rows_gemm_of(const ir::Node& consumer);
+
+// Why `norm` (a layer_norm or rms_norm) cannot be normalized by `consumer` as the GEMM prologue
+// of fuse-norm-prologue: the norm must normalize the last axis alone, in f32, and `consumer`
+// must be a rows GEMM (or such a GEMM's epilogue kernel) that reads it as its rows only,
+// directly or through views that keep each row of A one whole row of the norm. nullopt when it
+// can. Whether the norm has other readers is the caller's question.
+std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir::Node& consumer);
+
+// Why `norm`'s result cannot be recomputed where it is read, as the GEMM prologue and the
+// residual epilogue operand do: only a norm over the last axis alone, in f32. nullopt when it can.
+std::optional<std::string> recomputed_norm_refusal(const ir::Node& norm);
+
 // The axis of a conv2d/dense/matmul result that a bias indexes: 1 for conv2d (NCHW), the last
 // for dense and matmul. What the GEMM template calls the channel.
 int channel_axis(const ir::Node& gemm);

@@ -16,7 +16,7 @@ BodyWriter& BodyWriter::line(std::string_view text) {
 BodyWriter& BodyWriter::comment(std::string_view text) { return line("// " + std::string(text)); }
 
 BodyWriter& BodyWriter::open(std::string_view text) {
-  line(std::string(text) + " {");
+  line(text.empty() ? std::string("{") : std::string(text) + " {");  // "" opens a bare scope
   ++depth_;
   return *this;
 }

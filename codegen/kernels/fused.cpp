@@ -332,34 +332,43 @@ std::string epilogue_index(const ir::Node& node, const ir::Value* operand,
   return "channel";  // fuse-conv-bias-relu checked that it is per output channel
 }
 
-// A layer_norm or rms_norm before a dense (passes/fuse_norm_prologue.cpp): before the K loop the
-// block computes the statistics of its kTileM rows, four neighbouring threads per row (two
-// shuffle steps to combine them), two passes as the layer_norm kernel (the mean, then centred
-// squares), into shared memory; A is then normalized as it is staged. Every thread reaches the
-// shuffles and the barrier: rows past kM sum nothing.
 // The position of row `row` of A in its kernel operand: `row * kK`, or through the views the
 // GEMM reads its rows by (fuse-gemm-views).
 using RowPosition = std::function<std::string(const std::string& row)>;
 
 std::string row_major(const std::string& row) { return "(" + row + ") * kK"; }
 
-void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& names,
-                       const RowPosition& row_at = row_major) {
+bool is_norm(const ir::Node& node) {
+  return node.op == ir::OpId::LayerNorm || node.op == ir::OpId::RmsNorm;
+}
+
+// Row statistics of a layer_norm or rms_norm the GEMM recomputes (a prologue norm, or a norm
+// its epilogue reads as the residual): before the K loop the block computes the mean and
+// 1/rms of its kTileM rows of the norm's input, four neighbouring threads per row (two shuffle
+// steps to combine them), two passes as the layer_norm kernel (the mean, then centred
+// squares), into `<prefix>_mean` and `<prefix>_rstd` (kTileM floats each, in extra_smem from
+// `slot`). `row_at` gives a row's position in the input, `length` the constant that is the
+// normalized axis's size. Every thread reaches the shuffles and the barrier: rows past kM sum
+// nothing.
+void add_row_statistics(nn::GemmSpec& spec, const ir::Node& norm, const Names& names,
+                        const std::string& prefix, uint32_t slot, const RowPosition& row_at,
+                        const std::string& length, const std::string& role) {
   const bool rms = norm.op == ir::OpId::RmsNorm;
   const std::string x = names.param(norm.inputs[0]);
-  const std::string scale = names.param(norm.inputs[1]);
-  const std::string bias = rms ? "" : names.param(norm.inputs[2]);
-  KILN_CHECK(!x.empty() && !scale.empty() && (rms || !bias.empty()))
-      << norm.describe() << ": a prologue norm reads kernel operands only";
+  KILN_CHECK(!x.empty() && !names.param(norm.inputs[1]).empty() &&
+             (rms || !names.param(norm.inputs[2]).empty()))
+      << norm.describe() << ": a recomputed norm reads kernel operands only";
   constexpr int kThreadsPerRow = nn::kGemmThreads / nn::kGemmTileM;
   static_assert(kThreadsPerRow == 4, "two shuffle steps combine a row's partial sums");
   const double epsilon = std::get<double>(norm.attrs.at("epsilon"));
   BodyWriter w(0);
-  w.comment(fmt::format("Prologue: {} normalizes the rows of A. Four threads per row of the block",
-                        norm.describe()));
+  w.comment(fmt::format("{}: {} {}. Four threads per row of the block", role, norm.describe(),
+                        role == "Prologue" ? "normalizes the rows of A"
+                                           : "is recomputed for the residual the epilogue adds"));
   w.comment("sum their quarter of it; the mean and 1/rms of each row go to shared memory.");
-  w.line("float* norm_mean = extra_smem;  // [kTileM]");
-  w.line("float* norm_rstd = norm_mean + kTileM;  // [kTileM]");
+  w.line("float* {}_mean = extra_smem + {};  // [kTileM]", prefix, slot);
+  w.line("float* {0}_rstd = {0}_mean + kTileM;  // [kTileM]", prefix);
+  w.open("");
   w.line("const int stat_row = threadIdx.x / {};", kThreadsPerRow);
   w.line("const int stat_part = threadIdx.x % {};", kThreadsPerRow);
   w.line("const index_t stat_global_row = block_row + stat_row;");
@@ -370,7 +379,7 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
   const auto row_sum = [&](const std::string& var, const std::string& value, bool squared) {
     w.line("float {} = 0.0f;", var);
     w.open("if (stat_inside)");
-    w.open("for (index_t k = stat_part; k < kK; k += {})", kThreadsPerRow);
+    w.open("for (index_t k = stat_part; k < {}; k += {})", length, kThreadsPerRow);
     w.line("const float value = {};", value);
     w.line("{} += {};", var, squared ? "value * value" : "value");
     w.close();
@@ -382,21 +391,38 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
     w.line("const float stat_mean = 0.0f;  // rms_norm does not centre");
   } else {
     row_sum("stat_sum", element, false);
-    w.line("const float stat_mean = stat_sum / static_cast<float>(kK);");
+    w.line("const float stat_mean = stat_sum / static_cast<float>({});", length);
   }
   w.comment("Centred squares, as the layer_norm kernel sums them (no cancellation).");
   row_sum("stat_squares", element + " - stat_mean", true);
   w.open("if (stat_part == 0)");
-  w.line("norm_mean[stat_row] = stat_mean;");
-  w.line("norm_rstd[stat_row] = 1.0f / sqrtf(stat_squares / static_cast<float>(kK) + {});",
-         literal(ir::DType::F32, epsilon));
+  w.line("{}_mean[stat_row] = stat_mean;", prefix);
+  w.line("{}_rstd[stat_row] = 1.0f / sqrtf(stat_squares / static_cast<float>({}) + {});", prefix,
+         length, literal(ir::DType::F32, epsilon));
   w.close();
   w.line("__syncthreads();  // every row's statistics are in before the first tile");
+  w.close();
   spec.a.setup += w.take();
-  spec.extra_shared_slots = 2 * nn::kGemmTileM;
+  spec.extra_shared_slots = std::max(spec.extra_shared_slots, slot + 2 * nn::kGemmTileM);
+}
+
+// `norm` applied to element (position, index k) of its input, with the statistics of
+// add_row_statistics for the block's row `row`.
+std::string normalized(const ir::Node& norm, const Names& names, const std::string& prefix,
+                       const std::string& position, const std::string& k) {
   const std::string local = "(row - block_row)";
-  spec.a.fetch = fmt::format("value = ({}[{} + k] - norm_mean[{}]) * norm_rstd[{}] * {}[k]{};",
-                             x, row_at("row"), local, local, scale, rms ? "" : " + " + bias + "[k]");
+  const bool rms = norm.op == ir::OpId::RmsNorm;
+  return fmt::format("({}[{}] - {}_mean[{}]) * {}_rstd[{}] * {}[{}]{}", names.param(norm.inputs[0]),
+                     position, prefix, local, prefix, local, names.param(norm.inputs[1]), k,
+                     rms ? "" : " + " + names.param(norm.inputs[2]) + "[" + k + "]");
+}
+
+// A layer_norm or rms_norm before a dense (passes/fuse_norm_prologue.cpp): its statistics
+// before the K loop, and A normalized as it is staged.
+void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& names,
+                       const RowPosition& row_at) {
+  add_row_statistics(spec, norm, names, "norm", 0, row_at, "kK", "Prologue");
+  spec.a.fetch = "value = " + normalized(norm, names, "norm", row_at("row") + " + k", "k") + ";";
   spec.note += "; " + norm.describe() + " as a prologue (rows normalized as they are staged)";
 }
 
@@ -404,11 +430,15 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   const ir::Node& kernel = request.node;
   const Names names(kernel, request.input_params);
   BodyPlan plan = plan_in;
-  const ir::Node* norm = nullptr;
-  if (plan.compute.front()->op == ir::OpId::LayerNorm || plan.compute.front()->op == ir::OpId::RmsNorm) {
-    norm = plan.compute.front();
-    plan.compute.erase(plan.compute.begin());
-  }
+  // Norms the kernel recomputes (their results are never stored): the one the GEMM reads as
+  // its rows is its prologue (fuse-norm-prologue), the others are residuals its epilogue reads
+  // (fuse-norm-residual). Their statistics come first; they are not epilogue steps.
+  std::vector<const ir::Node*> norms;
+  std::erase_if(plan.compute, [&](const ir::Node* node) {
+    if (!is_norm(*node)) return false;
+    norms.push_back(node);
+    return true;
+  });
   // View ops before the GEMM make its rows out of a kernel operand (or of the norm's rows): the
   // GEMM reads A through their strided view (fuse-gemm-views).
   std::vector<const ir::Node*> row_views;
@@ -417,6 +447,15 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     plan.compute.erase(plan.compute.begin());
   }
   const ir::Node& anchor = *plan.compute.front();
+  const ir::Value* a_source = row_views.empty() ? anchor.inputs[0] : row_views.front()->inputs[0];
+  const ir::Node* norm = nullptr;
+  std::vector<const ir::Node*> residual_norms;
+  for (const ir::Node* n : norms) {
+    if (n->results[0] == a_source && !norm)
+      norm = n;
+    else
+      residual_norms.push_back(n);
+  }
   const ir::Value* rows = norm ? norm->results[0] : row_views.empty() ? nullptr : row_views.front()->inputs[0];
   const ir::Value* rows_param = norm ? norm->inputs[0] : rows;  // the kernel operand A comes from
   KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows};
@@ -445,13 +484,23 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   std::vector<const ir::Node*> out_views;
   for (size_t n = 1; n < plan.compute.size(); ++n)
     if (ir::is_view_op(plan.compute[n]->op)) out_views.push_back(plan.compute[n]);
+  std::optional<ir::StridedView> out_view;
   if (!out_views.empty()) {
-    const std::optional<ir::StridedView> view = ir::gemm_output_view(anchor.results[0], out_views);
-    if (!view || spec.batch != 1 || !spec.a.k_contiguous)
+    out_view = ir::gemm_output_view(anchor.results[0], out_views);
+    if (!out_view || spec.batch != 1 || !spec.a.k_contiguous)
       throw Error(kernel.loc.render(), kernel.describe() + ": its epilogue's views do not keep the GEMM's rows "
                                                            "whole with columns at stride 1");
-    spec.out_index = ir::row_position(*view, "row") + " + col";
+    spec.out_index = ir::row_position(*out_view, "row") + " + col";
   }
+  // A residual norm's statistics slots in extra_smem (after the prologue's), and the position
+  // of a result row in the layout it is read with.
+  uint32_t next_slot = norm ? 2 * nn::kGemmTileM : 0;
+  int residuals = 0;
+  const auto residual_norm = [&](const ir::Value* input) -> const ir::Node* {
+    for (const ir::Node* n : residual_norms)
+      if (n->results[0] == input) return n;
+    return nullptr;
+  };
   bool past_views = false;
   for (size_t n = 1; n < plan.compute.size(); ++n) {
     const ir::Node& node = *plan.compute[n];
@@ -465,7 +514,23 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ir::Value* input = node.inputs[i];
       std::string arg = "value";
-      if (input != running) {
+      if (const ir::Node* recomputed = residual_norm(input)) {
+        // A residual recomputed from the norm's input: row statistics before the K loop, then
+        // each element normalized as it is read. Its rows are the result's rows (the norm
+        // normalizes the GEMM's columns), in the GEMM's layout or the views' final one.
+        if (input->type.shape != running->type.shape || spec.batch != 1 || anchor.op == ir::OpId::Conv2d)
+          throw Error(kernel.loc.render(), kernel.describe() + ": " + recomputed->describe() +
+                                               " must be a residual of a dense's or matmul's [rows, columns] result");
+        const bool final_layout = past_views;
+        const RowPosition residual_row = [&](const std::string& row) {
+          return final_layout ? "(" + ir::row_position(*out_view, row) + ")" : "(" + row + ") * kN";
+        };
+        const std::string prefix = fmt::format("residual_norm{}", residuals++);
+        add_row_statistics(spec, *recomputed, names, prefix, next_slot, residual_row, "kN", "Residual");
+        next_slot += 2 * nn::kGemmTileM;
+        arg = normalized(*recomputed, names, prefix, residual_row("row") + " + col", "col");
+        spec.note += "; " + recomputed->describe() + " recomputed as the residual";
+      } else if (input != running) {
         const std::string param = names.param(input);
         KILN_CHECK(!param.empty()) << node.describe() << " reads a value the epilogue lost";
         std::string index = epilogue_index(node, input, running->type.shape);

@@ -130,7 +130,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.line("{0}* a_tile = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
   w.line("{}* b_tile = a_tile + kTileK * kATileStride;", spec.value_type);
   if (spec.extra_shared_slots > 0)
-    w.line("{}* extra_smem = b_tile + kTileK * kBTileStride;  // the prologue's", spec.value_type);
+    w.line("{}* extra_smem = b_tile + kTileK * kBTileStride;  // row statistics of recomputed norms", spec.value_type);
   w.blank();
   w.line("const int thread_m = threadIdx.x / kThreadsN;");
   w.line("const int thread_n = threadIdx.x % kThreadsN;");

@@ -84,8 +84,8 @@ struct GemmSpec {
   // What tiles, accumulators and `value` hold: float, or double when an operand or the result is
   // f64 (the same tiling; the shared tiles take twice the bytes).
   std::string value_type = "float";
-  // Shared memory a prologue (a.setup) uses after both tiles, in value_type slots; it starts at
-  // `extra_smem` (declared by the template).
+  // Shared memory the setup (a.setup: the row statistics of a prologue or residual norm) uses
+  // after both tiles, in value_type slots; it starts at `extra_smem` (declared by the template).
   uint32_t extra_shared_slots = 0;
   std::string note;  // the algorithm, for the kernel's comment
 };

@@ -34,7 +34,7 @@ ALL_OPSETS = list(range(11, 18))
 
 class Spec:
     def __init__(self, opsets, size, batch=1, host=False, kernels_like=None, build=None,
-                 attention=0, dynamic=False):
+                 attention=0, max_kernels=None, dynamic=False):
         self.opsets = opsets          # torch.onnx.export opset_version, one export each
         self.size = size              # the image is BATCHx3xSIZExSIZE
         self.batch = batch            # the export traces one image: a larger batch is symbolic
@@ -43,6 +43,7 @@ class Spec:
         self.build = build            # (model, {input: tensor}) for models that take more than
                                       # an image; None: the torchvision model of that name
         self.attention = attention    # attention kernels the compiled model must have
+        self.max_kernels = max_kernels  # kernels it may have at most (five per encoder layer)
         self.dynamic = dynamic        # also run with the batch dynamic (--dim batch=BOUND)
 
 
@@ -100,10 +101,14 @@ ZOO = {
     "densenet121": Spec([13], 64),
     "resnet50": Spec([17], 64, kernels_like="examples/resnet50.json"),
     "vgg11": Spec([14], 224),
-    # Transformers: one attention kernel per encoder layer (passes/fuse_attention.cpp).
-    "vit_b_16": Spec([17], 32, batch=2, host=True, build=vit_b_16, attention=12, dynamic=True),
+    # Transformers: one attention kernel and five kernels per encoder layer
+    # (docs/transformers.md); ViT adds the patch embedding, class token, position embedding and
+    # head, the text encoder the embedding, the padding mask and the head.
+    "vit_b_16": Spec([17], 32, batch=2, host=True, build=vit_b_16, attention=12, max_kernels=65,
+                     dynamic=True),
     "convnext_tiny": Spec([17], 32, batch=2, host=True, dynamic=True),
-    "text_encoder": Spec([17], 0, host=True, build=text_encoder, attention=2, dynamic=True),
+    "text_encoder": Spec([17], 0, host=True, build=text_encoder, attention=2, max_kernels=17,
+                         dynamic=True),
 }
 
 
@@ -243,6 +248,9 @@ def check(name, opset, spec, args, env):
         figures["kernels"] = f"{len(got)}, {len(attention)} attention"
         if len(attention) != spec.attention:
             raise Failure(f"{len(attention)} attention kernels, expected {spec.attention} (one per "
+                          f"encoder layer):\n  {' '.join(got)}")
+        if spec.max_kernels and len(got) > spec.max_kernels:
+            raise Failure(f"{len(got)} kernels, at most {spec.max_kernels} expected (five per "
                           f"encoder layer):\n  {' '.join(got)}")
 
     if spec.kernels_like:
