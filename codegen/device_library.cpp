@@ -85,6 +85,37 @@ __device__ __forceinline__ float kiln_gelu_tanh(float x) {
 __device__ __forceinline__ float kiln_max(float a, float b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ float kiln_min(float a, float b) { return (a != a || a < b) ? a : b; }
 
+// ---- tensor cores (sm_80+) -----------------------------------------------------------------
+// f32 rounded to tf32 (10 mantissa bits) to nearest, ties away from zero: cvt.rna.tf32.f32,
+// which is what the tensor cores expect their .tf32 operands to hold.
+__device__ __forceinline__ float kiln_tf32_round(float x) {
+#ifdef __CUDACC__
+  unsigned int bits;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(x));
+  return __uint_as_float(bits);
+#else
+  unsigned int bits = static_cast<unsigned int>(__float_as_int(x));
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;  // not inf/NaN
+  return __int_as_float(static_cast<int>(bits));
+#endif
+}
+
+// d += a * b for one 16x8x8 tile held by the whole warp in the PTX ISA's fragment layouts
+// ("Matrix Fragments for mma.m16n8k8"): a[4] and b[2] hold tf32 bit patterns, d[4] floats. On
+// the host a warp collective computes the tile from every lane's fragments.
+__device__ __forceinline__ void kiln_mma_tf32_m16n8k8(float* d, const unsigned int* a,
+                                                      const unsigned int* b) {
+#ifdef __CUDACC__
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  kiln_host_mma_tf32_m16n8k8(d, a, b);
+#endif
+}
+
 // ---- warp reductions (full warp, all 32 lanes active) ------------------------------------------
 __device__ __forceinline__ float kiln_warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

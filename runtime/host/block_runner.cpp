@@ -324,8 +324,9 @@ void BlockRunner::fail_disagreement(const GpuThread& thread, uint32_t other) con
 
 void BlockRunner::fail_strict_collective(const GpuThread& thread, const std::string& what) const {
   const WarpPost& mine = posts_[thread.linear];
-  fail(fmt::format("strict: {} (line {}) in warp {}: {}", warp_op_name(mine.op), mine.line,
-                   thread.linear / kWarpSize, what));
+  // Shuffles fail here in strict mode only; an mma.sync of part of a warp always does.
+  fail(fmt::format("{}{} (line {}) in warp {}: {}", spec_.options.strict ? "strict: " : "",
+                   warp_op_name(mine.op), mine.line, thread.linear / kWarpSize, what));
 }
 
 uint32_t BlockRunner::lanes_present(uint32_t warp) const {

@@ -63,8 +63,20 @@ enum {
   KILN_HOST_WARP_REDUCE_MAX_U32 = 12,
   KILN_HOST_WARP_REDUCE_AND = 13,
   KILN_HOST_WARP_REDUCE_OR = 14,
-  KILN_HOST_WARP_REDUCE_XOR = 15
+  KILN_HOST_WARP_REDUCE_XOR = 15,
+  // Tensor-core matrix multiply-accumulate, mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32:
+  // the value is a kiln_host_mma_fragments* of the lane.
+  KILN_HOST_WARP_MMA_TF32_M16N8K8 = 16
 };
+
+// One lane's fragments of an mma.sync (the PTX ISA's layouts, "Matrix Fragments for
+// mma.m16n8k8"): a[4] and b[2] are .tf32 bit patterns, d[4] the accumulators, read as C and
+// overwritten with D.
+typedef struct kiln_host_mma_fragments {
+  const unsigned int* a;
+  const unsigned int* b;
+  float* d;
+} kiln_host_mma_fragments;
 
 struct kiln_host_thread;
 
@@ -199,6 +211,15 @@ static inline int __any_sync(unsigned int mask, int p, int line = __builtin_LINE
 }
 static inline int __all_sync(unsigned int mask, int p, int line = __builtin_LINE()) {
   return static_cast<int>(kiln_host_warp(KILN_HOST_WARP_ALL, mask, p != 0, 0, 32, line));
+}
+
+// d += a * b for one m16n8k8 tile, a warp collective of all 32 lanes
+// (runtime/host/warp_collective.cpp computes it from every lane's fragments).
+static inline void kiln_host_mma_tf32_m16n8k8(float* d, const unsigned int* a, const unsigned int* b,
+                                              int line = __builtin_LINE()) {
+  kiln_host_mma_fragments fragments = {a, b, d};
+  kiln_host_warp(KILN_HOST_WARP_MMA_TF32_M16N8K8, 0xffffffffu,
+                 reinterpret_cast<unsigned long long>(&fragments), 0, 32, line);
 }
 
 // Overloads for exactly the types CUDA has, so the host accepts what NVRTC accepts.

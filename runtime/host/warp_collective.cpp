@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #define KILN_HOST_ABI_ONLY
 #include "runtime/host/kiln_host_prelude.h"
 
@@ -34,6 +36,55 @@ int shuffle_source(int op, int lane, int operand, int width) {
     }
   }
   return kKeepOwn;
+}
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 for the whole warp. Fragment layouts of
+// the PTX ISA ("Matrix Fragments for mma.m16n8k8", .tf32 and .f32), with groupID = lane >> 2
+// and threadID_in_group = lane % 4:
+//   A (16x8, row):  a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+//   B (8x8, col):   b0 (k = t, n = g), b1 (k = t + 4, n = g)
+//   C, D (16x8):    c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1)
+// The operands are read as tf32: their low 13 bits are ignored (codegen rounds them with
+// cvt.rna.tf32.f32 first). A product of two tf32 values is exact in double, and so is a sum of
+// eight of them and C up to double's rounding; D is that sum rounded once to float. The
+// hardware's order and internal precision of the sum are not specified: tests allow for it
+// (docs/tensor-cores.md derives the tolerance).
+std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
+  if (group != 0xffffffffu)
+    return fmt::format("mma.sync needs all 32 lanes of the warp, got mask 0x{:08x}", group);
+  const auto tf32 = [](uint32_t bits) {
+    float value;
+    bits &= 0xffffe000u;
+    std::memcpy(&value, &bits, sizeof value);
+    return static_cast<double>(value);
+  };
+  double a[16][8], b[8][8], c[16][8];
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    const auto* f = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value);
+    const int g = lane >> 2, t = lane & 3;
+    a[g][t] = tf32(f->a[0]);
+    a[g + 8][t] = tf32(f->a[1]);
+    a[g][t + 4] = tf32(f->a[2]);
+    a[g + 8][t + 4] = tf32(f->a[3]);
+    b[t][g] = tf32(f->b[0]);
+    b[t + 4][g] = tf32(f->b[1]);
+    c[g][2 * t] = f->d[0];
+    c[g][2 * t + 1] = f->d[1];
+    c[g + 8][2 * t] = f->d[2];
+    c[g + 8][2 * t + 1] = f->d[3];
+  }
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    auto* f = reinterpret_cast<kiln_host_mma_fragments*>(lanes[lane].value);
+    const int g = lane >> 2, t = lane & 3;
+    const int rows[4] = {g, g, g + 8, g + 8};
+    const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int r = 0; r < 4; ++r) {
+      double sum = c[rows[r]][cols[r]];
+      for (int k = 0; k < 8; ++k) sum += a[rows[r]][k] * b[k][cols[r]];
+      f->d[r] = static_cast<float>(sum);
+    }
+  }
+  return "";
 }
 
 bool is_shuffle(int op) { return op >= KILN_HOST_WARP_SHFL_IDX && op <= KILN_HOST_WARP_SHFL_XOR; }
@@ -87,6 +138,7 @@ std::string_view warp_op_name(int op) {
     case KILN_HOST_WARP_REDUCE_AND: return "__reduce_and_sync";
     case KILN_HOST_WARP_REDUCE_OR: return "__reduce_or_sync";
     case KILN_HOST_WARP_REDUCE_XOR: return "__reduce_xor_sync";
+    case KILN_HOST_WARP_MMA_TF32_M16N8K8: return "mma.sync.m16n8k8.tf32";
   }
   return "warp collective";
 }
@@ -96,6 +148,7 @@ std::string compute_collective(WarpPost* lanes, uint32_t group, bool strict) {
   for (int lane = 0; lane < kWarpSize && op < 0; ++lane)
     if (group >> lane & 1u) op = lanes[lane].op;
 
+  if (op == KILN_HOST_WARP_MMA_TF32_M16N8K8) return compute_mma_tf32_m16n8k8(lanes, group);
   if (is_shuffle(op)) {
     for (int lane = 0; lane < kWarpSize; ++lane) {
       if (!(group >> lane & 1u)) continue;
