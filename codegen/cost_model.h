@@ -39,13 +39,20 @@ int64_t unfused_bytes(const ir::Node& node);
 // A roofline: a kernel takes the longer of its compute time and its memory time.
 struct Roofline {
   const char* device;
-  double flops_per_second;
+  double flops_per_second;  // f32 on the FMA units
   double dram_bytes_per_second;
+  double tf32_flops_per_second;  // dense TF32 on tensor cores (mma.sync kernels)
 
   double compute_seconds(int64_t flops) const { return static_cast<double>(flops) / flops_per_second; }
   double memory_seconds(int64_t bytes) const { return static_cast<double>(bytes) / dram_bytes_per_second; }
   double seconds(int64_t flops, int64_t bytes) const {
     return compute_seconds(flops) > memory_seconds(bytes) ? compute_seconds(flops) : memory_seconds(bytes);
+  }
+  // The roofline of a kernel on tensor cores (Kernel::tensor_cores): the TF32 peak.
+  Roofline on_tensor_cores() const {
+    Roofline roofline = *this;
+    roofline.flops_per_second = tf32_flops_per_second;
+    return roofline;
   }
   // "compute" when the FLOPs take longer than the bytes, else "memory".
   std::string_view bound(int64_t flops, int64_t bytes) const {
@@ -55,6 +62,8 @@ struct Roofline {
 
 // NVIDIA H100 SXM5: 3.35 TB/s of HBM3 and 66.9 TFLOP/s of f32 on the CUDA cores (no tensor
 // cores: kiln's generated kernels do not use them).
-inline constexpr Roofline kH100{"H100 SXM", 66.9e12, 3.35e12};
+// NVIDIA's H100 SXM datasheet: 67 TFLOP/s FP32, 3.35 TB/s HBM3, 989 TFLOP/s TF32 with 2:4
+// sparsity, so 494.7 dense.
+inline constexpr Roofline kH100{"H100 SXM", 66.9e12, 3.35e12, 494.7e12};
 
 }  // namespace kiln::codegen

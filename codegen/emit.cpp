@@ -56,8 +56,8 @@ std::string fused_nodes_comment(const ir::Node& kernel) {
 
 class ProgramBuilder {
  public:
-  ProgramBuilder(const ir::Graph& graph, const LibrarySelection& libraries)
-      : graph_(graph), libraries_(libraries) {}
+  ProgramBuilder(const ir::Graph& graph, const LibrarySelection& libraries, Precision precision)
+      : graph_(graph), libraries_(libraries), precision_(precision) {}
 
   Program build() {
     program_.graph_name = graph_.name;
@@ -107,7 +107,7 @@ class ProgramBuilder {
       const KernelEmitter* emitter = find_kernel_emitter(node.op);
       if (emitter == nullptr) return false;
       try {
-        KernelRequest probe{node, "probe", operand_params(node), result_params(node), {}, rows};
+        KernelRequest probe{node, "probe", operand_params(node), result_params(node), {}, rows, precision_};
         return (*emitter)(probe).dynamic_grid_axis >= 0;
       } catch (const std::exception&) {
         return false;
@@ -256,7 +256,7 @@ class ProgramBuilder {
     KernelRequest request{node,
                           fmt::format("{}_{}", node.is_kernel() ? node.name : ir::to_string(node.op),
                                       kernel_index_++),
-                          operand_params(node), result_params(node), {}, {}};
+                          operand_params(node), result_params(node), {}, {}, precision_};
     if (const auto rows = dynamic_rows_.find(&node); rows != dynamic_rows_.end()) request.dynamic_rows = rows->second;
     const KernelSpec spec = (*emitter)(request);
     KILN_CHECK(spec.grid.count() > 0 && spec.block.count() > 0 && spec.block.count() <= 1024)
@@ -283,6 +283,7 @@ class ProgramBuilder {
     kernel.block = spec.block;
     kernel.dynamic_shared_bytes = spec.shared_bytes;
     kernel.uses_barriers = spec.uses_barriers;
+    kernel.tensor_cores = spec.tensor_cores;
     for (const ir::Value* input : node.inputs) kernel.args.push_back(buffer_of_.at(input));
     for (const ir::Value* result : node.results) kernel.args.push_back(buffer_of_.at(result));
     kernel.num_outputs = static_cast<int>(node.results.size());
@@ -290,7 +291,7 @@ class ProgramBuilder {
       kernel.dynamic_symbol = request.dynamic_rows->symbol;
       kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
     }
-    kernel.library = select_library_call(node, libraries_);
+    kernel.library = select_library_call(node, libraries_, precision_);
     const NodeCost cost = node_cost(node);
     kernel.flops = cost.flops;
     kernel.bytes_read = cost.bytes_read;
@@ -347,6 +348,7 @@ class ProgramBuilder {
 
   const ir::Graph& graph_;
   LibrarySelection libraries_;
+  Precision precision_;
   Program program_;
   std::unordered_map<const ir::Value*, int> buffer_of_;
   std::unordered_map<const ir::Node*, DynamicRows> dynamic_rows_;
@@ -355,8 +357,10 @@ class ProgramBuilder {
 
 }  // namespace
 
-Program emit_program(const ir::Graph& graph, const LibrarySelection& libraries) {
-  return ProgramBuilder(graph, libraries).build();
+Program emit_program(const ir::Graph& graph, const LibrarySelection& libraries, Precision precision) {
+  Program program = ProgramBuilder(graph, libraries, precision).build();
+  program.precision = precision;
+  return program;
 }
 
 }  // namespace kiln::codegen

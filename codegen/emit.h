@@ -2,6 +2,7 @@
 #pragma once
 
 #include "codegen/library_call.h"
+#include "codegen/precision.h"
 #include "codegen/program.h"
 #include "ir/graph.h"
 
@@ -18,8 +19,11 @@ namespace kiln::codegen {
 //
 // `libraries` says which vendor routines the CUDA backend may use: a conv/dense/matmul kernel
 // that one computes exactly gets Kernel::library (codegen/library_dispatch.h). The generated
-// kernel is emitted either way.
-Program emit_program(const ir::Graph& graph, const LibrarySelection& libraries = {});
+// kernel is emitted either way. `precision` says what arithmetic the GEMMs may use
+// (codegen/precision.h): with tf32 the generated conv2d/dense/matmul kernels run on tensor
+// cores, and the library calls are told they may.
+Program emit_program(const ir::Graph& graph, const LibrarySelection& libraries = {},
+                     Precision precision = Precision::F32);
 
 // Version of the emitted source's conventions; part of every cache key.
 inline constexpr int kCodegenVersion = 1;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "codegen/program.h"
+#include "codegen/precision.h"
 #include "ir/graph.h"
 
 namespace kiln::codegen {
@@ -59,6 +60,8 @@ struct KernelRequest {
   // Set when the kernel should compute only the real rows (see DynamicRows); an emitter that
   // cannot leaves KernelSpec::dynamic_grid_axis at -1 and computes every row.
   std::optional<DynamicRows> dynamic_rows;
+  // The arithmetic GEMMs may use (--precision): f32 on the FMA units, or tf32 on tensor cores.
+  Precision precision = Precision::F32;
 };
 
 struct KernelSpec {
@@ -67,6 +70,7 @@ struct KernelSpec {
   Dim3 block;
   uint32_t shared_bytes = 0; // bytes of kiln_smem the kernel uses
   bool uses_barriers = false;  // __syncthreads / __syncwarp / __shfl_*_sync
+  bool tensor_cores = false;   // the products run on tensor cores (mma.sync)
   // __launch_bounds__'s second argument when > 0. 1 lets ptxas use every register a thread may
   // have: without it, ptxas spilled a few bytes at under 64 registers in the attention kernels.
   uint32_t min_blocks_per_sm = 0;

@@ -68,6 +68,9 @@ struct LibraryCall {
   bool bias = false;
   bool residual = false;
   LibraryActivation activation = LibraryActivation::None;
+  // TF32 tensor-core math allowed (--precision=tf32): cuBLASLt's CUBLAS_COMPUTE_32F_FAST_TF32,
+  // cuDNN's tensor-op math; otherwise both are held to f32 FMA math.
+  bool tf32 = false;
 
   int x_arg = 0;        // conv: x; matmul: a
   int weight_arg = 1;   // conv: the filter; matmul: b

@@ -336,7 +336,7 @@ std::optional<LibraryCall> matmul_call(const Pattern& p, LibraryCall call, std::
 }
 
 std::optional<LibraryCall> select(const ir::Node& node, const LibrarySelection& selection,
-                                  std::string& why) {
+                                  Precision precision, std::string& why) {
   const Pattern p = match(node);
   const bool conv = p.why.empty() && p.anchor->op == ir::OpId::Conv2d;
   if (!p.why.empty())
@@ -358,7 +358,11 @@ std::optional<LibraryCall> select(const ir::Node& node, const LibrarySelection& 
   call.bias_arg = p.bias;
   call.residual_arg = p.residual;
   call.out_arg = static_cast<int>(node.inputs.size());  // the first (only) result
-  return conv ? conv_call(p, std::move(call), why) : matmul_call(p, std::move(call), why);
+  call.tf32 = precision == Precision::Tf32;
+  std::optional<LibraryCall> made =
+      conv ? conv_call(p, std::move(call), why) : matmul_call(p, std::move(call), why);
+  if (made && made->tf32) made->descriptor += " (tf32 math)";
+  return made;
 }
 
 }  // namespace
@@ -401,9 +405,9 @@ std::string library_flag_text(const LibrarySelection& selection) {
 
 std::optional<LibraryCall> select_library_call(const ir::Node& node,
                                                const LibrarySelection& selection,
-                                               std::string* why_not) {
+                                               Precision precision, std::string* why_not) {
   std::string why;
-  std::optional<LibraryCall> call = select(node, selection, why);
+  std::optional<LibraryCall> call = select(node, selection, precision, why);
   if (why_not != nullptr) *why_not = call ? std::string() : why;
   return call;
 }

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "codegen/library_call.h"
+#include "codegen/precision.h"
 #include "ir/graph.h"
 
 namespace kiln::codegen {
@@ -30,9 +31,11 @@ std::string library_flag_text(const LibrarySelection& selection);
 
 // The library call that computes `node` (as emit_program makes its kernel: Kernel::args are
 // the node's operands, then its results), or nullopt; `why_not`, when given, then says why
-// ("leaky_relu after dense: cuBLASLt has no such epilogue").
+// ("leaky_relu after dense: cuBLASLt has no such epilogue"). With Precision::Tf32 the call
+// may use TF32 tensor-core math (LibraryCall::tf32).
 std::optional<LibraryCall> select_library_call(const ir::Node& node,
                                                const LibrarySelection& selection,
+                                               Precision precision = Precision::F32,
                                                std::string* why_not = nullptr);
 
 }  // namespace kiln::codegen

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codegen/library_call.h"  // LibraryCall: a kernel a vendor library computes (--library)
+#include "codegen/precision.h"
 #include "ir/dynamic_binding.h"
 #include "ir/dynamic_dims.h"
 #include "ir/shape.h"
@@ -51,6 +52,9 @@ struct Kernel {
   // True when threads of a block cooperate (__syncthreads, warp shuffles): the host backend
   // then runs them as fibers; otherwise as plain loops.
   bool uses_barriers = false;
+  // True when its products run on tensor cores (mma.sync, --precision=tf32): the cost model
+  // then counts its FLOPs against the TF32 peak.
+  bool tensor_cores = false;
   // Buffer ids (into Program::buffers), in the kernel's parameter order. Every parameter is
   // a pointer: inputs first, then the buffers it writes.
   std::vector<int> args;
@@ -104,6 +108,8 @@ struct Program {
   bool planned = false;
   int64_t naive_bytes = 0;
   int64_t lower_bound_bytes = 0;
+  // What arithmetic the GEMMs were generated for (--precision, codegen/precision.h).
+  Precision precision = Precision::F32;
 
   const Kernel* find_kernel(std::string_view name) const;
   // The buffer id of each input (or parameter, ...) in graph order; a gap or a repeated

@@ -45,6 +45,7 @@ struct Options {
   bool json = false;
   CacheFlags cache;
   LibraryFlag library;
+  PrecisionFlag precision;
   PipelineFlags pipeline;
   InputShapeFlag input_shapes;  // an ONNX model's symbolic dims
 };
@@ -216,7 +217,9 @@ Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::Kerne
   }
   const runtime::ExecutableOptions exe = executable_options(options, cache);
   codegen::Program program = timer.time(
-      "codegen", [&] { return codegen::emit_program(*graph, options.library.selection()); });
+      "codegen", [&] {
+        return codegen::emit_program(*graph, options.library.selection(), options.precision.value());
+      });
   prepared.planned_bytes = planned_bytes(program);
   std::vector<ir::Tensor> parameters;
   for (const ir::Value* param : graph->parameters) parameters.push_back(*param->data);
@@ -267,6 +270,9 @@ int bench(Options options) {
     std::string why;
     options.backend = runtime::cuda::cuda_available(&why) ? "cuda" : "host";
   }
+  if (runtime::is_package_file(options.model) && options.precision.value() != codegen::Precision::F32)
+    throw Error("--precision", "a package is already compiled (kiln compile --precision chooses "
+                               "it); pass the model to choose the precision here");
   PhaseTimer timer;
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   Prepared prepared = runtime::is_package_file(options.model)
@@ -366,6 +372,7 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", options->json, "print one JSON object instead of text");
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
+  options->precision.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
   options->input_shapes.add_to(*cmd);
   return {cmd, [options]() { return bench(*options); }};

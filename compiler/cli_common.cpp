@@ -122,6 +122,19 @@ void LibraryFlag::add_to(CLI::App& command) {
       ->capture_default_str();
 }
 
+void PrecisionFlag::add_to(CLI::App& command) {
+  command.add_option("--precision", text,
+                     "arithmetic of conv2d, dense and matmul: f32 (exact, CUDA cores) or tf32 "
+                     "(tensor cores: operands rounded to 10 mantissa bits, f32 sums; "
+                     "docs/tensor-cores.md)")
+      ->check(CLI::IsMember({"f32", "tf32"}))
+      ->capture_default_str();
+}
+
+codegen::Precision PrecisionFlag::value() const {
+  return codegen::parse_precision(text).value_or(codegen::Precision::F32);
+}
+
 codegen::LibrarySelection LibraryFlag::selection() const {
   return codegen::parse_library_flag(text);
 }

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "codegen/library_call.h"
+#include "codegen/precision.h"
 #include "compiler/import/onnx/onnx_importer.h"
 #include "compiler/trainer.h"
 #include "ir/tensor.h"
@@ -76,6 +77,16 @@ struct LibraryFlag {
   void add_to(CLI::App& command);
   // The parsed selection; kiln::Error naming the flag for a bad value.
   codegen::LibrarySelection selection() const;
+};
+
+// --precision=f32|tf32: the arithmetic of the GEMMs (codegen/precision.h). f32 (the default)
+// is exact f32 on the FMA units; tf32 runs conv2d, dense and matmul on tensor cores with
+// operands rounded to TF32, and lets the library calls do the same.
+struct PrecisionFlag {
+  std::string text = "f32";
+
+  void add_to(CLI::App& command);
+  codegen::Precision value() const;
 };
 
 // --input-shape NAME=2x3x224x224 (repeatable): sizes for an ONNX model's symbolic dims; and

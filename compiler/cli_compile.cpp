@@ -28,6 +28,7 @@ struct Options {
   std::string emit = "package";
   CacheFlags cache;
   LibraryFlag library;
+  PrecisionFlag precision;
   PipelineFlags pipeline;
   InputShapeFlag input_shapes;
   // --train
@@ -55,6 +56,7 @@ int run(const Options& options, const CLI::App& command) {
   request.archs = options.archs;
   request.ptx = !options.no_ptx;
   request.library = options.library.text;
+  request.precision = options.precision.value();
   options.library.selection();  // a bad --library fails here, naming the flag
   if (options.train) {
     if (options.pipeline.given(command))
@@ -157,6 +159,7 @@ Command add_compile_command(CLI::App& app) {
   cmd->add_flag("--timings", options->timings, "print the time of each phase on stderr");
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
+  options->precision.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
   options->input_shapes.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};

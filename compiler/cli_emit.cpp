@@ -23,6 +23,7 @@ struct Options {
   bool timings = false;
   CacheFlags cache;
   LibraryFlag library;
+  PrecisionFlag precision;
   PipelineFlags pipeline;
   InputShapeFlag input_shapes;
 };
@@ -31,7 +32,9 @@ int run(const Options& options) {
   PhaseTimer timer;
   ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, options.input_shapes.options(options.model)); });
   timer.time("passes", [&] { options.pipeline.run(graph); });
-  const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph, options.library.selection()); });
+  const codegen::Program program = timer.time("codegen", [&] {
+    return codegen::emit_program(graph, options.library.selection(), options.precision.value());
+  });
 
   std::string text;
   if (options.emit == "cuda") {
@@ -68,6 +71,7 @@ Command add_emit_command(CLI::App& app) {
   cmd->add_flag("--timings", options->timings, "print the time of each phase on stderr");
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
+  options->precision.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
   options->input_shapes.add_to(*cmd);
   return {cmd, [options]() { return run(*options); }};

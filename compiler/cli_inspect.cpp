@@ -28,6 +28,7 @@ struct Options {
   std::string program;  // of a package: inference or train_step
   CacheFlags cache;
   LibraryFlag library;
+  PrecisionFlag precision;
   PipelineFlags pipeline;
   InputShapeFlag input_shapes;
 };
@@ -45,9 +46,10 @@ void print(const Options& options, const compiler::Inspection& inspection,
 
 // A package: the report from the tables it carries, nothing recompiled.
 int inspect_package(const Options& options, const CLI::App& command) {
-  if (options.pipeline.given(command) || command.count("--arch") > 0)
-    throw Error("-O/--passes/--arch", "a package is already compiled; pass the model to choose "
-                                      "passes or archs");
+  if (options.pipeline.given(command) || command.count("--arch") > 0 ||
+      command.count("--precision") > 0)
+    throw Error("-O/--passes/--arch/--precision", "a package is already compiled; pass the model "
+                                                  "to choose passes, archs or precision");
   const runtime::Package package = runtime::read_package(options.model);
   std::string role = options.program;
   if (role.empty()) role = package.find(runtime::kTrainStepProgram) ? runtime::kTrainStepProgram
@@ -80,7 +82,8 @@ int run(const Options& options, const CLI::App& command) {
   ir::Graph graph = compiler::load_model(options.model, options.input_shapes.options(options.model));
   std::vector<std::pair<std::string, std::string>> decisions;
   options.pipeline.run(graph, &decisions);
-  const codegen::Program program = codegen::emit_program(graph, options.library.selection());
+  const codegen::Program program =
+      codegen::emit_program(graph, options.library.selection(), options.precision.value());
   const runtime::CudaBinary binary = options.cache.compile(program.source, graph.name + ".cu", options.archs);
   print(options, compiler::Inspection{program, binary, options.archs, options.pipeline.pass_names()},
         decisions);
@@ -109,6 +112,7 @@ Command add_inspect_command(CLI::App& app) {
   add_arch_option(*cmd, options->archs);
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
+  options->precision.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
   options->input_shapes.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};

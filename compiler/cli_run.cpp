@@ -36,6 +36,7 @@ struct Options {
   bool no_cuda_graph = false;
   CacheFlags cache;
   LibraryFlag library;
+  PrecisionFlag precision;
   PipelineFlags pipeline;
   InputShapeFlag input_shapes;
 };
@@ -172,7 +173,9 @@ void write_profile(const Options& options, const codegen::Program& program,
 std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
                                      const std::vector<ir::Tensor>& inputs, PhaseTimer& timer) {
   options.backend = resolve_backend(options);
-  const codegen::Program program = timer.time("codegen", [&] { return codegen::emit_program(graph, options.library.selection()); });
+  const codegen::Program program = timer.time("codegen", [&] {
+    return codegen::emit_program(graph, options.library.selection(), options.precision.value());
+  });
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   if (options.backend == "host") {
     const runtime::host::HostModule module = timer.time("compile", [&] {
@@ -224,6 +227,9 @@ std::vector<ir::Tensor> run_package(Options options, const CLI::App& command,
                                        "model itself on the reference interpreter");
   if (options.pipeline.given(command))
     throw Error("-O/--passes", "a package is already compiled; pass the model to choose passes");
+  if (command.count("--precision") > 0)
+    throw Error("--precision", "a package is already compiled (kiln compile --precision chooses "
+                               "it); pass the model to choose the precision here");
   const runtime::Package package = timer.time("load", [&] { return runtime::read_package(options.model); });
   const runtime::PackageProgram* program = package.find(runtime::kInferenceProgram);
   if (!program) throw Error(options.model, "the package has no inference program");
@@ -332,6 +338,7 @@ Command add_run_command(CLI::App& app) {
                 "cuda backend: launch kernels one by one instead of replaying a captured CUDA graph");
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
+  options->precision.add_to(*cmd);
   options->pipeline.add_to(*cmd, 1);
   options->input_shapes.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};

@@ -14,6 +14,7 @@ namespace {
 struct Options {
   compiler::TrainOptions train;
   CacheFlags cache;
+  PrecisionFlag precision;
 };
 
 int run(Options& options, const CLI::App& command) {
@@ -21,6 +22,8 @@ int run(Options& options, const CLI::App& command) {
     if (command.count(flag) > 0) options.train.compile_time_flags.push_back(flag);
   for (const char* flag : compiler::StepScalarFlags::kFlags)
     if (command.count(flag) > 0) options.train.compile_time_flags.push_back(flag);
+  if (command.count("--precision") > 0) options.train.compile_time_flags.push_back("--precision");
+  options.train.precision = options.precision.value();
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   options.train.cache = cache.get();
   options.train.verbose = options.cache.verbose;
@@ -101,6 +104,7 @@ Command add_train_command(CLI::App& app) {
                   "write every step's loss to this CSV file (step,epoch,loss), for loss curves");
   cmd->add_flag("--print-plan", t.print_plan,
                 "print the training step's kernel count and activation arena");
+  options->precision.add_to(*cmd);
   options->cache.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};
 }

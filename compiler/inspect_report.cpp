@@ -58,8 +58,9 @@ std::vector<KernelFigures> kernel_figures(const Inspection& in) {
     for (const std::string& arch : in.archs) f.archs.push_back(kernel_arch_figures(kernel, in.binary, arch));
     f.bytes = kernel.bytes_read + kernel.bytes_written;
     f.intensity = f.bytes ? static_cast<double>(kernel.flops) / static_cast<double>(f.bytes) : 0.0;
-    f.seconds = kRoofline.seconds(kernel.flops, f.bytes);
-    f.bound = kRoofline.bound(kernel.flops, f.bytes);
+    const codegen::Roofline roofline = kernel.tensor_cores ? kRoofline.on_tensor_cores() : kRoofline;
+    f.seconds = roofline.seconds(kernel.flops, f.bytes);
+    f.bound = roofline.bound(kernel.flops, f.bytes);
     figures.push_back(std::move(f));
   }
   return figures;
@@ -146,7 +147,7 @@ std::string nodes_text(const KernelFigures& f, const std::string& indent) {
 }
 
 std::string implementation_text(const codegen::Kernel& kernel) {
-  if (!kernel.library) return "generated";
+  if (!kernel.library) return kernel.tensor_cores ? "generated, tensor cores (TF32)" : "generated";
   return fmt::format("{}: {}", kernel.library->routine, kernel.library->descriptor);
 }
 
@@ -193,9 +194,13 @@ std::string format_inspection_text(const Inspection& in) {
   std::string out = fmt::format("graph @{}\n", in.program.graph_name);
   out += fmt::format("pipeline: {}\n", in.passes.empty() ? "none (-O0)" : fmt::format("{}", fmt::join(in.passes, ", ")));
   out += fmt::format("archs: {}\n", fmt::join(in.archs, ", "));
-  out += fmt::format("cost model: {} roofline, {:.2f} TB/s DRAM, {:.1f} TFLOP/s f32; every kernel argument "
+  out += fmt::format("precision: {}\n", codegen::precision_name(in.program.precision));
+  out += fmt::format("cost model: {} roofline, {:.2f} TB/s DRAM, {:.1f} TFLOP/s f32{}; every kernel argument "
                      "read or written once\n\n",
-                     kRoofline.device, kRoofline.dram_bytes_per_second / 1e12, kRoofline.flops_per_second / 1e12);
+                     kRoofline.device, kRoofline.dram_bytes_per_second / 1e12, kRoofline.flops_per_second / 1e12,
+                     in.program.precision == codegen::Precision::Tf32
+                         ? fmt::format(", {:.1f} TF32 on tensor cores", kRoofline.tf32_flops_per_second / 1e12)
+                         : "");
   out += kernel_table(in, kernels);
 
   out += "\ntotals\n";
@@ -229,9 +234,11 @@ std::string format_inspection_json(const Inspection& in) {
   json["graph"] = in.program.graph_name;
   json["pipeline"] = in.passes;
   json["archs"] = in.archs;
+  json["precision"] = std::string(codegen::precision_name(in.program.precision));
   json["roofline"] = {{"device", kRoofline.device},
                       {"dram_bytes_per_second", kRoofline.dram_bytes_per_second},
-                      {"flops_per_second", kRoofline.flops_per_second}};
+                      {"flops_per_second", kRoofline.flops_per_second},
+                      {"tf32_flops_per_second", kRoofline.tf32_flops_per_second}};
   Json list = Json::array();
   for (const KernelFigures& f : kernels) {
     const codegen::Kernel& k = f.kernel;
@@ -244,7 +251,7 @@ std::string format_inspection_json(const Inspection& in) {
                                   {"descriptor", k.library->descriptor},
                                   {"workspace_bytes", k.library->workspace_bytes}};
     } else {
-      kernel["implementation"] = {{"kind", "generated"}};
+      kernel["implementation"] = {{"kind", "generated"}, {"tensor_cores", k.tensor_cores}};
     }
     kernel["op_kind"] = k.op_kind;
     kernel["source_nodes"] = Json::array();

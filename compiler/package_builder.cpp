@@ -95,13 +95,15 @@ runtime::Package build_package(const PackageRequest& request) {
   m.model = std::filesystem::path(request.model).filename().string();
   m.model_hash = runtime::hash_text(model_bytes);
   m.archs = request.archs;
-  m.options = {{"library", request.library}, {"ptx", request.ptx}};
+  m.options = {{"library", request.library},
+               {"precision", std::string(codegen::precision_name(request.precision))},
+               {"ptx", request.ptx}};
   m.report = nlohmann::ordered_json::object();
 
   if (request.train) {
     TrainingPrograms programs = build_training_programs(request.model, request.train->batch_size,
                                                         request.train->seed, request.train->optimizer,
-                                                        libraries);
+                                                        libraries, request.precision);
     m.pipeline = passes::training_pipeline(request.train->optimizer);
     m.options["train"] = training_options_json(programs);
     m.report["fusion_decisions"] = {{std::string(runtime::kTrainStepProgram), decisions_json(programs.step_decisions)}};
@@ -120,7 +122,7 @@ runtime::Package build_package(const PackageRequest& request) {
   m.pipeline = request.pipeline;
   m.options["opt_level"] = request.opt_level;
   codegen::Program program =
-      timed(request, "codegen", [&] { return codegen::emit_program(graph, libraries); });
+      timed(request, "codegen", [&] { return codegen::emit_program(graph, libraries, request.precision); });
   package.programs.push_back(
       compile_program(request, std::string(runtime::kInferenceProgram), std::move(program)));
   for (const ir::Value* param : graph.parameters) package.weights.emplace(param->name, *param->data);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/precision.h"
 #include "compiler/import/onnx/onnx_importer.h"
 #include "ir/graph.h"
 #include "runtime/compile/kernel_cache.h"
@@ -23,6 +24,7 @@ struct PackageRequest {
   std::vector<std::string> archs = {"sm_80", "sm_90"};
   bool ptx = true;                  // false: cubins only (--no-ptx)
   std::string library = "auto";     // --library
+  codegen::Precision precision = codegen::Precision::F32;  // --precision
   // The inference pipeline: its pass names (recorded in the manifest) and how to run it
   // (the CLI's flags or the default pipeline), keeping the fusion decisions.
   int opt_level = 1;

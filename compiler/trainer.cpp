@@ -304,7 +304,8 @@ std::string optimizer_spec(const std::string& optimizer, double lr, double momen
 
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
                                          uint64_t seed, const std::string& optimizer,
-                                         const codegen::LibrarySelection& libraries) {
+                                         const codegen::LibrarySelection& libraries,
+                                         codegen::Precision precision) {
   if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
   // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
   // An imported model's symbolic batch dim starts at 1; set_batch_size gives it its size.
@@ -324,8 +325,8 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
   run_pipeline(eval_graph, kEvalPipeline);
   add_weights(step_graph, programs.weights);
   add_weights(eval_graph, programs.weights);
-  programs.step = codegen::emit_program(step_graph, libraries);
-  programs.eval = codegen::emit_program(eval_graph, libraries);
+  programs.step = codegen::emit_program(step_graph, libraries, precision);
+  programs.eval = codegen::emit_program(eval_graph, libraries, precision);
   return programs;
 }
 
@@ -465,7 +466,8 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   check_sample_shape(input_name, input_shape, test_set);
   TrainingPrograms programs =
       packaged ? std::move(*packaged)
-               : build_training_programs(options.model, batch_size, options.seed, optimizer);
+               : build_training_programs(options.model, batch_size, options.seed, optimizer, {},
+                                         options.precision);
 
   if (!options.quiet)
     out << fmt::format("kiln train: {} on {} ({} train / {} test samples), batch {}, {}, "

@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "codegen/precision.h"
 #include "compiler/training_graph.h"
 #include "runtime/executor/executable.h"
 #include "runtime/package/package.h"
@@ -37,6 +38,7 @@ struct TrainOptions {
   double weight_decay = -1;        // < 0: the optimizer's default
   StepScalarFlags step_scalars;
   std::string backend = "auto";    // auto, host, cuda
+  codegen::Precision precision = codegen::Precision::F32;  // --precision: the GEMMs' arithmetic
   std::string checkpoint;          // written after every epoch (and at the end)
   std::string resume;              // a checkpoint to continue from
   int64_t train_samples = 0;       // 0: the whole split
@@ -76,10 +78,11 @@ struct TrainingPrograms {
 std::string optimizer_spec(const std::string& optimizer, double lr, double momentum,
                            double weight_decay, const StepScalarFlags& step_scalars = {});
 // Loads `model`, builds the training step (passes::training_pipeline) and the inference graph
-// and emits both. `libraries`: as --library.
+// and emits both. `libraries`: as --library; `precision`: as --precision.
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
                                          uint64_t seed, const std::string& optimizer,
-                                         const codegen::LibrarySelection& libraries = {});
+                                         const codegen::LibrarySelection& libraries = {},
+                                         codegen::Precision precision = codegen::Precision::F32);
 
 // The training programs of a package compiled with --train (kiln::Error naming the package
 // when it has none).

@@ -114,7 +114,7 @@ using Aliases = std::vector<std::pair<std::string, std::string>>;  // alias, dec
 
 KernelRequest inner_request(const ir::Node& node, const KernelRequest& request, const Names& names,
                             Aliases& aliases) {
-  KernelRequest inner{node, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows};
+  KernelRequest inner{node, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows, request.precision};
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     const std::string param = names.param(node.inputs[i]);
     if (param.empty()) {  // computed in the kernel (fused_x)
@@ -344,48 +344,48 @@ bool is_norm(const ir::Node& node) {
 
 // Row statistics of a layer_norm or rms_norm the GEMM recomputes (a prologue norm, or a norm
 // its epilogue reads as the residual): before the K loop the block computes the mean and
-// 1/rms of its kTileM rows of the norm's input, four neighbouring threads per row (two shuffle
-// steps to combine them), two passes as the layer_norm kernel (the mean, then centred
-// squares), into `<prefix>_mean` and `<prefix>_rstd` (kTileM floats each, in extra_smem from
-// `slot`). `row_at` gives a row's position in the input, `length` the constant that is the
-// normalized axis's size. Every thread reaches the shuffles and the barrier: rows past kM sum
-// nothing.
+// 1/rms of its kTileM rows of the norm's input, kThreads / kTileM neighbouring threads per row
+// (4 with 64-row tiles, 2 with 128; shuffle steps combine them), two passes as the layer_norm
+// kernel (the mean, then centred squares), into `<prefix>_mean` and `<prefix>_rstd` (kTileM
+// floats each: arrays `first_array` and the next of extra_smem). `row_at` gives a row's
+// position in the input, `length` the constant that is the normalized axis's size. Every
+// thread reaches the shuffles and the barrier: rows past kM sum nothing.
 void add_row_statistics(nn::GemmSpec& spec, const ir::Node& norm, const Names& names,
-                        const std::string& prefix, uint32_t slot, const RowPosition& row_at,
+                        const std::string& prefix, uint32_t first_array, const RowPosition& row_at,
                         const std::string& length, const std::string& role) {
   const bool rms = norm.op == ir::OpId::RmsNorm;
   const std::string x = names.param(norm.inputs[0]);
   KILN_CHECK(!x.empty() && !names.param(norm.inputs[1]).empty() &&
              (rms || !names.param(norm.inputs[2]).empty()))
       << norm.describe() << ": a recomputed norm reads kernel operands only";
-  constexpr int kThreadsPerRow = nn::kGemmThreads / nn::kGemmTileM;
-  static_assert(kThreadsPerRow == 4, "two shuffle steps combine a row's partial sums");
   const double epsilon = std::get<double>(norm.attrs.at("epsilon"));
   BodyWriter w(0);
-  w.comment(fmt::format("{}: {} {}. Four threads per row of the block", role, norm.describe(),
+  w.comment(fmt::format("{}: {} {}. kStatThreads threads per row of the", role, norm.describe(),
                         role == "Prologue" ? "normalizes the rows of A"
                                            : "is recomputed for the residual the epilogue adds"));
-  w.comment("sum their quarter of it; the mean and 1/rms of each row go to shared memory.");
-  w.line("float* {}_mean = extra_smem + {};  // [kTileM]", prefix, slot);
+  w.comment("block sum their share of it; the mean and 1/rms of each row go to shared memory.");
+  w.line("float* {}_mean = extra_smem + {} * kTileM;  // [kTileM]", prefix, first_array);
   w.line("float* {0}_rstd = {0}_mean + kTileM;  // [kTileM]", prefix);
   w.open("");
-  w.line("const int stat_row = threadIdx.x / {};", kThreadsPerRow);
-  w.line("const int stat_part = threadIdx.x % {};", kThreadsPerRow);
+  w.line("constexpr int kStatThreads = kThreads / kTileM;");
+  w.line("const int stat_row = threadIdx.x / kStatThreads;");
+  w.line("const int stat_part = threadIdx.x % kStatThreads;");
   w.line("const index_t stat_global_row = block_row + stat_row;");
   w.line("const bool stat_inside = stat_global_row < kM;");
   const std::string element = x + "[" + row_at("stat_global_row") + " + k]";
   // `float var` = the sum over the row of `value` (an expression of k), or of its square; the
-  // row's four threads combined.
+  // row's threads combined.
   const auto row_sum = [&](const std::string& var, const std::string& value, bool squared) {
     w.line("float {} = 0.0f;", var);
     w.open("if (stat_inside)");
-    w.open("for (index_t k = stat_part; k < {}; k += {})", length, kThreadsPerRow);
+    w.open("for (index_t k = stat_part; k < {}; k += kStatThreads)", length);
     w.line("const float value = {};", value);
     w.line("{} += {};", var, squared ? "value * value" : "value");
     w.close();
     w.close();
-    w.line("{0} += __shfl_xor_sync(0xffffffffu, {0}, 1);", var);
-    w.line("{0} += __shfl_xor_sync(0xffffffffu, {0}, 2);", var);
+    w.line("#pragma unroll");
+    w.line("for (int step = 1; step < kStatThreads; step <<= 1)");
+    w.line("  {0} += __shfl_xor_sync(0xffffffffu, {0}, step);", var);
   };
   if (rms) {
     w.line("const float stat_mean = 0.0f;  // rms_norm does not centre");
@@ -403,7 +403,7 @@ void add_row_statistics(nn::GemmSpec& spec, const ir::Node& norm, const Names& n
   w.line("__syncthreads();  // every row's statistics are in before the first tile");
   w.close();
   spec.a.setup += w.take();
-  spec.extra_shared_slots = std::max(spec.extra_shared_slots, slot + 2 * nn::kGemmTileM);
+  spec.row_stat_arrays = std::max(spec.row_stat_arrays, first_array + 2);
 }
 
 // `norm` applied to element (position, index k) of its input, with the statistics of
@@ -458,7 +458,7 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   }
   const ir::Value* rows = norm ? norm->results[0] : row_views.empty() ? nullptr : row_views.front()->inputs[0];
   const ir::Value* rows_param = norm ? norm->inputs[0] : rows;  // the kernel operand A comes from
-  KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows};
+  KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows, request.precision};
   for (const ir::Value* input : anchor.inputs)
     inner.input_params.push_back(input == anchor.inputs[0] && rows ? names.param(rows_param) : names.param(input));
   const ir::Value* a = row_views.empty() ? rows : row_views.back()->results[0];
@@ -492,9 +492,8 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
                                                            "whole with columns at stride 1");
     spec.out_index = ir::row_position(*out_view, "row") + " + col";
   }
-  // A residual norm's statistics slots in extra_smem (after the prologue's), and the position
-  // of a result row in the layout it is read with.
-  uint32_t next_slot = norm ? 2 * nn::kGemmTileM : 0;
+  // A residual norm's statistics arrays in extra_smem (after the prologue's).
+  uint32_t next_array = norm ? 2 : 0;
   int residuals = 0;
   const auto residual_norm = [&](const ir::Value* input) -> const ir::Node* {
     for (const ir::Node* n : residual_norms)
@@ -526,8 +525,8 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
           return final_layout ? "(" + ir::row_position(*out_view, row) + ")" : "(" + row + ") * kN";
         };
         const std::string prefix = fmt::format("residual_norm{}", residuals++);
-        add_row_statistics(spec, *recomputed, names, prefix, next_slot, residual_row, "kN", "Residual");
-        next_slot += 2 * nn::kGemmTileM;
+        add_row_statistics(spec, *recomputed, names, prefix, next_array, residual_row, "kN", "Residual");
+        next_array += 2;
         arg = normalized(*recomputed, names, prefix, residual_row("row") + " + col", "col");
         spec.note += "; " + recomputed->describe() + " recomputed as the residual";
       } else if (input != running) {
@@ -555,8 +554,8 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   if (!spec.epilogue.empty() && spec.epilogue.back() != '\n') spec.epilogue += '\n';
   spec.epilogue += epilogue.take();
   spec.out_dtype = plan.stored->type.dtype;
-  spec.note += "; fused epilogue: " +
-               source_list({plan.compute.begin() + 1, plan.compute.end()});
+  if (plan.compute.size() > 1)
+    spec.note += "; fused epilogue: " + source_list({plan.compute.begin() + 1, plan.compute.end()});
   return nn::emit_gemm(spec, anchor);
 }
 

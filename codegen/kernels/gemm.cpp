@@ -10,6 +10,13 @@
 // consecutive B words per step, and 16 neighbouring threads store 16 neighbouring columns.
 // Every size is a compile-time constant: bounds checks are emitted only where a dimension is not
 // a multiple of its tile.
+//
+// With --precision=tf32 the same staging feeds tensor cores instead (NVIDIA's "Warp Level
+// Matrix Multiply-Accumulate Instructions" in the PTX ISA; CUTLASS's SM80 TF32 GEMMs): values
+// are rounded to TF32 as they are staged, the block's 8 warps each own a grid of 16x8 tiles of
+// out, and per k step of 8 a warp loads its A and B fragments from shared memory in the
+// layouts mma.m16n8k8 defines and issues one mma.sync per tile. The shared tiles are padded so
+// that k-rows are 8 banks apart: a fragment load (8 rows or columns x 4 k) touches 32 banks.
 #include "codegen/kernels/gemm.h"
 
 #include <limits>
@@ -36,9 +43,9 @@ std::string conjunction(const std::vector<std::string>& terms) {
 
 // Stages one operand tile into shared memory. `name` is "a" or "b"; `outer` is "row" or "col";
 // `outer_size`/`outer_tile` the constants of its outer dimension.
-void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
-                const std::string& name, const std::string& outer, const std::string& outer_size,
-                const std::string& outer_tile, bool outer_ragged) {
+void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
+                const GemmOperand& operand, const std::string& name, const std::string& outer,
+                const std::string& outer_size, bool outer_ragged) {
   const std::string block_outer = "block_" + outer;
   const std::string stride = "k" + std::string(name == "a" ? "A" : "B") + "TileStride";
   w.line("#pragma unroll");
@@ -47,7 +54,7 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
   std::string outer_offset = name + "_" + outer;
   std::string k_offset = name + "_k";
   (operand.k_contiguous ? outer_offset : k_offset) += " + i * " + step;
-  const bool k_ragged = spec.k % kGemmTileK != 0;
+  const bool k_ragged = spec.k % tiling.tile_k != 0;
   const std::string guard = conjunction({outer_ragged ? outer + " < " + outer_size : "",
                                          k_ragged ? "k < kK" : ""});
   // A gather (conv) may not need the outer index when no bounds check does.
@@ -58,8 +65,9 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
   if (!guard.empty()) w.open("if ({})", guard);
   w.lines(operand.fetch);
   if (!guard.empty()) w.close();
-  w.line("{}_slot[i * {}] = value;", name,
-         operand.k_contiguous ? step : step + " * " + stride);
+  // Tensor cores read TF32: rounded once here, not per fragment load.
+  w.line("{}_slot[i * {}] = {};", name, operand.k_contiguous ? step : step + " * " + stride,
+         tiling.unit == GemmUnit::TensorCoreTf32 ? "kiln_tf32_round(value)" : "value");
   w.close();
 }
 
@@ -89,73 +97,8 @@ void staging_position(BodyWriter& w, const GemmSpec& spec, const GemmOperand& op
   w.lines(operand.setup);
 }
 
-}  // namespace
-
-KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
-  const int64_t tiles_m = ceil_div(spec.m, kGemmTileM);
-  const int64_t tiles_n = ceil_div(spec.n, kGemmTileN);
-  if (tiles_m > kMaxGridYZ || spec.batch > kMaxGridYZ)
-    throw Error(node.loc.render(),
-                fmt::format("{}: a GEMM of {} rows in {} problems does not fit a CUDA grid ({} "
-                            "row tiles of {} and {} problems at most)",
-                            node.describe(), spec.m, spec.batch, kMaxGridYZ, kGemmTileM,
-                            kMaxGridYZ));
-  BodyWriter w;
-  w.comment("Problem: out[row][col] = sum over k of A[row][k] * B[k][col].");
-  w.line("using index_t = {};", spec.index_type);
-  w.lines(spec.prelude);
-  w.declare("kM", "constexpr index_t kM = {};  // {}", spec.m, spec.m_is);
-  w.declare("kN", "constexpr index_t kN = {};  // {}", spec.n, spec.n_is);
-  w.declare("kK", "constexpr index_t kK = {};  // {}", spec.k, spec.k_is);
-  for (const GemmConstant& c : spec.constants) {
-    const bool fits_int = c.value <= std::numeric_limits<int32_t>::max();
-    w.declare(c.name, "constexpr {} {} = {};  // {}", fits_int ? "int" : "index_t", c.name,
-              c.value, c.comment);
-  }
-  w.comment("Tiling: a block computes a kTileM x kTileN tile of out, kTileK steps of K at a time;");
-  w.comment("thread (thread_m, thread_n) owns rows thread_m + i * kThreadsM and columns");
-  w.comment("thread_n + j * kThreadsN of it, so a warp reads neighbouring shared words.");
-  w.line("constexpr int kTileM = {};", kGemmTileM);
-  w.line("constexpr int kTileN = {};", kGemmTileN);
-  w.line("constexpr int kTileK = {};", kGemmTileK);
-  w.line("constexpr int kThreadsM = {};", kGemmThreadsM);
-  w.line("constexpr int kThreadsN = {};", kGemmThreadsN);
-  w.line("constexpr int kThreads = kThreadsM * kThreadsN;");
-  w.line("constexpr int kPerThreadM = kTileM / kThreadsM;");
-  w.line("constexpr int kPerThreadN = kTileN / kThreadsN;");
-  w.line("constexpr int kLoadsPerThread = kTileM * kTileK / kThreads;");
-  w.comment("Shared tiles are k-major; the padding spreads stores along k over all banks.");
-  w.line("constexpr int kATileStride = kTileM + {};", kGemmTilePad);
-  w.line("constexpr int kBTileStride = kTileN + {};", kGemmTilePad);
-  w.line("{0}* a_tile = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
-  w.line("{}* b_tile = a_tile + kTileK * kATileStride;", spec.value_type);
-  if (spec.extra_shared_slots > 0)
-    w.line("{}* extra_smem = b_tile + kTileK * kBTileStride;  // row statistics of recomputed norms", spec.value_type);
-  w.blank();
-  w.line("const int thread_m = threadIdx.x / kThreadsN;");
-  w.line("const int thread_n = threadIdx.x % kThreadsN;");
-  w.line("const index_t block_row = static_cast<index_t>(blockIdx.y) * kTileM;");
-  w.line("const index_t block_col = static_cast<index_t>(blockIdx.x) * kTileN;");
-  w.declare(spec.z_name, "const int {} = blockIdx.z;", spec.z_name);
-  w.lines(spec.batch_setup);
-  staging_position(w, spec, spec.a, "a", "row", "kTileM");
-  staging_position(w, spec, spec.b, "b", "col", "kTileN");
-  w.blank();
-  w.comment("Accumulators: constant indices after unrolling, so they live in registers.");
-  w.line("{} acc[kPerThreadM][kPerThreadN];", spec.value_type);
-  w.line("#pragma unroll");
-  w.open("for (int i = 0; i < kPerThreadM; ++i)");
-  w.line("#pragma unroll");
-  w.open("for (int j = 0; j < kPerThreadN; ++j)");
-  w.line("acc[i][j] = 0;");
-  w.close();
-  w.close();
-  w.open("for (int k0 = 0; k0 < kK; k0 += kTileK)");
-  w.comment("Stage both tiles, zero outside the matrices.");
-  stage_tile(w, spec, spec.a, "a", "row", "kM", "kTileM", spec.m % kGemmTileM != 0);
-  stage_tile(w, spec, spec.b, "b", "col", "kN", "kTileN", spec.n % kGemmTileN != 0);
-  w.comment("The tiles are complete before anyone reads them.");
-  w.line("__syncthreads();");
+// The FMA main loop's step: each thread's 4x4 results from registers, 8 shared loads per 16 FMAs.
+void fma_step(BodyWriter& w, const GemmSpec& spec) {
   w.line("#pragma unroll");
   w.open("for (int kk = 0; kk < kTileK; ++kk)");
   w.line("{} a_frag[kPerThreadM];", spec.value_type);
@@ -176,26 +119,213 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.close();
   w.close();
   w.close();
+}
+
+// The tensor-core main loop's step: per k step of 8, the warp's A fragments (kMmaM tiles of
+// 16 rows) and B fragments (kMmaN tiles of 8 columns), then one mma.sync per pair. Fragment
+// layouts of mma.m16n8k8 .tf32 (PTX ISA), with g = lane_group and q = lane_quad: a0 (g, q),
+// a1 (g + 8, q), a2 (g, q + 4), a3 (g + 8, q + 4); b0 (k = q, n = g), b1 (k = q + 4, n = g).
+void mma_step(BodyWriter& w) {
+  w.line("#pragma unroll");
+  w.open("for (int kk = 0; kk < kTileK; kk += 8)");
+  w.line("unsigned int a_frag[kMmaM][4];");
+  w.line("unsigned int b_frag[kMmaN][2];");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kMmaM; ++i)");
+  w.line("const float* a_k = a_tile + (kk + lane_quad) * kATileStride + warp_row + i * 16 + lane_group;");
+  w.line("a_frag[i][0] = __float_as_uint(a_k[0]);");
+  w.line("a_frag[i][1] = __float_as_uint(a_k[8]);");
+  w.line("a_frag[i][2] = __float_as_uint(a_k[4 * kATileStride]);");
+  w.line("a_frag[i][3] = __float_as_uint(a_k[4 * kATileStride + 8]);");
+  w.close();
+  w.line("#pragma unroll");
+  w.open("for (int j = 0; j < kMmaN; ++j)");
+  w.line("const float* b_k = b_tile + (kk + lane_quad) * kBTileStride + warp_col + j * 8 + lane_group;");
+  w.line("b_frag[j][0] = __float_as_uint(b_k[0]);");
+  w.line("b_frag[j][1] = __float_as_uint(b_k[4 * kBTileStride]);");
+  w.close();
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kMmaM; ++i)");
+  w.line("#pragma unroll");
+  w.open("for (int j = 0; j < kMmaN; ++j)");
+  w.line("kiln_mma_tf32_m16n8k8(acc[i][j], a_frag[i], b_frag[j]);");
+  w.close();
+  w.close();
+  w.close();
+}
+
+// Blocks that fill an H100 SXM (132 SMs) once: below that, tensor-core GEMMs take 64x64 tiles.
+constexpr int64_t kFillingBlocks = 132;
+
+}  // namespace
+
+GemmTiling gemm_tiling(const GemmSpec& spec) {
+  GemmTiling tiling;
+  if (!spec.tensor_cores || spec.value_type != "float") return tiling;
+  tiling.unit = GemmUnit::TensorCoreTf32;
+  tiling.pad = 8;  // k-rows 8 banks apart: conflict-free fragment loads
+  tiling.warps_m = 2;
+  tiling.warps_n = 4;
+  const int64_t big_blocks = ceil_div(spec.m, 128) * ceil_div(spec.n, 128) * spec.batch;
+  tiling.tile_m = tiling.tile_n = big_blocks >= kFillingBlocks ? 128 : 64;
+  return tiling;
+}
+
+std::string gemm_tiling_note(const GemmSpec& spec) {
+  const GemmTiling t = gemm_tiling(spec);
+  if (t.unit == GemmUnit::Fma)
+    return fmt::format("{}x{}x{} tiles, {} threads, 4x4 per thread", t.tile_m, t.tile_n, t.tile_k,
+                       t.threads);
+  return fmt::format("tensor cores (mma.sync m16n8k8, TF32 operands, f32 sums), {}x{}x{} tiles, "
+                     "{} warps of {}x{}",
+                     t.tile_m, t.tile_n, t.tile_k, t.threads / 32, t.tile_m / t.warps_m,
+                     t.tile_n / t.warps_n);
+}
+
+KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
+  const GemmTiling tiling = gemm_tiling(spec);
+  const bool mma = tiling.unit == GemmUnit::TensorCoreTf32;
+  const int64_t tiles_m = ceil_div(spec.m, tiling.tile_m);
+  const int64_t tiles_n = ceil_div(spec.n, tiling.tile_n);
+  if (tiles_m > kMaxGridYZ || spec.batch > kMaxGridYZ)
+    throw Error(node.loc.render(),
+                fmt::format("{}: a GEMM of {} rows in {} problems does not fit a CUDA grid ({} "
+                            "row tiles of {} and {} problems at most)",
+                            node.describe(), spec.m, spec.batch, kMaxGridYZ, tiling.tile_m,
+                            kMaxGridYZ));
+  BodyWriter w;
+  w.comment("Problem: out[row][col] = sum over k of A[row][k] * B[k][col].");
+  w.line("using index_t = {};", spec.index_type);
+  w.lines(spec.prelude);
+  w.declare("kM", "constexpr index_t kM = {};  // {}", spec.m, spec.m_is);
+  w.declare("kN", "constexpr index_t kN = {};  // {}", spec.n, spec.n_is);
+  w.declare("kK", "constexpr index_t kK = {};  // {}", spec.k, spec.k_is);
+  for (const GemmConstant& c : spec.constants) {
+    const bool fits_int = c.value <= std::numeric_limits<int32_t>::max();
+    w.declare(c.name, "constexpr {} {} = {};  // {}", fits_int ? "int" : "index_t", c.name,
+              c.value, c.comment);
+  }
+  w.comment("Tiling: a block computes a kTileM x kTileN tile of out, kTileK steps of K at a time;");
+  if (mma) {
+    w.comment("warp (warp_m, warp_n) owns a kWarpTileM x kWarpTileN piece of it: kMmaM x kMmaN");
+    w.comment("tensor-core tiles of 16 x 8, each 4 floats per lane (mma.m16n8k8's C layout).");
+  } else {
+    w.comment("thread (thread_m, thread_n) owns rows thread_m + i * kThreadsM and columns");
+    w.comment("thread_n + j * kThreadsN of it, so a warp reads neighbouring shared words.");
+  }
+  w.line("constexpr int kTileM = {};", tiling.tile_m);
+  w.line("constexpr int kTileN = {};", tiling.tile_n);
+  w.line("constexpr int kTileK = {};", tiling.tile_k);
+  w.line("constexpr int kThreads = {};", tiling.threads);
+  if (mma) {
+    w.line("constexpr int kWarpsM = {};", tiling.warps_m);
+    w.line("constexpr int kWarpsN = {};", tiling.warps_n);
+    w.line("constexpr int kWarpTileM = kTileM / kWarpsM;");
+    w.line("constexpr int kWarpTileN = kTileN / kWarpsN;");
+    w.line("constexpr int kMmaM = kWarpTileM / 16;");
+    w.line("constexpr int kMmaN = kWarpTileN / 8;");
+  } else {
+    w.line("constexpr int kThreadsM = {};", kGemmThreadsM);
+    w.line("constexpr int kThreadsN = {};", kGemmThreadsN);
+    w.line("constexpr int kPerThreadM = kTileM / kThreadsM;");
+    w.line("constexpr int kPerThreadN = kTileN / kThreadsN;");
+  }
+  w.line("constexpr int kLoadsPerThread = kTileM * kTileK / kThreads;");
+  w.comment(mma ? "Shared tiles are k-major; the padding puts k-rows 8 banks apart."
+                : "Shared tiles are k-major; the padding spreads stores along k over all banks.");
+  w.line("constexpr int kATileStride = kTileM + {};", tiling.pad);
+  w.line("constexpr int kBTileStride = kTileN + {};", tiling.pad);
+  w.line("{0}* a_tile = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
+  w.line("{}* b_tile = a_tile + kTileK * kATileStride;", spec.value_type);
+  if (spec.row_stat_arrays > 0) {
+    w.comment("Row statistics of recomputed norms, after the tiles.");
+    w.line("float* extra_smem = reinterpret_cast<float*>(b_tile + kTileK * kBTileStride);");
+  }
+  w.blank();
+  if (mma) {
+    w.comment("The warp's piece of the tile, and the lane's place in mma's fragment layouts.");
+    w.line("const int warp = threadIdx.x / 32;");
+    w.line("const int lane = threadIdx.x % 32;");
+    w.line("const int warp_row = warp / kWarpsN * kWarpTileM;");
+    w.line("const int warp_col = warp % kWarpsN * kWarpTileN;");
+    w.line("const int lane_group = lane / 4;  // the PTX ISA's groupID");
+    w.line("const int lane_quad = lane % 4;   // threadID_in_group");
+  } else {
+    w.line("const int thread_m = threadIdx.x / kThreadsN;");
+    w.line("const int thread_n = threadIdx.x % kThreadsN;");
+  }
+  w.line("const index_t block_row = static_cast<index_t>(blockIdx.y) * kTileM;");
+  w.line("const index_t block_col = static_cast<index_t>(blockIdx.x) * kTileN;");
+  w.declare(spec.z_name, "const int {} = blockIdx.z;", spec.z_name);
+  w.lines(spec.batch_setup);
+  staging_position(w, spec, spec.a, "a", "row", "kTileM");
+  staging_position(w, spec, spec.b, "b", "col", "kTileN");
+  w.blank();
+  w.comment("Accumulators: constant indices after unrolling, so they live in registers.");
+  if (mma)
+    w.line("float acc[kMmaM][kMmaN][4];");
+  else
+    w.line("{} acc[kPerThreadM][kPerThreadN];", spec.value_type);
+  w.line("#pragma unroll");
+  w.open(mma ? "for (int i = 0; i < kMmaM; ++i)" : "for (int i = 0; i < kPerThreadM; ++i)");
+  w.line("#pragma unroll");
+  w.open(mma ? "for (int j = 0; j < kMmaN; ++j)" : "for (int j = 0; j < kPerThreadN; ++j)");
+  if (mma) {
+    w.line("#pragma unroll");
+    w.line("for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;");
+  } else {
+    w.line("acc[i][j] = 0;");
+  }
+  w.close();
+  w.close();
+  w.open("for (int k0 = 0; k0 < kK; k0 += kTileK)");
+  w.comment("Stage both tiles, zero outside the matrices.");
+  stage_tile(w, spec, tiling, spec.a, "a", "row", "kM", spec.m % tiling.tile_m != 0);
+  stage_tile(w, spec, tiling, spec.b, "b", "col", "kN", spec.n % tiling.tile_n != 0);
+  w.comment("The tiles are complete before anyone reads them.");
+  w.line("__syncthreads();");
+  if (mma)
+    mma_step(w);
+  else
+    fma_step(w, spec);
   w.comment("Everyone has read the tiles before the next step overwrites them.");
   w.line("__syncthreads();");
   w.close();
   w.blank();
   w.comment("Epilogue: per result, the hook (bias, activation, ...) then the store.");
-  w.line("#pragma unroll");
-  w.open("for (int i = 0; i < kPerThreadM; ++i)");
-  w.line("const index_t row = block_row + thread_m + i * kThreadsM;");
-  w.line("#pragma unroll");
-  w.open("for (int j = 0; j < kPerThreadN; ++j)");
-  w.line("const index_t col = block_col + thread_n + j * kThreadsN;");
-  const std::string guard = conjunction({spec.m % kGemmTileM != 0 ? "row < kM" : "",
-                                         spec.n % kGemmTileN != 0 ? "col < kN" : ""});
-  if (!guard.empty()) w.open("if ({})", guard);
-  w.line("{} value = acc[i][j];", spec.value_type);
-  w.declare("channel", "const int channel = {};", spec.channel);
-  w.line("const index_t out_index = {};", spec.out_index);
-  w.lines(spec.epilogue);
-  w.line("{}[out_index] = {};", spec.out_param, store(spec.out_dtype, "value"));
-  if (!guard.empty()) w.close();
+  const std::string guard = conjunction({spec.m % tiling.tile_m != 0 ? "row < kM" : "",
+                                         spec.n % tiling.tile_n != 0 ? "col < kN" : ""});
+  const auto result = [&](const std::string& accumulator) {
+    if (!guard.empty()) w.open("if ({})", guard);
+    w.line("{} value = {};", spec.value_type, accumulator);
+    w.declare("channel", "const int channel = {};", spec.channel);
+    w.line("const index_t out_index = {};", spec.out_index);
+    w.lines(spec.epilogue);
+    w.line("{}[out_index] = {};", spec.out_param, store(spec.out_dtype, "value"));
+    if (!guard.empty()) w.close();
+  };
+  if (mma) {
+    w.comment("A lane holds rows lane_group and lane_group + 8, columns 2 lane_quad and");
+    w.comment("2 lane_quad + 1 of each 16 x 8 tile.");
+    w.line("#pragma unroll");
+    w.open("for (int i = 0; i < kMmaM; ++i)");
+    w.line("#pragma unroll");
+    w.open("for (int j = 0; j < kMmaN; ++j)");
+    w.line("#pragma unroll");
+    w.open("for (int r = 0; r < 4; ++r)");
+    w.line("const index_t row = block_row + warp_row + i * 16 + lane_group + r / 2 * 8;");
+    w.line("const index_t col = block_col + warp_col + j * 8 + lane_quad * 2 + r % 2;");
+    result("acc[i][j][r]");
+    w.close();
+  } else {
+    w.line("#pragma unroll");
+    w.open("for (int i = 0; i < kPerThreadM; ++i)");
+    w.line("const index_t row = block_row + thread_m + i * kThreadsM;");
+    w.line("#pragma unroll");
+    w.open("for (int j = 0; j < kPerThreadN; ++j)");
+    w.line("const index_t col = block_col + thread_n + j * kThreadsN;");
+    result("acc[i][j]");
+  }
   w.close();
   w.close();
 
@@ -203,10 +333,13 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   kernel.body = w.take();
   kernel.grid = Dim3{static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m),
                      static_cast<uint32_t>(spec.batch)};
-  kernel.block = Dim3{kGemmThreads, 1, 1};
-  kernel.shared_bytes = (kGemmSharedSlots + spec.extra_shared_slots) *
-                        (spec.value_type == "double" ? sizeof(double) : sizeof(float));
+  kernel.block = Dim3{static_cast<uint32_t>(tiling.threads), 1, 1};
+  const uint32_t tile_slots = static_cast<uint32_t>(tiling.tile_k * (tiling.tile_m + tiling.pad) +
+                                                    tiling.tile_k * (tiling.tile_n + tiling.pad));
+  kernel.shared_bytes = tile_slots * (spec.value_type == "double" ? sizeof(double) : sizeof(float)) +
+                        spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * sizeof(float);
   kernel.uses_barriers = true;
+  kernel.tensor_cores = mma;
   kernel.note = spec.note;
   kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
   return kernel;

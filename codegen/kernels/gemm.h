@@ -15,7 +15,7 @@
 
 namespace kiln::codegen::nn {
 
-// Tiling of every GEMM kernel: a block computes a 64x64 tile of out with 16x16 threads, each
+// Tiling of the FMA GEMM kernels: a block computes a 64x64 tile of out with 16x16 threads, each
 // owning 4x4 results, and steps through K 16 at a time. 64x64x16 keeps two float tiles at 8.4 KB
 // of shared memory and 16 accumulators per thread, well inside the 255-register budget, so the
 // same code compiles without spills on sm_80 and sm_90.
@@ -28,9 +28,22 @@ inline constexpr int kGemmThreads = kGemmThreadsM * kGemmThreadsN;
 // Shared tiles are k-major rows of 64 floats padded by 2: threads that stage a tile walking
 // along k then write 32 different banks.
 inline constexpr int kGemmTilePad = 2;
-// Slots of both tiles: 4 bytes each for float GEMMs, 8 for double (GemmSpec::value_type).
-inline constexpr uint32_t kGemmSharedSlots =
-    kGemmTileK * (kGemmTileM + kGemmTilePad) + kGemmTileK * (kGemmTileN + kGemmTilePad);
+
+// What computes the products: CUDA cores (FMA), or tensor cores (mma.sync m16n8k8 on TF32
+// operands, --precision=tf32, f32 GEMMs on sm_80+).
+enum class GemmUnit { Fma, TensorCoreTf32 };
+
+// The block tiling a GEMM kernel uses (gemm_tiling). Every tiling has 256 threads and square
+// tiles: the staging loop gives each thread the same number of A and B elements.
+struct GemmTiling {
+  GemmUnit unit = GemmUnit::Fma;
+  int tile_m = kGemmTileM, tile_n = kGemmTileN, tile_k = kGemmTileK;
+  int pad = kGemmTilePad;  // floats after each k-row of a shared tile
+  int threads = kGemmThreads;
+  // Tensor cores: the warps' grid over the tile (warps_m x warps_n warps, each owning a
+  // tile_m / warps_m x tile_n / warps_n piece of 16x8 mma tiles).
+  int warps_m = 0, warps_n = 0;
+};
 
 // One operand as the tile loader sees it. The outer index is `row` for A and `col` for B; both it
 // and `k` are in range when `fetch` runs.
@@ -85,10 +98,20 @@ struct GemmSpec {
   // f64 (the same tiling; the shared tiles take twice the bytes).
   std::string value_type = "float";
   // Shared memory the setup (a.setup: the row statistics of a prologue or residual norm) uses
-  // after both tiles, in value_type slots; it starts at `extra_smem` (declared by the template).
-  uint32_t extra_shared_slots = 0;
+  // after both tiles: this many arrays of kTileM floats, from `extra_smem` (declared by the
+  // template).
+  uint32_t row_stat_arrays = 0;
+  // Whether the products may run on tensor cores (KernelRequest::precision is tf32): they do
+  // when the GEMM is f32 (value_type float); f64 GEMMs stay on the FMA units.
+  bool tensor_cores = false;
   std::string note;  // the algorithm, for the kernel's comment
 };
+
+// The tiling emit_gemm uses for `spec`: FMA 64x64 tiles; on tensor cores 128x128 tiles (8 warps
+// of 64x32) when the problem fills the GPU with them, else 64x64 (8 warps of 32x16).
+GemmTiling gemm_tiling(const GemmSpec& spec);
+// "64x64x16 tiles, 256 threads, 4x4 per thread", or the tensor cores' equivalent: for notes.
+std::string gemm_tiling_note(const GemmSpec& spec);
 
 // The kernel for `spec`, computing `node`. Throws kiln::Error located at the node when the grid
 // does not fit CUDA's limits.

@@ -21,8 +21,6 @@ namespace kiln::codegen::nn {
 
 namespace {
 
-constexpr const char* kGemmNote = "64x64x16 tiles, 256 threads, 4x4 per thread";
-
 // Per-problem offsets of a and b for out batch index `batch`, with NumPy broadcasting.
 std::string matmul_batch_offsets(const ir::Shape& a_batch, const ir::Shape& b_batch,
                                  const ir::Shape& out_batch, int64_t a_matrix, int64_t b_matrix) {
@@ -78,6 +76,7 @@ GemmSpec gemm_for(const KernelRequest& request) {
   bool any_f64 = spec.out_dtype == ir::DType::F64;
   for (const ir::Value* input : request.node.inputs) any_f64 |= input->type.dtype == ir::DType::F64;
   if (any_f64) spec.value_type = "double";
+  spec.tensor_cores = request.precision == Precision::Tf32;
   return spec;
 }
 
@@ -129,7 +128,7 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
                                   : "row * kN + col";
   spec.note = fmt::format("tiled GEMM{}{}{}, {}", ta ? ", a transposed" : "",
                           tb ? ", b transposed" : "", fold ? ", batch folded into rows" : "",
-                          kGemmNote);
+                          gemm_tiling_note(spec));
   return spec;
 }
 
@@ -157,7 +156,8 @@ GemmSpec dense_gemm(const KernelRequest& request) {
   if (node.inputs.size() > 2)
     spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
   spec.note = fmt::format("x * weight^T as tiled GEMM{}, {}",
-                          node.inputs.size() > 2 ? " + bias in the epilogue" : "", kGemmNote);
+                          node.inputs.size() > 2 ? " + bias in the epilogue" : "",
+                          gemm_tiling_note(spec));
   return spec;
 }
 
@@ -239,7 +239,8 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.note = fmt::format(
       "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . gathered patches "
       "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}, {}",
-      spec.m, spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "", kGemmNote);
+      spec.m, spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "",
+      gemm_tiling_note(spec));
   return spec;
 }
 

@@ -79,8 +79,10 @@ class MatmulRunner final : public LibraryRunner {
     lt_d_ = layout(n, rows, m.batch, m.m * m.n);
 
     cublasLtMatmulDesc_t desc = nullptr;
-    // CUBLAS_COMPUTE_32F, not _FAST_TF32: the generated kernels compute in full f32.
-    check(api_.cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+    // CUBLAS_COMPUTE_32F keeps full f32 as the generated kernels do; with --precision=tf32
+    // _FAST_TF32 lets cuBLASLt round A and B to TF32 for the tensor cores, as they then do.
+    check(api_.cublasLtMatmulDescCreate(
+              &desc, call.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
           "cublasLtMatmulDescCreate");
     desc_ = own(desc, api_.cublasLtMatmulDescDestroy);
     const int32_t transa = m.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -232,8 +234,7 @@ class ConvRunner final : public LibraryRunner {
     cudnnConvolutionDescriptor_t conv = nullptr;
     check(api_.cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
     conv_desc_ = own(conv, api_.cudnnDestroyConvolutionDescriptor);
-    // Cross-correlation is what conv2d means (PyTorch's convention); FMA math keeps f32 exact
-    // where the default would allow TF32 tensor cores on Ampere and later.
+    // Cross-correlation is what conv2d means (PyTorch's convention).
     check(api_.cudnnSetConvolution2dDescriptor(conv, to_int(c.pad_h), to_int(c.pad_w),
                                                to_int(c.stride_h), to_int(c.stride_w),
                                                to_int(c.dilation_h), to_int(c.dilation_w),
@@ -241,7 +242,11 @@ class ConvRunner final : public LibraryRunner {
           "cudnnSetConvolution2dDescriptor");
     check(api_.cudnnSetConvolutionGroupCount(conv, to_int(c.groups)),
           "cudnnSetConvolutionGroupCount");
-    check(api_.cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+    // FMA math keeps f32 exact where the default would allow TF32 tensor cores on Ampere and
+    // later; with --precision=tf32 tensor-op math lets cuDNN use them.
+    tf32_ = call.tf32;
+    check(api_.cudnnSetConvolutionMathType(conv, tf32_ ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+          "cudnnSetConvolutionMathType");
     check_output_shape(c);
 
     x_ = device_pointer(operands.args.at(call.x_arg));
@@ -325,7 +330,8 @@ class ConvRunner final : public LibraryRunner {
   }
 
   // The first algorithm cuDNN's heuristics rank that works, fits the workspace and keeps f32
-  // exact; with the identity activation only IMPLICIT_PRECOMP_GEMM is allowed.
+  // exact (unless --precision=tf32 allows tensor-op math); with the identity activation only
+  // IMPLICIT_PRECOMP_GEMM is allowed.
   void choose_algorithm(size_t workspace_limit, const std::string& descriptor) {
     cudnnConvolutionFwdAlgoPerf_t results[CUDNN_CONVOLUTION_FWD_ALGO_COUNT] = {};
     int returned = 0;
@@ -337,8 +343,8 @@ class ConvRunner final : public LibraryRunner {
     for (int i = 0; i < returned; ++i) {
       const cudnnConvolutionFwdAlgoPerf_t& result = results[i];
       if (result.status != CUDNN_STATUS_SUCCESS || result.memory > workspace_limit) continue;
-      if (result.mathType == CUDNN_TENSOR_OP_MATH ||
-          result.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+      if (!tf32_ && (result.mathType == CUDNN_TENSOR_OP_MATH ||
+                     result.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
         continue;
       if (precomp_only && result.algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
         continue;
@@ -369,6 +375,7 @@ class ConvRunner final : public LibraryRunner {
   std::string context_;
   bool fused_;            // cudnnConvolutionBiasActivationForward, else cudnnConvolutionForward
   bool identity_ = false;
+  bool tf32_ = false;     // --precision=tf32: tensor-op (TF32) algorithms allowed
   Unique<cudnnTensorDescriptor_t> x_desc_, y_desc_, bias_desc_;
   Unique<cudnnFilterDescriptor_t> w_desc_;
   Unique<cudnnConvolutionDescriptor_t> conv_desc_;

@@ -121,6 +121,7 @@ Json library_to_json(const codegen::LibraryCall& call) {
                {"x_arg", call.x_arg},           {"weight_arg", call.weight_arg},
                {"bias_arg", call.bias_arg},     {"residual_arg", call.residual_arg},
                {"out_arg", call.out_arg}};
+  if (call.tf32) json["tf32"] = true;
   if (const codegen::ConvCall* c = call.conv()) {
     json["conv"] = {{"n", c->n}, {"c", c->c}, {"h", c->h}, {"w", c->w}, {"k", c->k}, {"r", c->r},
                     {"s", c->s}, {"groups", c->groups}, {"pad_h", c->pad_h}, {"pad_w", c->pad_w},
@@ -151,6 +152,7 @@ codegen::LibraryCall library_from_json(const JsonAt& at) {
   call.bias_arg = to_int(at["bias_arg"]);
   call.residual_arg = to_int(at["residual_arg"]);
   call.out_arg = to_int(at["out_arg"]);
+  call.tf32 = at.has("tf32") && at["tf32"].boolean();  // absent: f32 math (older packages)
   if (at.has("conv")) {
     const JsonAt c = at["conv"];
     call.op = codegen::ConvCall{c["n"].integer(),        c["c"].integer(),        c["h"].integer(),
@@ -186,6 +188,7 @@ Json kernel_to_json(const codegen::Kernel& k) {
                {"bytes_read", k.bytes_read},
                {"bytes_written", k.bytes_written},
                {"unfused_bytes", k.unfused_bytes}};
+  if (k.tensor_cores) json["tensor_cores"] = true;
   if (k.library) json["library"] = library_to_json(*k.library);
   if (k.dynamic_symbol >= 0) json["dynamic_rows"] = {{"symbol", k.dynamic_symbol}, {"grid_axis", k.dynamic_grid_axis}};
   return json;
@@ -203,6 +206,7 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
   if (shared < 0 || shared > UINT32_MAX) at["dynamic_shared_bytes"].fail("out of range");
   k.dynamic_shared_bytes = static_cast<uint32_t>(shared);
   k.uses_barriers = at["uses_barriers"].boolean();
+  k.tensor_cores = at.has("tensor_cores") && at["tensor_cores"].boolean();  // absent: FMA
   for (size_t i = 0; i < at["args"].size(); ++i) k.args.push_back(to_int(at["args"][i]));
   k.num_outputs = to_int(at["num_outputs"]);
   k.flops = at["flops"].integer();
@@ -279,6 +283,7 @@ Json program_to_json(const codegen::Program& program) {
   for (const auto& update : program.state_updates)
     state.push_back({{"output", update.output}, {"parameter", update.parameter}});
   Json json = {{"graph_name", program.graph_name},
+          {"precision", std::string(codegen::precision_name(program.precision))},
           {"buffers", std::move(buffers)},
           {"kernels", std::move(kernels)},
           {"outputs", program.outputs},
@@ -295,6 +300,11 @@ Json program_to_json(const codegen::Program& program) {
 codegen::Program program_from_json(const JsonAt& at) {
   codegen::Program program;
   program.graph_name = at["graph_name"].string();
+  if (at.has("precision")) {  // absent: f32 (packages before --precision)
+    const std::optional<codegen::Precision> precision = codegen::parse_precision(at["precision"].string());
+    if (!precision) at["precision"].fail("unknown precision '" + at["precision"].string() + "'; expected f32 or tf32");
+    program.precision = *precision;
+  }
   const JsonAt buffers = at["buffers"];
   for (size_t i = 0; i < buffers.size(); ++i) {
     const JsonAt b = buffers[i];

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -140,7 +141,30 @@ struct CheckOptions {
   uint32_t seed = 1;
   // Changes the random inputs (graph input order) before the runs, e.g. to plant a NaN.
   std::function<void(std::vector<ir::Tensor>&)> edit_inputs;
+  // Tf32: the GEMMs run on (emulated) tensor cores; see check_tf32 for what is compared.
+  Precision precision = Precision::F32;
 };
+
+// f32 rounded to TF32 as cvt.rna.tf32.f32 does: 10 mantissa bits, to nearest, ties away.
+inline double tf32_round(double value) {
+  float f = static_cast<float>(value);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
+  std::memcpy(&f, &bits, sizeof bits);
+  return f;
+}
+
+// Whether graph input `input` is an A or B operand of a GEMM (conv2d, dense, matmul), which
+// the tensor cores read as TF32; a bias is added in f32.
+inline bool is_gemm_operand(const ir::Graph& graph, const ir::Value* input) {
+  for (const auto& node : graph.nodes()) {
+    const bool gemm = node->op == ir::OpId::Matmul || node->op == ir::OpId::Dense ||
+                      node->op == ir::OpId::Conv2d;
+    if (gemm && (node->inputs[0] == input || node->inputs[1] == input)) return true;
+  }
+  return false;
+}
 
 // NVRTC and g++ dominate these tests' time: compiled code is cached in the build tree (the key
 // covers the source, compiler versions, flags and host prelude, so a hit is always valid).
@@ -163,7 +187,7 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
   CheckResult result;
   const ir::Graph graph = ir::parse_graph(cases_ir(name, cases), name + ".ir");
   ir::verify(graph);
-  result.program = emit_program(graph);
+  result.program = emit_program(graph, {}, options.precision);
   const Program& program = result.program;
   if (const char* dir = std::getenv("KILN_CODEGEN_DUMP"))
     std::ofstream(std::string(dir) + "/" + name + ".cu") << program.source;
@@ -210,6 +234,28 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
     for (size_t i = 0; i < graph.inputs.size(); ++i) named[graph.inputs[i]->name] = inputs[i];
   }
   const std::vector<ir::Tensor> want = eval::run_reference(graph, named);
+  // TF32 (docs/tensor-cores.md): the tensor cores multiply A and B rounded to TF32, exactly,
+  // and sum in f32. So the results must match the reference run on rounded operands to the
+  // f32 tolerance below, and the exact reference to within the rounding's bound: each rounded
+  // operand is off by at most 2^-11 of itself, so each product by (1 + 2^-11)^2 - 1 < 2^-10
+  // of |a b|, and a result by 2^-10 of the sum of |a b| over its terms: the reference run on
+  // |operands| (biases included, which only loosens it).
+  std::vector<ir::Tensor> want_rounded, magnitudes;
+  if (options.precision == Precision::Tf32) {
+    std::map<std::string, ir::Tensor> rounded = named, absolute = named;
+    for (const ir::Value* input : graph.inputs) {
+      const ir::TensorType& type = input->type;
+      std::vector<double> values = named[input->name].to_doubles();
+      std::vector<double> abs_values = values;
+      for (double& v : abs_values) v = std::abs(v);
+      absolute[input->name] = ir::Tensor::from_doubles(type, abs_values);
+      if (is_gemm_operand(graph, input))
+        for (double& v : values) v = tf32_round(v);
+      rounded[input->name] = ir::Tensor::from_doubles(type, values);
+    }
+    want_rounded = eval::run_reference(graph, rounded);
+    magnitudes = eval::run_reference(graph, absolute);
+  }
   const runtime::host::HostModule module =
       runtime::host::HostModule::compile(program.source, name, &test_cache());
   for (const runtime::host::Schedule& schedule : options.schedules) {
@@ -229,8 +275,18 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
       int failures = 0;
       for (int64_t i = 0; i < want[c].num_elements() && failures < 5; ++i) {
         const double g = got[c].get(i);
-        const double w = want[c].get(i);
+        double w = want[c].get(i);
         if (std::isnan(w) && std::isnan(g)) continue;
+        if (options.precision == Precision::Tf32) {
+          const double exact = w;
+          w = want_rounded[c].get(i);
+          const double bound = std::ldexp(magnitudes[c].get(i), -10) + base * (1 + std::abs(exact));
+          if (std::abs(g - exact) > bound) {
+            ADD_FAILURE() << name << " case " << c << " (tf32): element " << i << " is " << g
+                          << ", exact " << exact << ", beyond the TF32 bound " << bound;
+            ++failures;
+          }
+        }
         if (std::abs(g - w) <= base * (1 + std::abs(w))) continue;
         ADD_FAILURE() << name << " case " << c << " (" << cases[c].op << " "
                       << graph.nodes()[c]->inputs[0]->type.to_string() << ", "

@@ -18,7 +18,7 @@ ir::Graph parse(const std::string& text) { return ir::parse_graph(text, "library
 LibraryCall select_first(const std::string& text, LibrarySelection selection = kBoth) {
   ir::Graph graph = parse(text);
   std::string why;
-  std::optional<LibraryCall> call = select_library_call(*graph.nodes().front(), selection, &why);
+  std::optional<LibraryCall> call = select_library_call(*graph.nodes().front(), selection, Precision::F32, &why);
   EXPECT_TRUE(call.has_value()) << why;
   return call.value_or(LibraryCall{});
 }
@@ -27,7 +27,7 @@ LibraryCall select_first(const std::string& text, LibrarySelection selection = k
 std::string refusal(const std::string& text, LibrarySelection selection = kBoth) {
   ir::Graph graph = parse(text);
   std::string why;
-  std::optional<LibraryCall> call = select_library_call(*graph.nodes().front(), selection, &why);
+  std::optional<LibraryCall> call = select_library_call(*graph.nodes().front(), selection, Precision::F32, &why);
   EXPECT_FALSE(call.has_value()) << call->descriptor;
   EXPECT_FALSE(why.empty());
   return why;

@@ -61,7 +61,7 @@ std::vector<float> ramp(size_t count, int seed) {
 codegen::LibraryCall library_call(const std::string& text) {
   ir::Graph graph = ir::parse_graph(text, "library.ir");
   std::string why;
-  auto call = codegen::select_library_call(*graph.nodes().front(), {true, true}, &why);
+  auto call = codegen::select_library_call(*graph.nodes().front(), {true, true}, codegen::Precision::F32, &why);
   EXPECT_TRUE(call.has_value()) << why;
   return call.value_or(codegen::LibraryCall{});
 }

@@ -1,0 +1,26 @@
+// The arithmetic a model's GEMMs (matmul, dense, conv2d) may use: --precision on compile, run,
+// train, emit, bench and inspect.
+//   f32   exact f32 products and sums on the FMA units (the default): results match the
+//         reference to the usual f32 rounding;
+//   tf32  tensor cores: A and B are rounded to TF32 (10 mantissa bits, to nearest, ties away)
+//         as the hardware does, then multiplied exactly and summed in f32 (mma.sync m16n8k8 on
+//         sm_80+; cuBLASLt's and cuDNN's TF32 math on the library path). About 8x the FMA
+//         peak on an H100, with errors of order 2^-11 relative per product
+//         (docs/tensor-cores.md).
+// Other ops, and f64 or integer GEMMs, are not affected.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kiln::codegen {
+
+enum class Precision { F32, Tf32 };
+
+// "f32", "tf32".
+std::string_view precision_name(Precision precision);
+// The precision named `text`, or nullopt.
+std::optional<Precision> parse_precision(std::string_view text);
+
+}  // namespace kiln::codegen

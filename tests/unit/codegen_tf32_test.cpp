@@ -1,0 +1,143 @@
+// --precision=tf32: the GEMM kernels on tensor cores (mma.sync m16n8k8), compiled for real GPUs
+// (NVRTC sm_80 and sm_90: no spills, no stack frame, mma.sync and cvt.rna.tf32 in the PTX) and
+// run on the host backend, whose warp collective emulates mma.sync with the PTX ISA's fragment
+// layouts. Each result must equal the reference interpreter run on TF32-rounded operands (to
+// the f32 tolerance of codegen_nn_util.h) and stay within the derived TF32 bound of the exact
+// result (check_cases). Shapes hit the 64 and 128 tile edges, every GEMM's layouts (transposes,
+// batches, broadcasts, folded batches, gathered convolution patches) and the emulation itself.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "codegen_nn_util.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::DType;
+using ir::TensorType;
+using testing::check_cases;
+using testing::CheckOptions;
+using testing::OpCase;
+using Ints = std::vector<int64_t>;
+
+TensorType f32(ir::Shape shape) { return TensorType{DType::F32, std::move(shape)}; }
+
+CheckOptions tf32_options() {
+  CheckOptions options;
+  options.precision = Precision::Tf32;
+  return options;
+}
+
+OpCase matmul(int64_t m, int64_t n, int64_t k) { return {"matmul", {f32({m, k}), f32({k, n})}, {}, k}; }
+
+OpCase conv(ir::Shape x, ir::Shape w, ir::AttrMap attrs) {
+  const int64_t terms = w[1] * w[2] * w[3];
+  return {"conv2d", {f32(std::move(x)), f32(std::move(w))}, std::move(attrs), terms};
+}
+
+// Every kernel of the program runs on tensor cores, and its PTX says so.
+void expect_tensor_cores(const testing::CheckResult& result) {
+  for (const Kernel& kernel : result.program.kernels)
+    EXPECT_NE(testing::kernel_text(result.program, kernel.name).find("kiln_mma_tf32_m16n8k8("),
+              std::string::npos)
+        << kernel.name << " does not use the tensor cores";
+}
+
+TEST(CodegenTf32, MatmulEdgesOfBothTilings) {
+  // Sizes below, at and past the 64 tiles' edges (one tile, ragged, two), K below, at and past
+  // the 16-deep k tile and the 8-deep mma step.
+  const std::vector<OpCase> cases = {
+      matmul(1, 1, 1),   matmul(7, 16, 33), matmul(16, 7, 8),  matmul(33, 100, 16),
+      matmul(64, 64, 64), matmul(100, 129, 7), matmul(129, 33, 129),
+  };
+  const testing::CheckResult result = check_cases("tf32_matmul", cases, tf32_options());
+  expect_tensor_cores(result);
+}
+
+TEST(CodegenTf32, LargeProblemsTake128Tiles) {
+  // 132 problems of 130 x 129 fill an H100 with 128 x 128 tiles: 2 x 2 ragged tiles each.
+  const std::vector<OpCase> cases = {
+      {"matmul", {f32({132, 130, 24}), f32({132, 24, 129})}, {}, 24},
+  };
+  const testing::CheckResult result = check_cases("tf32_matmul_128", cases, tf32_options());
+  expect_tensor_cores(result);
+  EXPECT_NE(result.program.source.find("kTileM = 128"), std::string::npos);
+}
+
+TEST(CodegenTf32, EveryGemmLayout) {
+  const std::vector<OpCase> cases = {
+      {"matmul", {f32({2, 1, 5, 7}), f32({3, 7, 9})}, {}, 7},
+      {"matmul", {f32({4, 33, 16}), f32({16, 7})}, {}, 16},
+      {"matmul", {f32({3, 33, 7}), f32({3, 33, 100})}, {{"transpose_a", true}}, 33},
+      {"matmul", {f32({2, 65, 19}), f32({1, 70, 19})}, {{"transpose_b", true}}, 19},
+      {"matmul", {f32({2, 20, 66}), f32({67, 20})}, {{"transpose_a", true}, {"transpose_b", true}}, 20},
+      {"matmul", {TensorType{DType::F16, {2, 9, 40}}, TensorType{DType::F16, {40, 70}}}, {}, 40},
+      {"dense", {f32({3, 5, 33}), f32({7, 33}), f32({7})}, {}, 33},
+      {"dense", {f32({100, 129}), f32({65, 129}), f32({65})}, {}, 129},
+      conv({2, 5, 12, 12}, {66, 5, 3, 3}, {{"pad", Ints{1, 1, 1, 1}}}),
+      conv({1, 8, 9, 9}, {8, 2, 3, 3}, {{"groups", int64_t{4}}, {"stride", Ints{2, 2}}}),
+      conv({1, 3, 11, 11}, {5, 3, 3, 3}, {{"dilation", Ints{2, 2}}}),
+  };
+  const testing::CheckResult result = check_cases("tf32_layouts", cases, tf32_options());
+  expect_tensor_cores(result);
+}
+
+// f64 GEMMs stay exact on the FMA units whatever --precision says.
+TEST(CodegenTf32, F64StaysOnFmaUnits) {
+  const TensorType f64{DType::F64, {8, 8}};
+  const ir::Graph graph = ir::parse_graph(testing::single_op_ir("matmul", {f64, f64}), "f64.ir");
+  const Program program = emit_program(graph, {}, Precision::Tf32);
+  EXPECT_EQ(program.source.find("kiln_mma_tf32_m16n8k8(acc"), std::string::npos);
+  EXPECT_NE(program.source.find("64x64x16 tiles, 256 threads, 4x4 per thread"), std::string::npos);
+}
+
+// The emulated mma.sync itself, against the PTX ISA's fragment layouts transcribed here
+// ("Matrix Fragments for mma.m16n8k8", .tf32): a warp of fibers posts fragments of known
+// matrices and must get D = A B + C in the C layout. Values are small integers, so every sum
+// is exact and the comparison is too.
+TEST(CodegenTf32, EmulatedMmaUsesThePtxFragmentLayouts) {
+  const char* source = R"(
+#ifndef __CUDACC__
+#include "kiln_host_prelude.h"
+#endif
+__device__ __forceinline__ void kiln_mma_tf32_m16n8k8(float* d, const unsigned int* a, const unsigned int* b) {
+  kiln_host_mma_tf32_m16n8k8(d, a, b);
+}
+extern "C" __global__ void mma_tile(const float* A, const float* B, const float* C, float* D) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  unsigned int a[4] = {__float_as_uint(A[g * 8 + t]), __float_as_uint(A[(g + 8) * 8 + t]),
+                       __float_as_uint(A[g * 8 + t + 4]), __float_as_uint(A[(g + 8) * 8 + t + 4])};
+  unsigned int b[2] = {__float_as_uint(B[t * 8 + g]), __float_as_uint(B[(t + 4) * 8 + g])};
+  float d[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+  kiln_mma_tf32_m16n8k8(d, a, b);
+  D[g * 8 + 2 * t] = d[0];
+  D[g * 8 + 2 * t + 1] = d[1];
+  D[(g + 8) * 8 + 2 * t] = d[2];
+  D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+extern "C" void kiln_host_entry_mma_tile(void* const* args) {
+  mma_tile(static_cast<const float*>(args[0]), static_cast<const float*>(args[1]),
+           static_cast<const float*>(args[2]), static_cast<float*>(args[3]));
+}
+)";
+  const runtime::host::HostModule module =
+      runtime::host::HostModule::compile(source, "mma_tile", &testing::test_cache());
+  std::vector<float> a(16 * 8), b(8 * 8), c(16 * 8), d(16 * 8, -1.0f);
+  for (int i = 0; i < 16 * 8; ++i) a[i] = static_cast<float>(i % 7 - 3);
+  for (int i = 0; i < 8 * 8; ++i) b[i] = static_cast<float>(i % 5 - 2);
+  for (int i = 0; i < 16 * 8; ++i) c[i] = static_cast<float>(i % 3);
+  void* args[] = {a.data(), b.data(), c.data(), d.data()};
+  runtime::host::HostOptions options;
+  options.strict = true;
+  module.launch("mma_tile", args, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, true, options);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float want = c[i * 8 + j];
+      for (int k = 0; k < 8; ++k) want += a[i * 8 + k] * b[k * 8 + j];
+      EXPECT_EQ(d[i * 8 + j], want) << "D[" << i << "][" << j << "]";
+    }
+}
+
+}  // namespace
+}  // namespace kiln::codegen
