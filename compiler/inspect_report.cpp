@@ -275,6 +275,7 @@ std::string format_inspection_json(const Inspection& in) {
       }
       resources[in.archs[a]] = {{"registers", r->registers},
                                 {"spill_bytes", r->spill_bytes},
+                                {"stack_bytes", r->stack_bytes},
                                 {"shared_bytes", r->shared_bytes},
                                 {"occupancy", r->occupancy.fraction()},
                                 {"active_blocks_per_sm", r->occupancy.active_blocks_per_sm},

@@ -12,6 +12,7 @@ std::optional<KernelArchFigures> kernel_arch_figures(const codegen::Kernel& kern
     KernelArchFigures figures;
     figures.registers = r.registers;
     figures.spill_bytes = r.spill_store_bytes + r.spill_load_bytes;
+    figures.stack_bytes = r.stack_frame_bytes;
     figures.shared_bytes = r.static_shared_bytes + static_cast<int>(kernel.dynamic_shared_bytes);
     figures.occupancy = runtime::theoretical_occupancy(arch, static_cast<int>(kernel.block.count()),
                                                        r.registers, figures.shared_bytes);
@@ -26,7 +27,8 @@ std::string format_kernel_table(const codegen::Program& program, const runtime::
                                 const std::vector<std::string>& archs) {
   std::string out = fmt::format("graph @{}: {} kernels\n\n", program.graph_name, program.kernels.size());
   out += fmt::format("{:<24} {:<14} {:<14} {:>8} {:>8}", "kernel", "grid", "block", "dyn smem", "barriers");
-  for (const std::string& arch : archs) out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>5}", arch, "regs", "spill", "smem", "occ");
+  for (const std::string& arch : archs)
+    out += fmt::format(" | {:>5}: {:>4} {:>5} {:>5} {:>6} {:>5}", arch, "regs", "spill", "stack", "smem", "occ");
   out += "\n";
   for (const codegen::Kernel& kernel : program.kernels) {
     out += fmt::format("{:<24} {:<14} {:<14} {:>8} {:>8}", kernel.name, dim3_text(kernel.grid),
@@ -35,11 +37,12 @@ std::string format_kernel_table(const codegen::Program& program, const runtime::
     for (const std::string& arch : archs) {
       const std::optional<KernelArchFigures> f = kernel_arch_figures(kernel, binary, arch);
       if (!f) {
-        out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>5}", arch, "?", "?", "?", "?");
+        out += fmt::format(" | {:>5}: {:>4} {:>5} {:>5} {:>6} {:>5}", arch, "?", "?", "?", "?", "?");
         continue;
       }
-      out += fmt::format(" | {:>5}: {:>4} {:>5} {:>6} {:>4.0f}%", arch, f->registers,
-                         f->spill_bytes, f->shared_bytes, 100.0 * f->occupancy.fraction());
+      out += fmt::format(" | {:>5}: {:>4} {:>5} {:>5} {:>6} {:>4.0f}%", arch, f->registers,
+                         f->spill_bytes, f->stack_bytes, f->shared_bytes,
+                         100.0 * f->occupancy.fraction());
     }
     out += "\n";
     std::string args;

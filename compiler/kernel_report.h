@@ -15,6 +15,7 @@ namespace kiln::compiler {
 struct KernelArchFigures {
   int registers = 0;
   int spill_bytes = 0;   // stores plus loads
+  int stack_bytes = 0;   // the stack frame: local arrays indexed at run time, calls
   int shared_bytes = 0;  // static (ptxas) plus the kernel's dynamic shared memory
   runtime::Occupancy occupancy;
 };

@@ -46,6 +46,11 @@ inline constexpr std::string_view kSingleKernel = "single";
 inline constexpr std::string_view kMultiUpdateKernel = "multi_update";
 inline constexpr std::string_view kAttentionKernel = "attention";
 
+// CUDA's limit on the bytes of one kernel's parameters (every kiln kernel parameter is an
+// 8-byte pointer) since CUDA 12.1 on sm_70 and later; 4096 before. NVRTC fails past it with
+// "Formal parameter space overflowed", which the host backend would never show.
+inline constexpr size_t kMaxKernelParameterBytes = 32764;
+
 // Whether `kind` is one of the kinds above.
 bool is_kernel_kind(std::string_view kind);
 

@@ -39,6 +39,9 @@ constexpr std::string_view kPass = "append-optimizer";
 constexpr std::string_view kGradPrefix = "grad.";
 constexpr std::string_view kNextPrefix = "next.";
 constexpr std::string_view kStepName = "train.step";
+// Kernel parameter bytes per multi-tensor update kernel: the 4096 every CUDA version and
+// driver accepts (ir::kMaxKernelParameterBytes needs CUDA 12.1), 73 Adam updates of 7 pointers.
+constexpr size_t kParameterBytesPerKernel = 4096;
 
 bool starts_with(const std::string& text, std::string_view prefix) {
   return text.rfind(prefix, 0) == 0;
@@ -255,12 +258,25 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
   graph.outputs.push_back(increment->results[0]);
   graph.output_names.push_back(std::string(kNextPrefix) + std::string(kStepName));
 
+  // One kernel per dtype, in chunks whose pointers fit kParameterBytesPerKernel: a model of
+  // hundreds of tensors (600 Adam updates are 4200 pointers) would overflow CUDA's parameter
+  // space in one kernel.
+  std::vector<ir::KernelGroup> kernels;
   for (auto& [dtype, members] : groups) {
-    const std::string& name = spec.kernel_name;
-    ir::make_kernel(graph, members, name, ir::kMultiUpdateKernel);
-    context.debug(kPass, fmt::format("one {} kernel for {} {} parameter(s)", name, members.size(),
-                                     ir::dtype_name(dtype)));
+    const size_t pointers = members.front()->inputs.size() + members.front()->results.size();
+    const size_t per_kernel = std::max<size_t>(1, kParameterBytesPerKernel / (8 * pointers));
+    for (size_t begin = 0; begin < members.size(); begin += per_kernel) {
+      const size_t end = std::min(members.size(), begin + per_kernel);
+      kernels.push_back({{members.begin() + static_cast<std::ptrdiff_t>(begin),
+                          members.begin() + static_cast<std::ptrdiff_t>(end)},
+                         spec.kernel_name, ir::kMultiUpdateKernel});
+    }
+    context.debug(kPass, fmt::format("{} {} kernel(s) for {} {} parameter(s), at most {} each",
+                                     (members.size() + per_kernel - 1) / per_kernel,
+                                     spec.kernel_name, members.size(), ir::dtype_name(dtype),
+                                     per_kernel));
   }
+  ir::make_kernels(graph, kernels);
   return true;
 }
 

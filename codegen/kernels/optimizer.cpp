@@ -2,19 +2,23 @@
 //   - one op, one kernel: a grid-stride map over the parameter's elements;
 //   - many ops, one kernel (emit_multi_tensor_update): the parameters' element ranges are laid
 //     end to end, one grid-stride loop walks the concatenation, and each index finds its
-//     parameter in a constexpr table of segment offsets. A training step then launches once per
+//     parameter by a binary search over the segment offsets, written out as comparisons with
+//     constants (no table indexed at run time, so no stack frame). A training step launches once per
 //     (optimizer, dtype) instead of once per parameter, which is what apex's
 //     multi_tensor_apply and PyTorch's fused/foreach optimizers do for the many small tensors
 //     (biases, norms) of a model. Pointers stay ordinary kernel parameters, so the kernel table
-//     and both backends see nothing new; a switch on the segment picks them.
+//     and both backends see nothing new. CUDA limits a kernel's parameters to 32764 bytes
+//     (4096 before CUDA 12.1): append-optimizer makes kernels of at most 4096 bytes each.
 // Both shapes write the per-element arithmetic with emit_element below, in float whatever the
 // storage dtype; the attributes are compile-time constants, so terms that vanish (no weight
 // decay, no momentum) are not emitted at all.
 #include "codegen/kernels/optimizer.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "codegen/kernels/reduce_util.h"
+#include "ir/kernel_region.h"
 #include "ir/op_registry.h"
 #include "ir/optimizer_operands.h"
 
@@ -194,6 +198,14 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
                                     const std::vector<const ir::Node*>& updates) {
   const ir::Node& kernel = request.node;
   if (updates.empty()) reject(kernel, "needs at least one update node");
+  // Every operand and result is a pointer parameter; NVRTC refuses a kernel past the limit
+  // ("Formal parameter space overflowed"), which only a GPU compile would show.
+  const size_t parameter_bytes = 8 * (kernel.inputs.size() + kernel.results.size());
+  if (parameter_bytes > ir::kMaxKernelParameterBytes)
+    reject(kernel, fmt::format("takes {} pointers ({} bytes of kernel parameters), over CUDA's "
+                               "{}; split it into kernels of fewer parameters",
+                               kernel.inputs.size() + kernel.results.size(), parameter_bytes,
+                               ir::kMaxKernelParameterBytes));
   const ir::Node& first = *updates.front();
   const DType dtype = first.inputs[0]->type.dtype;
   const ir::UpdateOperands first_operands = ir::update_operands(first);
@@ -234,10 +246,7 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
 
   BodyWriter w;
   emit_prologue(w, first, scalar_pointers(first, bindings.front().in));
-  w.line("constexpr int kSegments = {};", updates.size());
   w.line("constexpr {} kTotal = {};", type, int_literal(total, type));
-  w.comment("Parameter s owns elements [kSegmentOffset[s], kSegmentOffset[s + 1]) of the loop.");
-  w.line("constexpr {} kSegmentOffset[kSegments + 1] = {};", type, array_literal(offsets, type));
   std::string signature;
   for (const std::string& name : operand_names)
     signature += fmt::format("const {}* __restrict__ {}, ", element, name);
@@ -246,22 +255,28 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   w.open("const auto update = [&]({}{} j)", signature, type);
   emit_element(w, first, operand_names, result_names, "j");
   w.close(";");
-  w.line("int segment = 0;");
   open_grid_stride_loop(w, "i", type, "kTotal");
-  w.comment("A thread's indices only grow, so its segment only moves forward.");
-  w.open("while (i >= kSegmentOffset[segment + 1])");
-  w.line("++segment;");
-  w.close();
-  w.line("const {} j = i - kSegmentOffset[segment];", type);
-  w.open("switch (segment)");
-  for (size_t s = 0; s < updates.size(); ++s) {
-    std::string args;
-    for (size_t k = 0; k < operand_names.size(); ++k) args += bindings[s].in[k] + ", ";
-    for (const std::string& out : bindings[s].out) args += out + ", ";
-    w.line("case {}: update({}j); break;  // {} {}", s, args, updates[s]->describe(),
-           updates[s]->inputs[0]->type.to_string());
-  }
-  w.close();
+  w.comment("Parameter s owns elements [offset s, offset s + 1) of the loop. A binary search over");
+  w.comment("the offsets, written out as comparisons with constants, finds it: a table indexed at");
+  w.comment("run time would live in local memory (a stack frame on the GPU).");
+  // Segments [lo, hi): a leaf updates one; an inner node splits at the middle offset.
+  const std::function<void(size_t, size_t)> dispatch = [&](size_t lo, size_t hi) {
+    if (hi - lo == 1) {
+      std::string args;
+      for (size_t k = 0; k < operand_names.size(); ++k) args += bindings[lo].in[k] + ", ";
+      for (const std::string& out : bindings[lo].out) args += out + ", ";
+      w.line("update({}i - {});  // {} {}", args, int_literal(offsets[lo], type),
+             updates[lo]->describe(), updates[lo]->inputs[0]->type.to_string());
+      return;
+    }
+    const size_t mid = (lo + hi) / 2;
+    w.open("if (i < {})", int_literal(offsets[mid], type));
+    dispatch(lo, mid);
+    w.reopen("else");
+    dispatch(mid, hi);
+    w.close();
+  };
+  dispatch(0, updates.size());
   w.close();
   KernelSpec spec = grid_stride_spec(total);
   spec.body = w.take();
