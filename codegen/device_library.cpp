@@ -116,6 +116,39 @@ __device__ __forceinline__ void kiln_mma_tf32_m16n8k8(float* d, const unsigned i
 #endif
 }
 
+// ---- asynchronous copies (sm_80+) ---------------------------------------------------------
+// 16 bytes from global to shared memory without passing through registers (cp.async, L2 only);
+// with `valid` false the 16 bytes are zero-filled and the source is not read. Both addresses
+// must be 16-byte aligned. The copies land only after kiln_cp_async_wait lets them: commit
+// closes a group, wait<N> waits until at most N committed groups are still in flight.
+__device__ __forceinline__ void kiln_cp_async16(void* shared_dst, const void* global_src,
+                                                bool valid) {
+#ifdef __CUDACC__
+  const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global_src),
+               "r"(valid ? 16 : 0));
+#else
+  kiln_host_cp_async(shared_dst, global_src, 16, valid ? 16 : 0);
+#endif
+}
+
+__device__ __forceinline__ void kiln_cp_async_commit() {
+#ifdef __CUDACC__
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#else
+  kiln_host_cp_async_commit();
+#endif
+}
+
+template <int pending>
+__device__ __forceinline__ void kiln_cp_async_wait() {
+#ifdef __CUDACC__
+  asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
+#else
+  kiln_host_cp_async_wait(pending);
+#endif
+}
+
 // ---- warp reductions (full warp, all 32 lanes active) ------------------------------------------
 __device__ __forceinline__ float kiln_warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -115,6 +115,12 @@ std::string load_input(const KernelRequest& request, size_t index, const std::st
               request.input_params[index] + "[" + subscript + "]");
 }
 
+std::string input_address(const KernelRequest& request, size_t index, const std::string& subscript) {
+  if (index < request.fused_inputs.size() && !request.fused_inputs[index].empty()) return "";
+  if (request.node.inputs[index]->type.dtype != ir::DType::F32) return "";
+  return "&" + request.input_params[index] + "[" + subscript + "]";
+}
+
 std::string index_type(int64_t count, int64_t overshoot) {
   return count + overshoot <= std::numeric_limits<int32_t>::max() ? "int" : "long long";
 }

@@ -423,6 +423,7 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
                        const RowPosition& row_at) {
   add_row_statistics(spec, norm, names, "norm", 0, row_at, "kK", "Prologue");
   spec.a.fetch = "value = " + normalized(norm, names, "norm", row_at("row") + " + k", "k") + ";";
+  spec.a.address.clear();  // normalized as it is staged: no plain copy
   spec.note += "; " + norm.describe() + " as a prologue (rows normalized as they are staged)";
 }
 
@@ -548,6 +549,7 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     add_norm_prologue(spec, *norm, names, row_at);
   } else if (!row_views.empty()) {
     spec.a.fetch = fmt::format("value = {};", load(a->type.dtype, names.param(rows_param) + "[" + row_at("row") + " + k]"));
+    spec.a.address.clear();  // a view's rows need not be 16-byte aligned
     spec.note += "; A read through the view of " + source_list(row_views);
   }
   spec.prelude = prelude.take();

@@ -15,8 +15,11 @@
 // Matrix Multiply-Accumulate Instructions" in the PTX ISA; CUTLASS's SM80 TF32 GEMMs): values
 // are rounded to TF32 as they are staged, the block's 8 warps each own a grid of 16x8 tiles of
 // out, and per k step of 8 a warp loads its A and B fragments from shared memory in the
-// layouts mma.m16n8k8 defines and issues one mma.sync per tile. The shared tiles are padded so
-// that k-rows are 8 banks apart: a fragment load (8 rows or columns x 4 k) touches 32 banks.
+// layouts mma.m16n8k8 defines and issues one mma.sync per tile. Operands read as plain f32
+// skip the registers: cp.async copies them 16 bytes at a time into one of two shared stages
+// while the other stage's tile is computed (the PTX ISA's "Data Movement and Conversion
+// Instructions: cp.async"). The tiles are padded so that a fragment load (8 rows or columns x
+// 4 k) touches 32 banks.
 #include "codegen/kernels/gemm.h"
 
 #include <limits>
@@ -66,7 +69,8 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
   w.lines(operand.fetch);
   if (!guard.empty()) w.close();
   // Tensor cores read TF32: rounded once here, not per fragment load.
-  w.line("{}_slot[i * {}] = {};", name, operand.k_contiguous ? step : step + " * " + stride,
+  w.line("{0}_tile[{0}_slot + i * {1}] = {2};", name,
+         operand.k_contiguous ? step : step + " * " + stride,
          tiling.unit == GemmUnit::TensorCoreTf32 ? "kiln_tf32_round(value)" : "value");
   w.close();
 }
@@ -92,8 +96,8 @@ void staging_position(BodyWriter& w, const GemmSpec& spec, const GemmOperand& op
     w.line("constexpr int {} = kThreads / {};", step, outer_tile);
   }
   w.comment("The thread's first slot in the shared tile; the others are constant offsets away.");
-  w.line("{3}* {0}_slot = {0}_tile + {0}_k * k{1}TileStride + {0}_{2};", name,
-         name == "a" ? "A" : "B", outer, spec.value_type);
+  w.line("const int {0}_slot = {0}_k * k{1}TileStride + {0}_{2};", name, name == "a" ? "A" : "B",
+         outer);
   w.lines(operand.setup);
 }
 
@@ -125,24 +129,44 @@ void fma_step(BodyWriter& w, const GemmSpec& spec) {
 // 16 rows) and B fragments (kMmaN tiles of 8 columns), then one mma.sync per pair. Fragment
 // layouts of mma.m16n8k8 .tf32 (PTX ISA), with g = lane_group and q = lane_quad: a0 (g, q),
 // a1 (g + 8, q), a2 (g, q + 4), a3 (g + 8, q + 4); b0 (k = q, n = g), b1 (k = q + 4, n = g).
-void mma_step(BodyWriter& w) {
+// A tile copied by cp.async is outer-major ([outer][k], when k is contiguous in memory) and
+// holds raw f32, rounded to TF32 here; a staged one is k-major and already rounded.
+void mma_step(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major, bool b_outer_major) {
+  const auto fragment = [](bool async, const std::string& element) {
+    return async ? "__float_as_uint(kiln_tf32_round(" + element + "))"
+                 : "__float_as_uint(" + element + ")";
+  };
   w.line("#pragma unroll");
   w.open("for (int kk = 0; kk < kTileK; kk += 8)");
   w.line("unsigned int a_frag[kMmaM][4];");
   w.line("unsigned int b_frag[kMmaN][2];");
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kMmaM; ++i)");
-  w.line("const float* a_k = a_tile + (kk + lane_quad) * kATileStride + warp_row + i * 16 + lane_group;");
-  w.line("a_frag[i][0] = __float_as_uint(a_k[0]);");
-  w.line("a_frag[i][1] = __float_as_uint(a_k[8]);");
-  w.line("a_frag[i][2] = __float_as_uint(a_k[4 * kATileStride]);");
-  w.line("a_frag[i][3] = __float_as_uint(a_k[4 * kATileStride + 8]);");
+  if (a_outer_major) {
+    w.line("const float* a_r = a_tile + (warp_row + i * 16 + lane_group) * kATileStride + kk + lane_quad;");
+    w.line("a_frag[i][0] = {};", fragment(tiling.async_a, "a_r[0]"));
+    w.line("a_frag[i][1] = {};", fragment(tiling.async_a, "a_r[8 * kATileStride]"));
+    w.line("a_frag[i][2] = {};", fragment(tiling.async_a, "a_r[4]"));
+    w.line("a_frag[i][3] = {};", fragment(tiling.async_a, "a_r[8 * kATileStride + 4]"));
+  } else {
+    w.line("const float* a_k = a_tile + (kk + lane_quad) * kATileStride + warp_row + i * 16 + lane_group;");
+    w.line("a_frag[i][0] = {};", fragment(tiling.async_a, "a_k[0]"));
+    w.line("a_frag[i][1] = {};", fragment(tiling.async_a, "a_k[8]"));
+    w.line("a_frag[i][2] = {};", fragment(tiling.async_a, "a_k[4 * kATileStride]"));
+    w.line("a_frag[i][3] = {};", fragment(tiling.async_a, "a_k[4 * kATileStride + 8]"));
+  }
   w.close();
   w.line("#pragma unroll");
   w.open("for (int j = 0; j < kMmaN; ++j)");
-  w.line("const float* b_k = b_tile + (kk + lane_quad) * kBTileStride + warp_col + j * 8 + lane_group;");
-  w.line("b_frag[j][0] = __float_as_uint(b_k[0]);");
-  w.line("b_frag[j][1] = __float_as_uint(b_k[4 * kBTileStride]);");
+  if (b_outer_major) {
+    w.line("const float* b_c = b_tile + (warp_col + j * 8 + lane_group) * kBTileStride + kk + lane_quad;");
+    w.line("b_frag[j][0] = {};", fragment(tiling.async_b, "b_c[0]"));
+    w.line("b_frag[j][1] = {};", fragment(tiling.async_b, "b_c[4]"));
+  } else {
+    w.line("const float* b_k = b_tile + (kk + lane_quad) * kBTileStride + warp_col + j * 8 + lane_group;");
+    w.line("b_frag[j][0] = {};", fragment(tiling.async_b, "b_k[0]"));
+    w.line("b_frag[j][1] = {};", fragment(tiling.async_b, "b_k[4 * kBTileStride]"));
+  }
   w.close();
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kMmaM; ++i)");
@@ -151,6 +175,32 @@ void mma_step(BodyWriter& w) {
   w.line("kiln_mma_tf32_m16n8k8(acc[i][j], a_frag[i], b_frag[j]);");
   w.close();
   w.close();
+  w.close();
+}
+
+// The cp.async copies of one operand's tile for the k step at `k_next` into `dst` (a stage):
+// 16 bytes (4 floats along the contiguous dim) each, zero-filled outside the matrix. k
+// contiguous: the tile is outer-major, [outer][kTileK + 4]; else k-major, [k][outer + 8].
+void async_copies(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
+                  const std::string& name, const std::string& outer, const std::string& outer_size,
+                  const std::string& outer_tile) {
+  const std::string stride = "k" + std::string(name == "a" ? "A" : "B") + "TileStride";
+  w.line("#pragma unroll");
+  w.open("for (int copy = 0; copy < {} * kTileK / 4 / kThreads; ++copy)", outer_tile);
+  w.line("const int c = threadIdx.x + copy * kThreads;");
+  if (operand.k_contiguous) {
+    w.line("const int copy_outer = c / (kTileK / 4);");
+    w.line("const int copy_k = c % (kTileK / 4) * 4;");
+  } else {
+    w.line("const int copy_k = c / ({} / 4);", outer_tile);
+    w.line("const int copy_outer = c % ({} / 4) * 4;", outer_tile);
+  }
+  w.line("const {} {} = block_{} + copy_outer;", spec.index_type, outer, outer);
+  w.line("const {} k = k_next + copy_k;", spec.index_type);
+  w.line("kiln_cp_async16({}_dst + {}, {}, {} < {} && k < kK);", name,
+         operand.k_contiguous ? "copy_outer * " + stride + " + copy_k"
+                              : "copy_k * " + stride + " + copy_outer",
+         operand.address, outer, outer_size);
   w.close();
 }
 
@@ -168,6 +218,12 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   tiling.warps_n = 4;
   const int64_t big_blocks = ceil_div(spec.m, 128) * ceil_div(spec.n, 128) * spec.batch;
   tiling.tile_m = tiling.tile_n = big_blocks >= kFillingBlocks ? 128 : 64;
+  const auto copyable = [](const GemmOperand& operand, int64_t contiguous) {
+    return !operand.address.empty() && contiguous % 4 == 0;
+  };
+  tiling.async_a = copyable(spec.a, spec.a.k_contiguous ? spec.k : spec.m);
+  tiling.async_b = copyable(spec.b, spec.b.k_contiguous ? spec.k : spec.n);
+  tiling.stages = tiling.async_a || tiling.async_b ? 2 : 1;
   return tiling;
 }
 
@@ -176,10 +232,14 @@ std::string gemm_tiling_note(const GemmSpec& spec) {
   if (t.unit == GemmUnit::Fma)
     return fmt::format("{}x{}x{} tiles, {} threads, 4x4 per thread", t.tile_m, t.tile_n, t.tile_k,
                        t.threads);
+  const std::string copies = t.async_a && t.async_b ? "A and B by cp.async, 2 stages"
+                             : t.async_a             ? "A by cp.async, 2 stages"
+                             : t.async_b             ? "B by cp.async, 2 stages"
+                                                     : "staged through registers";
   return fmt::format("tensor cores (mma.sync m16n8k8, TF32 operands, f32 sums), {}x{}x{} tiles, "
-                     "{} warps of {}x{}",
+                     "{} warps of {}x{}, {}",
                      t.tile_m, t.tile_n, t.tile_k, t.threads / 32, t.tile_m / t.warps_m,
-                     t.tile_n / t.warps_n);
+                     t.tile_n / t.warps_n, copies);
 }
 
 KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
@@ -231,15 +291,34 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.line("constexpr int kPerThreadN = kTileN / kThreadsN;");
   }
   w.line("constexpr int kLoadsPerThread = kTileM * kTileK / kThreads;");
-  w.comment(mma ? "Shared tiles are k-major; the padding puts k-rows 8 banks apart."
-                : "Shared tiles are k-major; the padding spreads stores along k over all banks.");
-  w.line("constexpr int kATileStride = kTileM + {};", tiling.pad);
-  w.line("constexpr int kBTileStride = kTileN + {};", tiling.pad);
-  w.line("{0}* a_tile = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
-  w.line("{}* b_tile = a_tile + kTileK * kATileStride;", spec.value_type);
+  // A cp.async operand with k contiguous keeps that layout in shared memory ([outer][k]); all
+  // others are k-major.
+  const bool a_outer_major = tiling.async_a && spec.a.k_contiguous;
+  const bool b_outer_major = tiling.async_b && spec.b.k_contiguous;
+  if (!mma) {
+    w.comment("Shared tiles are k-major; the padding spreads stores along k over all banks.");
+  } else {
+    w.comment("Shared tiles: k-major with k-rows 8 banks apart, or (cp.async, k contiguous)");
+    w.comment("outer-major with rows of kTileK + 4: either way a fragment load touches 32 banks.");
+  }
+  if (a_outer_major)
+    w.line("constexpr int kATileStride = kTileK + 4;");
+  else
+    w.line("constexpr int kATileStride = kTileM + {};", tiling.pad);
+  if (b_outer_major)
+    w.line("constexpr int kBTileStride = kTileK + 4;");
+  else
+    w.line("constexpr int kBTileStride = kTileN + {};", tiling.pad);
+  w.line(a_outer_major ? "constexpr int kAStageSize = kTileM * kATileStride;"
+                       : "constexpr int kAStageSize = kTileK * kATileStride;");
+  w.line(b_outer_major ? "constexpr int kBStageSize = kTileN * kBTileStride;"
+                       : "constexpr int kBStageSize = kTileK * kBTileStride;");
+  w.line("constexpr int kStages = {};", tiling.stages);
+  w.line("{0}* a_tiles = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
+  w.line("{}* b_tiles = a_tiles + kStages * kAStageSize;", spec.value_type);
   if (spec.row_stat_arrays > 0) {
     w.comment("Row statistics of recomputed norms, after the tiles.");
-    w.line("float* extra_smem = reinterpret_cast<float*>(b_tile + kTileK * kBTileStride);");
+    w.line("float* extra_smem = reinterpret_cast<float*>(b_tiles + kStages * kBStageSize);");
   }
   w.blank();
   if (mma) {
@@ -258,8 +337,16 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.line("const index_t block_col = static_cast<index_t>(blockIdx.x) * kTileN;");
   w.declare(spec.z_name, "const int {} = blockIdx.z;", spec.z_name);
   w.lines(spec.batch_setup);
-  staging_position(w, spec, spec.a, "a", "row", "kTileM");
-  staging_position(w, spec, spec.b, "b", "col", "kTileN");
+  // Operands staged through registers get their thread's position; cp.async ones only their
+  // setup (a fused norm's statistics).
+  if (tiling.async_a)
+    w.lines(spec.a.setup);
+  else
+    staging_position(w, spec, spec.a, "a", "row", "kTileM");
+  if (tiling.async_b)
+    w.lines(spec.b.setup);
+  else
+    staging_position(w, spec, spec.b, "b", "col", "kTileN");
   w.blank();
   w.comment("Accumulators: constant indices after unrolling, so they live in registers.");
   if (mma)
@@ -278,14 +365,46 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   }
   w.close();
   w.close();
-  w.open("for (int k0 = 0; k0 < kK; k0 += kTileK)");
-  w.comment("Stage both tiles, zero outside the matrices.");
-  stage_tile(w, spec, tiling, spec.a, "a", "row", "kM", spec.m % tiling.tile_m != 0);
-  stage_tile(w, spec, tiling, spec.b, "b", "col", "kN", spec.n % tiling.tile_n != 0);
+  const bool pipelined = tiling.stages > 1;
+  if (pipelined) {
+    w.comment("cp.async copies of one k step's tiles into a stage; they land when waited for.");
+    w.open("const auto copy_tiles = [&](int stage, index_t k_next)");
+    if (tiling.async_a) {
+      w.line("float* a_dst = a_tiles + stage * kAStageSize;");
+      async_copies(w, spec, spec.a, "a", "row", "kM", "kTileM");
+    }
+    if (tiling.async_b) {
+      w.line("float* b_dst = b_tiles + stage * kBStageSize;");
+      async_copies(w, spec, spec.b, "b", "col", "kN", "kTileN");
+    }
+    w.close(";");
+    w.comment("The first step's copies fly before the loop.");
+    w.line("copy_tiles(0, 0);");
+    w.line("kiln_cp_async_commit();");
+  }
+  w.open(pipelined ? "for (int k0 = 0, stage = 0; k0 < kK; k0 += kTileK, stage ^= 1)"
+                   : "for (int k0 = 0; k0 < kK; k0 += kTileK)");
+  w.line("{0}* a_tile = a_tiles{1};", spec.value_type, pipelined ? " + stage * kAStageSize" : "");
+  w.line("{0}* b_tile = b_tiles{1};", spec.value_type, pipelined ? " + stage * kBStageSize" : "");
+  if (pipelined) {
+    w.comment("The next step's copies go to the other stage (read by the last step, which ended");
+    w.comment("in a barrier); an empty group at the end keeps the count of groups in flight.");
+    w.line("if (k0 + kTileK < kK) copy_tiles(stage ^ 1, k0 + kTileK);");
+    w.line("kiln_cp_async_commit();");
+  }
+  if (!tiling.async_a || !tiling.async_b) w.comment("Stage the tiles, zero outside the matrices.");
+  if (!tiling.async_a)
+    stage_tile(w, spec, tiling, spec.a, "a", "row", "kM", spec.m % tiling.tile_m != 0);
+  if (!tiling.async_b)
+    stage_tile(w, spec, tiling, spec.b, "b", "col", "kN", spec.n % tiling.tile_n != 0);
+  if (pipelined) {
+    w.comment("This step's copies have landed (the next step's may still be in flight).");
+    w.line("kiln_cp_async_wait<1>();");
+  }
   w.comment("The tiles are complete before anyone reads them.");
   w.line("__syncthreads();");
   if (mma)
-    mma_step(w);
+    mma_step(w, tiling, a_outer_major, b_outer_major);
   else
     fma_step(w, spec);
   w.comment("Everyone has read the tiles before the next step overwrites them.");
@@ -334,13 +453,16 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   kernel.grid = Dim3{static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m),
                      static_cast<uint32_t>(spec.batch)};
   kernel.block = Dim3{static_cast<uint32_t>(tiling.threads), 1, 1};
-  const uint32_t tile_slots = static_cast<uint32_t>(tiling.tile_k * (tiling.tile_m + tiling.pad) +
-                                                    tiling.tile_k * (tiling.tile_n + tiling.pad));
+  const auto stage_slots = [&](bool outer_major, int outer) {
+    return outer_major ? outer * (tiling.tile_k + 4) : tiling.tile_k * (outer + tiling.pad);
+  };
+  const uint32_t tile_slots = static_cast<uint32_t>(
+      tiling.stages * (stage_slots(a_outer_major, tiling.tile_m) + stage_slots(b_outer_major, tiling.tile_n)));
   kernel.shared_bytes = tile_slots * (spec.value_type == "double" ? sizeof(double) : sizeof(float)) +
                         spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * sizeof(float);
   kernel.uses_barriers = true;
   kernel.tensor_cores = mma;
-  kernel.note = spec.note;
+  kernel.note = spec.what + ", " + gemm_tiling_note(spec) + spec.note;
   kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
   return kernel;
 }

@@ -43,6 +43,11 @@ struct GemmTiling {
   // Tensor cores: the warps' grid over the tile (warps_m x warps_n warps, each owning a
   // tile_m / warps_m x tile_n / warps_n piece of 16x8 mma tiles).
   int warps_m = 0, warps_n = 0;
+  // Tensor cores: operands copied global -> shared by cp.async (GemmOperand::address set, the
+  // contiguous dim a multiple of 4 floats: 16-byte copies), two stages deep so that the next
+  // tile's copies fly while this one's mma run; the others are staged through registers.
+  bool async_a = false, async_b = false;
+  int stages = 1;
 };
 
 // One operand as the tile loader sees it. The outer index is `row` for A and `col` for B; both it
@@ -57,6 +62,11 @@ struct GemmOperand {
   std::string setup;
   // Statements that set `value` (a float, preset to 0) to the element at (outer, k).
   std::string fetch;
+  // When the element is an f32 read unchanged from memory (no conversion, view or prologue):
+  // the expression of its address, which the tensor-core kernels may copy with cp.async
+  // (16 bytes from a 16-byte aligned address: kiln's buffers are 256-byte aligned). Empty
+  // otherwise; whoever changes `fetch` must clear it.
+  std::string address;
 };
 
 struct GemmConstant {
@@ -104,7 +114,10 @@ struct GemmSpec {
   // Whether the products may run on tensor cores (KernelRequest::precision is tf32): they do
   // when the GEMM is f32 (value_type float); f64 GEMMs stay on the FMA units.
   bool tensor_cores = false;
-  std::string note;  // the algorithm, for the kernel's comment
+  // For the kernel's comment: what the GEMM computes ("x * weight^T as tiled GEMM"), then what
+  // fusion added ("; fused epilogue: relu"); emit_gemm puts the tiling between them.
+  std::string what;
+  std::string note;
 };
 
 // The tiling emit_gemm uses for `spec`: FMA 64x64 tiles; on tensor cores 128x128 tiles (8 warps

@@ -118,17 +118,18 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
     spec.batch_setup = matmul_batch_offsets(a_batch, b_batch, out_batch, m * k, k * n);
   }
   spec.a.k_contiguous = !ta;
-  spec.a.fetch = fmt::format("value = {};", load_input(request, 0, ta ? "a_base + k * kM + row"
-                                                                      : "a_base + row * kK + k"));
+  const std::string a_at = ta ? "a_base + k * kM + row" : "a_base + row * kK + k";
+  const std::string b_at = tb ? "b_base + col * kK + k" : "b_base + k * kN + col";
+  spec.a.fetch = fmt::format("value = {};", load_input(request, 0, a_at));
+  spec.a.address = input_address(request, 0, a_at);
   spec.b.k_contiguous = tb;
-  spec.b.fetch = fmt::format("value = {};", load_input(request, 1, tb ? "b_base + col * kK + k"
-                                                                      : "b_base + k * kN + col"));
+  spec.b.fetch = fmt::format("value = {};", load_input(request, 1, b_at));
+  spec.b.address = input_address(request, 1, b_at);
   spec.channel = "static_cast<int>(col)";  // the last axis: what a bias_add(axis=-1) indexes
   spec.out_index = spec.batch > 1 ? "batch * kM * kN + row * kN + col"
                                   : "row * kN + col";
-  spec.note = fmt::format("tiled GEMM{}{}{}, {}", ta ? ", a transposed" : "",
-                          tb ? ", b transposed" : "", fold ? ", batch folded into rows" : "",
-                          gemm_tiling_note(spec));
+  spec.what = fmt::format("tiled GEMM{}{}{}", ta ? ", a transposed" : "",
+                          tb ? ", b transposed" : "", fold ? ", batch folded into rows" : "");
   return spec;
 }
 
@@ -149,15 +150,16 @@ GemmSpec dense_gemm(const KernelRequest& request) {
   spec.k = k;
   spec.a.k_contiguous = true;
   spec.a.fetch = fmt::format("value = {};", load_input(request, 0, "row * kK + k"));
+  spec.a.address = input_address(request, 0, "row * kK + k");
   spec.b.k_contiguous = true;  // weight is [N][K]: B transposed
   spec.b.fetch = fmt::format("value = {};", load_input(request, 1, "col * kK + k"));
+  spec.b.address = input_address(request, 1, "col * kK + k");
   spec.channel = "static_cast<int>(col)";
   spec.out_index = "row * kN + col";
   if (node.inputs.size() > 2)
     spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
-  spec.note = fmt::format("x * weight^T as tiled GEMM{}, {}",
-                          node.inputs.size() > 2 ? " + bias in the epilogue" : "",
-                          gemm_tiling_note(spec));
+  spec.what = fmt::format("x * weight^T as tiled GEMM{}",
+                          node.inputs.size() > 2 ? " + bias in the epilogue" : "");
   return spec;
 }
 
@@ -207,6 +209,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.a.k_contiguous = true;
   spec.a.fetch =
       fmt::format("value = {};", load_input(request, 1, "(group * kM + row) * kK + k"));
+  spec.a.address = input_address(request, 1, "(group * kM + row) * kK + k");
   // B: the patch matrix, gathered. A thread's column (output pixel) is fixed for the whole K
   // loop, so its image and window corner are computed once.
   spec.b.k_contiguous = false;
@@ -236,11 +239,10 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.out_index = "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
   if (node.inputs.size() > 2)
     spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
-  spec.note = fmt::format(
+  spec.what = fmt::format(
       "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . gathered patches "
-      "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}, {}",
-      spec.m, spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "",
-      gemm_tiling_note(spec));
+      "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}",
+      spec.m, spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "");
   return spec;
 }
 

@@ -110,6 +110,10 @@ typedef struct kiln_host_thread {
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
 #include <math.h>  // expf, sqrtf, ... in the global namespace, as CUDA has them
 
 // The current GPU thread of this OS thread (see part 1). `static`: one TU includes this.
@@ -330,6 +334,60 @@ static inline float atomicExch(float* p, float v) {
   unsigned int* bits = reinterpret_cast<unsigned int*>(p);
   const unsigned int desired = static_cast<unsigned int>(kiln_host_to_bits(v));
   return kiln_host_from_bits<float>(__atomic_exchange_n(bits, desired, __ATOMIC_RELAXED));
+}
+
+// ---- asynchronous copies (cp.async) ----------------------------------------------------------
+// As the PTX ISA defines them: a copy issued now is only guaranteed to have landed once a later
+// cp.async.wait_group lets it. Each GPU thread keeps its copies in groups: commit closes the
+// open group, and wait(N) performs every committed group but the newest N, oldest first. So a
+// kernel that reads shared memory before waiting reads what was there (the poisoned arena: NaN),
+// as it could on the GPU. The state lives per GPU thread of the running block (a worker runs
+// one block at a time) and is dropped when another block's thread reuses the slot.
+struct kiln_host_async_copy {
+  void* dst;
+  const void* src;
+  unsigned int bytes, src_bytes;  // src_bytes < bytes: the rest is zero-filled
+};
+struct kiln_host_async_state {
+  const kiln_host_block* block = nullptr;
+  kiln_host_uint3 block_idx = {0, 0, 0};
+  std::vector<kiln_host_async_copy> open;
+  std::deque<std::vector<kiln_host_async_copy>> committed;
+};
+static inline kiln_host_async_state& kiln_host_async_of_current() {
+  static thread_local std::unordered_map<const kiln_host_thread*, kiln_host_async_state> states;
+  kiln_host_async_state& state = states[kiln_host_current];
+  const kiln_host_block* block = kiln_host_current->block;
+  const kiln_host_uint3 idx = block->block_idx;
+  if (state.block != block || state.block_idx.x != idx.x || state.block_idx.y != idx.y ||
+      state.block_idx.z != idx.z) {
+    state = kiln_host_async_state{};
+    state.block = block;
+    state.block_idx = idx;
+  }
+  return state;
+}
+static inline void kiln_host_cp_async(void* dst, const void* src, unsigned int bytes,
+                                      unsigned int src_bytes) {
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & (bytes - 1)) != 0)
+    throw std::runtime_error("cp.async of " + std::to_string(bytes) +
+                             " bytes from or to an address not aligned to " + std::to_string(bytes));
+  kiln_host_async_of_current().open.push_back({dst, src, bytes, src_bytes});
+}
+static inline void kiln_host_cp_async_commit() {
+  kiln_host_async_state& state = kiln_host_async_of_current();
+  state.committed.push_back(std::move(state.open));
+  state.open.clear();
+}
+static inline void kiln_host_cp_async_wait(int pending) {
+  kiln_host_async_state& state = kiln_host_async_of_current();
+  while (state.committed.size() > static_cast<size_t>(pending)) {
+    for (const kiln_host_async_copy& copy : state.committed.front()) {
+      std::memcpy(copy.dst, copy.src, copy.src_bytes);
+      std::memset(static_cast<char*>(copy.dst) + copy.src_bytes, 0, copy.bytes - copy.src_bytes);
+    }
+    state.committed.pop_front();
+  }
 }
 
 // ---- memory, bits and conversions -----------------------------------------------------------

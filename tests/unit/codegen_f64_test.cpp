@@ -71,7 +71,7 @@ TEST(CodegenF64, GemmsInDouble) {
     inputs.push_back(dyadic(graph.inputs[i]->type, 8, 12, 10 + static_cast<uint32_t>(i)));
   const Program program = check_graph("f64_gemm", text, inputs, kExact);
   EXPECT_TRUE(contains(program.source, "double acc[kPerThreadM][kPerThreadN];"));
-  EXPECT_TRUE(contains(program.source, "double* a_tile = reinterpret_cast<double*>(kiln_smem);"));
+  EXPECT_TRUE(contains(program.source, "double* a_tiles = reinterpret_cast<double*>(kiln_smem);"));
   for (const Kernel& kernel : program.kernels) EXPECT_EQ(kernel.dynamic_shared_bytes, 2112u * sizeof(double));  // 16 x (64 + 2) slots per tile
 }
 

@@ -1,10 +1,11 @@
 // --precision=tf32: the GEMM kernels on tensor cores (mma.sync m16n8k8), compiled for real GPUs
 // (NVRTC sm_80 and sm_90: no spills, no stack frame, mma.sync and cvt.rna.tf32 in the PTX) and
 // run on the host backend, whose warp collective emulates mma.sync with the PTX ISA's fragment
-// layouts. Each result must equal the reference interpreter run on TF32-rounded operands (to
+// layouts and whose cp.async lands only when waited for. Each result must equal the reference interpreter run on TF32-rounded operands (to
 // the f32 tolerance of codegen_nn_util.h) and stay within the derived TF32 bound of the exact
 // result (check_cases). Shapes hit the 64 and 128 tile edges, every GEMM's layouts (transposes,
-// batches, broadcasts, folded batches, gathered convolution patches) and the emulation itself.
+// batches, broadcasts, folded batches, gathered convolution patches), operands copied by
+// cp.async and staged through registers, and the emulation itself.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -72,6 +73,10 @@ TEST(CodegenTf32, EveryGemmLayout) {
       {"matmul", {f32({3, 33, 7}), f32({3, 33, 100})}, {{"transpose_a", true}}, 33},
       {"matmul", {f32({2, 65, 19}), f32({1, 70, 19})}, {{"transpose_b", true}}, 19},
       {"matmul", {f32({2, 20, 66}), f32({67, 20})}, {{"transpose_a", true}, {"transpose_b", true}}, 20},
+      // cp.async for both layouts of A: k contiguous ([M][K], outer-major in shared memory)
+      // and rows contiguous (transposed, [K][M], k-major), with B staged through registers.
+      {"matmul", {f32({2, 40, 64}), f32({2, 40, 26})}, {{"transpose_a", true}}, 40},
+      {"matmul", {f32({70, 24}), f32({24, 30})}, {}, 24},
       {"matmul", {TensorType{DType::F16, {2, 9, 40}}, TensorType{DType::F16, {40, 70}}}, {}, 40},
       {"dense", {f32({3, 5, 33}), f32({7, 33}), f32({7})}, {}, 33},
       {"dense", {f32({100, 129}), f32({65, 129}), f32({65})}, {}, 129},
