@@ -266,10 +266,7 @@ int64_t peak_rss_bytes() {
 }
 
 int bench(Options options) {
-  if (options.backend == "auto") {
-    std::string why;
-    options.backend = runtime::cuda::cuda_available(&why) ? "cuda" : "host";
-  }
+  if (options.backend == "auto") options.backend = runtime::cuda::auto_backend(options.cache.verbose, std::cerr);
   if (runtime::is_package_file(options.model) && options.precision.value() != codegen::Precision::F32)
     throw Error("--precision", "a package is already compiled (kiln compile --precision chooses "
                                "it); pass the model to choose the precision here");

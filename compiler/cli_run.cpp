@@ -156,10 +156,7 @@ std::vector<ir::Tensor> run_reference(const ir::Graph& graph, std::map<std::stri
 // --backend=auto: the GPU when there is one, else the same kernels on the CPU.
 std::string resolve_backend(const Options& options) {
   if (options.backend != "auto") return options.backend;
-  std::string why;
-  if (runtime::cuda::cuda_available(&why)) return "cuda";
-  if (options.cache.verbose) std::cerr << "kiln: running on the host backend: " << why << "\n";
-  return "host";
+  return runtime::cuda::auto_backend(options.cache.verbose, std::cerr);
 }
 
 // --profile: one event per kernel of the run, in the Chrome trace format.

@@ -31,7 +31,7 @@ class Forward {
   Forward(ir::Graph graph, const GenerateOptions& options) : graph_(std::move(graph)) {
     std::string why;
     std::string backend = options.backend;
-    if (backend == "auto") backend = runtime::cuda::cuda_available(&why) ? "cuda" : "host";
+    if (backend == "auto") backend = runtime::cuda::auto_backend(false, std::cerr);
     if (backend == "reference") return;  // the interpreter runs the graph as loaded
     if (backend == "cuda" && !runtime::cuda::cuda_available(&why))
       throw Error("--backend=cuda", why + "; use --backend=host to run the same kernels on the CPU");

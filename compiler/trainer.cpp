@@ -80,16 +80,15 @@ std::vector<ir::Tensor> parameters_of(const codegen::Program& program,
 
 runtime::Backend resolve_backend(const std::string& backend, bool verbose) {
   if (backend == "host") return runtime::Backend::Host;
-  std::string why;
-  const bool has_gpu = runtime::cuda::cuda_available(&why);
   if (backend == "cuda") {
-    if (!has_gpu)
+    std::string why;
+    if (!runtime::cuda::cuda_available(&why))
       throw Error("--backend=cuda", why + "; use --backend=host to train on the CPU");
     return runtime::Backend::Cuda;
   }
   if (backend != "auto") throw Error("--backend", "expected auto, host or cuda, got '" + backend + "'");
-  if (verbose && !has_gpu) std::cerr << "kiln: training on the host backend: " << why << "\n";
-  return has_gpu ? runtime::Backend::Cuda : runtime::Backend::Host;
+  return runtime::cuda::auto_backend(verbose, std::cerr) == "cuda" ? runtime::Backend::Cuda
+                                                                   : runtime::Backend::Host;
 }
 
 // How many of the first `positions` rows of the logits (viewed as [positions, classes]) have

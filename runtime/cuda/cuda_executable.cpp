@@ -517,6 +517,14 @@ bool cuda_available(std::string* why) {
   return false;
 }
 
+std::string auto_backend(bool verbose, std::ostream& notices) {
+  std::string why;
+  if (cuda_available(&why)) return "cuda";
+  const bool no_driver = why.starts_with(std::string(kDriverLibrary) + " not found");
+  if (verbose || !no_driver) notices << "kiln: running on the CPU (host backend): " << why << "\n";
+  return "host";
+}
+
 CudaDeviceInfo cuda_device_info(int device) {
   const DriverApi& api = driver();
   return query_device(api, open_device(api, device));

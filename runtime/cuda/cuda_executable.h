@@ -5,6 +5,7 @@
 // is checked and a failure names the call and the CUresult (cuGetErrorName).
 #pragma once
 
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,12 @@ struct CudaOptions {
 // alone, as in create()'s error "CUDA backend: <reason>; use --backend=host to run on the CPU"
 // ("libcuda.so.1 not found (no NVIDIA driver on this machine)", "no CUDA device (...)").
 bool cuda_available(std::string* why = nullptr);
+
+// --backend=auto: "cuda" when cuda_available, else "host". Falling back is announced on
+// `notices` ("kiln: running on the CPU (host backend): <why>") when an NVIDIA driver is
+// installed but unusable (too old, no device, the toolkit's stub library), since that machine
+// was meant to run on its GPU; without any driver only when `verbose`.
+std::string auto_backend(bool verbose, std::ostream& notices);
 
 struct CudaDeviceInfo {
   std::string name;  // "NVIDIA H100 80GB HBM3"

@@ -31,12 +31,31 @@ std::unique_ptr<DriverApi> DriverApi::load(const std::string& library) {
         fmt::format("{} not found (no NVIDIA driver on this machine)", library),
         {last_dl_error()});
   }
+  // The driver's version first (every driver has cuDriverGetVersion, and it needs no cuInit):
+  // an old driver lacks newer functions, and 'too old' is the message that helps.
+  const auto get_version = reinterpret_cast<PFN_cuDriverGetVersion_v2020>(
+      dlsym(api->library_, "cuDriverGetVersion"));
+  int version = 0;
+  const CUresult version_result = get_version != nullptr ? get_version(&version) : CUDA_ERROR_NOT_FOUND;
+  // The toolkit's stub library answers every call with CUDA_ERROR_STUB_LIBRARY: initialize()
+  // names it; its functions still resolve.
+  const bool stub = version_result == CUDA_ERROR_STUB_LIBRARY;
+  if (version_result != CUDA_SUCCESS && !stub)
+    throw backend_unavailable(fmt::format("{} is no usable NVIDIA driver (cuDriverGetVersion "
+                                          "fails)", library));
+  if (!stub && version < kMinimumDriverVersion) {
+    throw backend_unavailable(fmt::format(
+        "the NVIDIA driver supports CUDA {}.{}; kiln's kernels (compiled by NVRTC {}.{}) need "
+        "a CUDA {}.{} driver, R580 or newer",
+        version / 1000, version % 1000 / 10, kMinimumDriverVersion / 1000,
+        kMinimumDriverVersion % 1000 / 10, kMinimumDriverVersion / 1000,
+        kMinimumDriverVersion % 1000 / 10));
+  }
 #define KILN_CUDA_RESOLVE_FUNCTION(symbol, signature)                                        \
   api->symbol = reinterpret_cast<signature>(dlsym(api->library_, #symbol));                  \
   if (api->symbol == nullptr) {                                                              \
-    throw backend_unavailable(fmt::format("{} has no function {}: the NVIDIA driver is too " \
-                                          "old (kiln needs the CUDA 11.4 driver API)",     \
-                                          library, #symbol));                              \
+    throw backend_unavailable(fmt::format("{} (CUDA {}.{}) has no function {}", library,     \
+                                          version / 1000, version % 1000 / 10, #symbol));    \
   }
   KILN_CUDA_DRIVER_FUNCTIONS(KILN_CUDA_RESOLVE_FUNCTION)
 #undef KILN_CUDA_RESOLVE_FUNCTION

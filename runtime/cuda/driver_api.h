@@ -62,6 +62,9 @@ namespace kiln::runtime::cuda {
 
 // The library the process-wide driver is loaded from.
 inline constexpr const char* kDriverLibrary = "libcuda.so.1";
+// The oldest driver that loads what NVRTC 13 makes (PTX ISA 9.x and its cubins): CUDA 13.0,
+// the R580 drivers. Checked before anything else, so an old driver says so.
+inline constexpr int kMinimumDriverVersion = 13000;
 
 // One loaded driver library: a table of function pointers, each named after its symbol.
 class DriverApi {
@@ -70,9 +73,10 @@ class DriverApi {
   KILN_CUDA_DRIVER_FUNCTIONS(KILN_CUDA_DECLARE_FUNCTION)
 #undef KILN_CUDA_DECLARE_FUNCTION
 
-  // dlopens `library` and resolves every function; does not call cuInit. Throws kiln::Error
-  // when the library cannot be opened ("CUDA backend: libcuda.so.1 not found (no NVIDIA
-  // driver on this machine); ...") or lacks a function (a driver older than CUDA 11.4).
+  // dlopens `library`, checks that its driver is CUDA 13 or newer (kMinimumDriverVersion) and
+  // resolves every function; does not call cuInit. Throws kiln::Error when the library cannot
+  // be opened ("CUDA backend: libcuda.so.1 not found (no NVIDIA driver on this machine);
+  // ..."), when the driver is older (its version and the one needed), or lacks a function.
   static std::unique_ptr<DriverApi> load(const std::string& library);
   ~DriverApi();
   DriverApi(const DriverApi&) = delete;
