@@ -3,6 +3,7 @@
 // the FLOPs an op needs follow from its types, since inference already worked out the shapes.
 #include "codegen/cost_model.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "codegen/kernels/emit_util.h"
@@ -308,6 +309,37 @@ int64_t unfused_bytes(const ir::Node& node) {
   int64_t bytes = 0;
   for (const auto& inner : node.body->nodes()) bytes += unfused_bytes(*inner);
   return bytes;
+}
+
+KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
+                             const Roofline& roofline) {
+  KernelTime time;
+  const bool tf32 = kernel.library ? kernel.library->tf32 : kernel.tensor_cores;
+  double peak = tf32 ? roofline.tf32_flops_per_second : roofline.flops_per_second;
+  time.unit = tf32 ? "TF32 tensor-core" : "f32 FMA";
+  if (kernel.library) {
+    time.efficiency = kLibrary;
+  } else if (kernel.gemm.m > 0) {
+    const GemmGeometry& g = kernel.gemm;
+    const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    const double tiles = static_cast<double>(g.m * g.n) /
+                         static_cast<double>(ceil_div(g.m, g.tile_m) * g.tile_m *
+                                             ceil_div(g.n, g.tile_n) * g.tile_n);
+    const double depth =
+        static_cast<double>(g.k) / static_cast<double>(ceil_div(g.k, g.tile_k) * g.tile_k);
+    const int64_t blocks = static_cast<int64_t>(kernel.grid.count());
+    const int64_t per_wave = int64_t{kSms} * std::max(1, active_blocks_per_sm);
+    const int64_t waves = ceil_div(blocks, per_wave);
+    const double wave = static_cast<double>(blocks) / static_cast<double>(waves * per_wave);
+    const double template_ceiling =
+        !kernel.tensor_cores ? kFmaTemplate : g.async_copies ? kTensorCoreTemplate : kTensorCoreStaged;
+    time.efficiency = template_ceiling * tiles * depth * wave;
+  }
+  const double compute = static_cast<double>(kernel.flops) / (peak * time.efficiency);
+  const double memory = roofline.memory_seconds(kernel.bytes_read + kernel.bytes_written);
+  time.seconds = std::max(compute, memory);
+  time.bound = compute > memory ? "compute" : "memory";
+  return time;
 }
 
 }  // namespace kiln::codegen

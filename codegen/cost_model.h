@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "codegen/program.h"
 #include "ir/graph.h"
 
 namespace kiln::codegen {
@@ -65,5 +66,36 @@ struct Roofline {
 // NVIDIA's H100 SXM datasheet: 67 TFLOP/s FP32, 3.35 TB/s HBM3, 989 TFLOP/s TF32 with 2:4
 // sparsity, so 494.7 dense.
 inline constexpr Roofline kH100{"H100 SXM", 66.9e12, 3.35e12, 494.7e12};
+
+// The modeled time of one kernel on an H100 SXM (docs/inspect.md, "The model"): the longer of
+// its bytes at DRAM speed and its FLOPs at its unit's peak times an efficiency. GEMM kernels
+// are not at peak: the efficiency multiplies what the template reaches at best (kFmaTemplate,
+// kTensorCoreTemplate...) by its tiles' useful share (ragged edges, padded k) and by its
+// waves' (blocks over kSms x blocks per SM, the last wave partly idle); a library call gets
+// kLibrary. Other kernels are counted at the FMA peak and are memory bound in practice.
+struct KernelTime {
+  double seconds = 0;
+  std::string_view bound;   // "compute" or "memory"
+  double efficiency = 1;    // of the unit's peak, for compute
+  std::string_view unit;    // "f32 FMA", "TF32 tensor-core": what the peak is of
+};
+
+// The assumptions, with why (docs/inspect.md lists them too):
+inline constexpr int kSms = 132;  // H100 SXM
+// The FMA template issues 8 shared loads per 16 FMAs and two barriers per 16-deep k tile: at
+// most 2/3 of the issue slots do FMAs; half the peak is its ceiling.
+inline constexpr double kFmaTemplate = 0.5;
+// mma.sync reaches about 35 % of an H100's tensor peak in FlashAttention-2 (Shah et al.,
+// FlashAttention-3, 2024); the rest needs wgmma and TMA. With its loads staged through
+// registers (no overlap with the mma) the template gets less: 25 %.
+inline constexpr double kTensorCoreTemplate = 0.35;
+inline constexpr double kTensorCoreStaged = 0.25;
+// cuBLASLt and cuDNN on large problems.
+inline constexpr double kLibrary = 0.7;
+
+// `active_blocks_per_sm`: the kernel's occupancy on the modeled arch (sm_90), 0 when unknown
+// (then 1).
+KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
+                             const Roofline& roofline = kH100);
 
 }  // namespace kiln::codegen

@@ -284,6 +284,7 @@ class ProgramBuilder {
     kernel.dynamic_shared_bytes = spec.shared_bytes;
     kernel.uses_barriers = spec.uses_barriers;
     kernel.tensor_cores = spec.tensor_cores;
+    kernel.gemm = spec.gemm;
     for (const ir::Value* input : node.inputs) kernel.args.push_back(buffer_of_.at(input));
     for (const ir::Value* result : node.results) kernel.args.push_back(buffer_of_.at(result));
     kernel.num_outputs = static_cast<int>(node.results.size());

@@ -40,6 +40,14 @@ struct Dim3 {
   friend bool operator==(const Dim3&, const Dim3&) = default;
 };
 
+// A generated GEMM's problem and block tiling (conv2d, dense, matmul and the kernels fused on
+// them), for the cost model's tile and wave efficiency; m == 0 for other kernels.
+struct GemmGeometry {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int tile_m = 0, tile_n = 0, tile_k = 0;
+  bool async_copies = false;  // an operand goes global -> shared by cp.async (tensor cores)
+};
+
 // One kernel launch, in program order.
 struct Kernel {
   std::string name;                       // "conv2d_3": what it computes, plus an index
@@ -55,6 +63,7 @@ struct Kernel {
   // True when its products run on tensor cores (mma.sync, --precision=tf32): the cost model
   // then counts its FLOPs against the TF32 peak.
   bool tensor_cores = false;
+  GemmGeometry gemm;
   // Buffer ids (into Program::buffers), in the kernel's parameter order. Every parameter is
   // a pointer: inputs first, then the buffers it writes.
   std::vector<int> args;

@@ -24,8 +24,10 @@ struct KernelFigures {
   std::vector<std::optional<KernelArchFigures>> archs;     // parallel to Inspection::archs
   int64_t bytes = 0;
   double intensity = 0;  // FLOP per byte
-  double seconds = 0;    // on the roofline
+  double seconds = 0;    // modeled (codegen::model_kernel_time)
   std::string_view bound;
+  double efficiency = 1;  // of the unit's peak, when compute bound
+  std::string_view unit;
 };
 
 struct Totals {
@@ -51,16 +53,23 @@ struct MemoryFigures {
 std::vector<KernelFigures> kernel_figures(const Inspection& in) {
   std::vector<KernelFigures> figures;
   for (const codegen::Kernel& kernel : in.program.kernels) {
-    KernelFigures f{kernel, {}, {}, 0, 0, 0, {}};
+    KernelFigures f{kernel, {}, {}, 0, 0, 0, {}, 1, {}};
     for (size_t i = 0; i < kernel.source_nodes.size(); ++i)
       f.nodes.emplace_back(kernel.source_nodes[i],
                            i < kernel.source_ops.size() ? kernel.source_ops[i] : "?");
     for (const std::string& arch : in.archs) f.archs.push_back(kernel_arch_figures(kernel, in.binary, arch));
     f.bytes = kernel.bytes_read + kernel.bytes_written;
     f.intensity = f.bytes ? static_cast<double>(kernel.flops) / static_cast<double>(f.bytes) : 0.0;
-    const codegen::Roofline roofline = kernel.tensor_cores ? kRoofline.on_tensor_cores() : kRoofline;
-    f.seconds = roofline.seconds(kernel.flops, f.bytes);
-    f.bound = roofline.bound(kernel.flops, f.bytes);
+    // Waves are counted with the occupancy on sm_90 (the H100), else the last arch compiled.
+    int blocks_per_sm = 0;
+    for (size_t a = 0; a < in.archs.size(); ++a)
+      if (f.archs[a] && (blocks_per_sm == 0 || in.archs[a] == "sm_90"))
+        blocks_per_sm = f.archs[a]->occupancy.active_blocks_per_sm;
+    const codegen::KernelTime time = codegen::model_kernel_time(kernel, blocks_per_sm, kRoofline);
+    f.seconds = time.seconds;
+    f.bound = time.bound;
+    f.efficiency = time.efficiency;
+    f.unit = time.unit;
     figures.push_back(std::move(f));
   }
   return figures;
@@ -174,7 +183,10 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
                          r->spill_bytes, r->shared_bytes, 100.0 * r->occupancy.fraction());
     }
     out += fmt::format(" | {:>11}  {}\n", time_text(f.seconds), f.bound);
-    out += fmt::format("    implementation: {}\n", implementation_text(k));
+    out += fmt::format("    implementation: {}", implementation_text(k));
+    if (k.library || k.gemm.m > 0)
+      out += fmt::format(", modeled at {:.0f}% of the {} peak", 100 * f.efficiency, f.unit);
+    out += "\n";
     if (k.dynamic_symbol >= 0)
       out += fmt::format("    dynamic: the generated kernel computes the real rows only, grid {} shrinking with '{}'{}\n",
                          "xyz"[k.dynamic_grid_axis], in.program.symbols.at(static_cast<size_t>(k.dynamic_symbol)).name,
@@ -195,8 +207,8 @@ std::string format_inspection_text(const Inspection& in) {
   out += fmt::format("pipeline: {}\n", in.passes.empty() ? "none (-O0)" : fmt::format("{}", fmt::join(in.passes, ", ")));
   out += fmt::format("archs: {}\n", fmt::join(in.archs, ", "));
   out += fmt::format("precision: {}\n", codegen::precision_name(in.program.precision));
-  out += fmt::format("cost model: {} roofline, {:.2f} TB/s DRAM, {:.1f} TFLOP/s f32{}; every kernel argument "
-                     "read or written once\n\n",
+  out += fmt::format("cost model: {}, {:.2f} TB/s DRAM, {:.1f} TFLOP/s f32{}; every kernel argument "
+                     "read or written once; GEMMs at their tiles', waves' and template's efficiency\n\n",
                      kRoofline.device, kRoofline.dram_bytes_per_second / 1e12, kRoofline.flops_per_second / 1e12,
                      in.program.precision == codegen::Precision::Tf32
                          ? fmt::format(", {:.1f} TF32 on tensor cores", kRoofline.tf32_flops_per_second / 1e12)
@@ -266,6 +278,8 @@ std::string format_inspection_json(const Inspection& in) {
     kernel["arithmetic_intensity"] = f.intensity;
     kernel["modeled_seconds"] = f.seconds;
     kernel["bound"] = f.bound;
+    kernel["unit"] = f.unit;
+    kernel["efficiency"] = f.efficiency;
     Json resources = Json::object();
     for (size_t a = 0; a < in.archs.size(); ++a) {
       const std::optional<KernelArchFigures>& r = f.archs[a];

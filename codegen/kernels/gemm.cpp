@@ -462,6 +462,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
                         spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * sizeof(float);
   kernel.uses_barriers = true;
   kernel.tensor_cores = mma;
+  kernel.gemm = GemmGeometry{spec.m, spec.n, spec.k, spec.batch, tiling.tile_m, tiling.tile_n,
+                             tiling.tile_k, tiling.async_a || tiling.async_b};
   kernel.note = spec.what + ", " + gemm_tiling_note(spec) + spec.note;
   kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
   return kernel;

@@ -189,6 +189,10 @@ Json kernel_to_json(const codegen::Kernel& k) {
                {"bytes_written", k.bytes_written},
                {"unfused_bytes", k.unfused_bytes}};
   if (k.tensor_cores) json["tensor_cores"] = true;
+  if (k.gemm.m > 0)
+    json["gemm"] = {{"m", k.gemm.m}, {"n", k.gemm.n}, {"k", k.gemm.k}, {"batch", k.gemm.batch},
+                    {"tile_m", k.gemm.tile_m}, {"tile_n", k.gemm.tile_n}, {"tile_k", k.gemm.tile_k},
+                    {"async_copies", k.gemm.async_copies}};
   if (k.library) json["library"] = library_to_json(*k.library);
   if (k.dynamic_symbol >= 0) json["dynamic_rows"] = {{"symbol", k.dynamic_symbol}, {"grid_axis", k.dynamic_grid_axis}};
   return json;
@@ -207,6 +211,16 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
   k.dynamic_shared_bytes = static_cast<uint32_t>(shared);
   k.uses_barriers = at["uses_barriers"].boolean();
   k.tensor_cores = at.has("tensor_cores") && at["tensor_cores"].boolean();  // absent: FMA
+  if (at.has("gemm")) {  // absent: no generated GEMM, or a package from before the cost model
+    const JsonAt g = at["gemm"];
+    k.gemm = codegen::GemmGeometry{g["m"].integer(),      g["n"].integer(),
+                                   g["k"].integer(),      g["batch"].integer(),
+                                   to_int(g["tile_m"]),   to_int(g["tile_n"]),
+                                   to_int(g["tile_k"]),   g["async_copies"].boolean()};
+    if (k.gemm.m <= 0 || k.gemm.n <= 0 || k.gemm.k <= 0 || k.gemm.batch <= 0 || k.gemm.tile_m <= 0 ||
+        k.gemm.tile_n <= 0 || k.gemm.tile_k <= 0)
+      g.fail("a GEMM's sizes and tiles must be positive");
+  }
   for (size_t i = 0; i < at["args"].size(); ++i) k.args.push_back(to_int(at["args"][i]));
   k.num_outputs = to_int(at["num_outputs"]);
   k.flops = at["flops"].integer();

@@ -141,5 +141,50 @@ TEST(CostModel, CodegenFillsTheKernelTable) {
   EXPECT_EQ(program.kernels[0].flops, 2 * 4 * 8 * 16);
 }
 
+// A GEMM kernel's efficiency: the template's ceiling times its tiles' useful share (ragged
+// rows, padded k) times its waves' (blocks over 132 SMs x blocks per SM).
+TEST(CostModel, GemmsRunAtTheirTilesWavesAndTemplatesEfficiency) {
+  Kernel kernel;
+  kernel.flops = 2 * 100 * 64 * 20;
+  kernel.bytes_read = 4;
+  kernel.gemm = GemmGeometry{100, 64, 20, 1, 64, 64, 16, false};
+  kernel.grid = Dim3{1, 2, 1};
+  const double tiles = (100.0 * 64) / (128 * 64);
+  const double depth = 20.0 / 32;
+  const double waves = 2.0 / (132 * 3);
+  KernelTime time = model_kernel_time(kernel, 3);
+  EXPECT_EQ(time.unit, "f32 FMA");
+  EXPECT_DOUBLE_EQ(time.efficiency, kFmaTemplate * tiles * depth * waves);
+  EXPECT_EQ(time.bound, "compute");
+  EXPECT_DOUBLE_EQ(time.seconds, kernel.flops / (kH100.flops_per_second * time.efficiency));
+
+  // On tensor cores, with cp.async: the TF32 peak and that template's ceiling. 264 blocks fill
+  // two whole waves of one block per SM.
+  kernel.tensor_cores = true;
+  kernel.gemm = GemmGeometry{128 * 264, 128, 64, 1, 128, 128, 16, true};
+  kernel.grid = Dim3{1, 264, 1};
+  kernel.flops = 2LL * 128 * 264 * 128 * 64;
+  time = model_kernel_time(kernel, 1);
+  EXPECT_EQ(time.unit, "TF32 tensor-core");
+  EXPECT_DOUBLE_EQ(time.efficiency, kTensorCoreTemplate);
+  EXPECT_DOUBLE_EQ(time.seconds, kernel.flops / (kH100.tf32_flops_per_second * kTensorCoreTemplate));
+  // Staged through registers: the lower ceiling.
+  kernel.gemm.async_copies = false;
+  EXPECT_DOUBLE_EQ(model_kernel_time(kernel, 1).efficiency, kTensorCoreStaged);
+
+  // A library call: the library's efficiency at its own math's peak; other kernels: the FMA
+  // peak as it is.
+  LibraryCall call;
+  call.tf32 = true;
+  kernel.library = call;
+  EXPECT_DOUBLE_EQ(model_kernel_time(kernel, 1).efficiency, kLibrary);
+  EXPECT_EQ(model_kernel_time(kernel, 1).unit, "TF32 tensor-core");
+  Kernel map;
+  map.flops = 1000;
+  map.bytes_read = 8000;
+  EXPECT_DOUBLE_EQ(model_kernel_time(map, 0).efficiency, 1.0);
+  EXPECT_EQ(model_kernel_time(map, 0).bound, "memory");
+}
+
 }  // namespace
 }  // namespace kiln::codegen

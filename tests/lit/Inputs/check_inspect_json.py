@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Reads `kiln inspect --format=json` from stdin and checks its schema (docs/inspect.md) and
 that its figures agree with each other: totals are the sums over kernels, the memory figures
-are ordered lower bound <= planned <= naive, the roofline time is max(compute, memory).
+are ordered lower bound <= planned <= naive, a kernel's modeled time is max(compute at its
+unit's peak times its efficiency, memory).
 usage: check_inspect_json.py [--kernels N] [--before N] [--archs sm_80,sm_90]"""
 import argparse
 import json
@@ -45,7 +46,8 @@ for kernel in kernels:
     where = f"kernel {kernel.get('name')}"
     keys(kernel, ["name", "implementation", "op_kind", "source_nodes", "grid", "block",
                   "dynamic_shared_bytes", "flops", "bytes_read", "bytes_written", "unfused_bytes",
-                  "arithmetic_intensity", "modeled_seconds", "bound", "resources"], where)
+                  "arithmetic_intensity", "modeled_seconds", "bound", "unit", "efficiency",
+                  "resources"], where)
     check(kernel["implementation"]["kind"] in ("generated", "library"), f"{where}: implementation")
     check(kernel["source_nodes"], f"{where}: no source nodes")
     for node in kernel["source_nodes"]:
@@ -55,9 +57,12 @@ for kernel in kernels:
     check(len(kernel["grid"]) == 3 and len(kernel["block"]) == 3, f"{where}: grid/block")
     bytes_moved = kernel["bytes_read"] + kernel["bytes_written"]
     check(kernel["unfused_bytes"] >= bytes_moved, f"{where}: fusion cannot add traffic")
-    seconds = max(kernel["flops"] / roofline["flops_per_second"],
+    check(0 < kernel["efficiency"] <= 1, f"{where}: efficiency {kernel['efficiency']}")
+    check(kernel["unit"] in ("f32 FMA", "TF32 tensor-core"), f"{where}: unit {kernel['unit']}")
+    peak = roofline["tf32_flops_per_second" if kernel["unit"] == "TF32 tensor-core" else "flops_per_second"]
+    seconds = max(kernel["flops"] / (peak * kernel["efficiency"]),
                   bytes_moved / roofline["dram_bytes_per_second"])
-    check(math.isclose(kernel["modeled_seconds"], seconds, rel_tol=1e-9), f"{where}: roofline time")
+    check(math.isclose(kernel["modeled_seconds"], seconds, rel_tol=1e-9), f"{where}: modeled time")
     check(kernel["bound"] in ("memory", "compute"), f"{where}: bound")
     for arch in report["archs"]:
         resources = kernel["resources"][arch]
