@@ -317,23 +317,30 @@ KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
   const bool tf32 = kernel.library ? kernel.library->tf32 : kernel.tensor_cores;
   double peak = tf32 ? roofline.tf32_flops_per_second : roofline.flops_per_second;
   time.unit = tf32 ? "TF32 tensor-core" : "f32 FMA";
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  // The share of its waves' block slots the grid fills (the last wave partly idle).
+  const auto wave_share = [&] {
+    const int64_t blocks = static_cast<int64_t>(kernel.grid.count());
+    const int64_t per_wave = int64_t{kSms} * std::max(1, active_blocks_per_sm);
+    return static_cast<double>(blocks) / static_cast<double>(ceil_div(blocks, per_wave) * per_wave);
+  };
+  const bool direct = std::any_of(kernel.source_ops.begin(), kernel.source_ops.end(), [](const std::string& op) {
+    return op == "conv2d_grad_input" || op == "conv2d_grad_weight";
+  });
   if (kernel.library) {
     time.efficiency = kLibrary;
+  } else if (direct) {
+    time.efficiency = kDirectLoop * wave_share();
   } else if (kernel.gemm.m > 0) {
     const GemmGeometry& g = kernel.gemm;
-    const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
     const double tiles = static_cast<double>(g.m * g.n) /
                          static_cast<double>(ceil_div(g.m, g.tile_m) * g.tile_m *
                                              ceil_div(g.n, g.tile_n) * g.tile_n);
     const double depth =
         static_cast<double>(g.k) / static_cast<double>(ceil_div(g.k, g.tile_k) * g.tile_k);
-    const int64_t blocks = static_cast<int64_t>(kernel.grid.count());
-    const int64_t per_wave = int64_t{kSms} * std::max(1, active_blocks_per_sm);
-    const int64_t waves = ceil_div(blocks, per_wave);
-    const double wave = static_cast<double>(blocks) / static_cast<double>(waves * per_wave);
     const double template_ceiling =
         !kernel.tensor_cores ? kFmaTemplate : g.async_copies ? kTensorCoreTemplate : kTensorCoreStaged;
-    time.efficiency = template_ceiling * tiles * depth * wave;
+    time.efficiency = template_ceiling * tiles * depth * wave_share();
   }
   const double compute = static_cast<double>(kernel.flops) / (peak * time.efficiency);
   const double memory = roofline.memory_seconds(kernel.bytes_read + kernel.bytes_written);

@@ -92,6 +92,11 @@ inline constexpr double kTensorCoreTemplate = 0.35;
 inline constexpr double kTensorCoreStaged = 0.25;
 // cuBLASLt and cuDNN on large problems.
 inline constexpr double kLibrary = 0.7;
+// The backward convolutions (conv2d_grad_input, conv2d_grad_weight: codegen/kernels/nn_grad.cpp)
+// gather one dot product per result, serially, with no shared-memory reuse: every
+// multiply-add loads two floats through L1, at about 64 B per clock per SM (16.7 TB/s on 132
+// SMs at 1.98 GHz), 4.2 TFLOP/s or 6 % of the FMA peak; times their waves.
+inline constexpr double kDirectLoop = 0.06;
 
 // `active_blocks_per_sm`: the kernel's occupancy on the modeled arch (sm_90), 0 when unknown
 // (then 1).

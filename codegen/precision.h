@@ -11,16 +11,23 @@
 #pragma once
 
 #include <optional>
-#include <string>
 #include <string_view>
 
 namespace kiln::codegen {
 
 enum class Precision { F32, Tf32 };
 
-// "f32", "tf32".
-std::string_view precision_name(Precision precision);
+// "f32", "tf32". Inline, like the enum: packages read and write it wherever program JSON is
+// parsed (the fuzzers' parser library has no codegen).
+inline std::string_view precision_name(Precision precision) {
+  return precision == Precision::Tf32 ? "tf32" : "f32";
+}
+
 // The precision named `text`, or nullopt.
-std::optional<Precision> parse_precision(std::string_view text);
+inline std::optional<Precision> parse_precision(std::string_view text) {
+  if (text == "f32") return Precision::F32;
+  if (text == "tf32") return Precision::Tf32;
+  return std::nullopt;
+}
 
 }  // namespace kiln::codegen

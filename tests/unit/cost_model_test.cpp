@@ -179,6 +179,12 @@ TEST(CostModel, GemmsRunAtTheirTilesWavesAndTemplatesEfficiency) {
   kernel.library = call;
   EXPECT_DOUBLE_EQ(model_kernel_time(kernel, 1).efficiency, kLibrary);
   EXPECT_EQ(model_kernel_time(kernel, 1).unit, "TF32 tensor-core");
+  // The backward convolutions' direct loops: 6 % of the FMA peak, times their waves.
+  Kernel grad;
+  grad.source_ops = {"conv2d_grad_weight"};
+  grad.flops = 1'000'000'000;
+  grad.grid = Dim3{66, 1, 1};
+  EXPECT_DOUBLE_EQ(model_kernel_time(grad, 4).efficiency, kDirectLoop * 66 / (132 * 4));
   Kernel map;
   map.flops = 1000;
   map.bytes_read = 8000;
