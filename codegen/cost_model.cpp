@@ -324,9 +324,10 @@ KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
     const int64_t per_wave = int64_t{kSms} * std::max(1, active_blocks_per_sm);
     return static_cast<double>(blocks) / static_cast<double>(ceil_div(blocks, per_wave) * per_wave);
   };
-  const bool direct = std::any_of(kernel.source_ops.begin(), kernel.source_ops.end(), [](const std::string& op) {
-    return op == "conv2d_grad_input" || op == "conv2d_grad_weight";
-  });
+  const bool direct = kernel.gemm.m == 0 &&
+                      std::any_of(kernel.source_ops.begin(), kernel.source_ops.end(), [](const std::string& op) {
+                        return op == "conv2d_grad_input" || op == "conv2d_grad_weight";
+                      });
   if (kernel.library) {
     time.efficiency = kLibrary;
   } else if (direct) {

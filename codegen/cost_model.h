@@ -92,8 +92,9 @@ inline constexpr double kTensorCoreTemplate = 0.35;
 inline constexpr double kTensorCoreStaged = 0.25;
 // cuBLASLt and cuDNN on large problems.
 inline constexpr double kLibrary = 0.7;
-// The backward convolutions (conv2d_grad_input, conv2d_grad_weight: codegen/kernels/nn_grad.cpp)
-// gather one dot product per result, serially, with no shared-memory reuse: every
+// A backward convolution not on the GEMM template (conv2d_grad_input, and conv2d_grad_weight when
+// its direct loops are chosen: codegen/kernels/nn_grad.cpp) gathers one dot product per result,
+// serially, with no shared-memory reuse: every
 // multiply-add loads two floats through L1, at about 64 B per clock per SM (16.7 TB/s on 132
 // SMs at 1.98 GHz), 4.2 TFLOP/s or 6 % of the FMA peak; times their waves.
 inline constexpr double kDirectLoop = 0.06;

@@ -136,5 +136,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node);
 GemmSpec matmul_gemm(const KernelRequest& request);
 GemmSpec dense_gemm(const KernelRequest& request);
 GemmSpec conv2d_gemm(const KernelRequest& request);
+// conv2d_grad_weight(dy, x) as a GEMM per group: dW[o][c,kh,kw] = sum over n, oh, ow of
+// dy[n,o,oh,ow] * x[n,c,ih,iw], A = dy read along its pixels, B = the patches gathered.
+GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request);
 
 }  // namespace kiln::codegen::nn

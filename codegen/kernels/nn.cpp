@@ -246,6 +246,89 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   return spec;
 }
 
+// The weight gradient of conv2d as the same tiled GEMM (the template's K loop replaces the
+// direct kernel's serial loop over n, oh, ow, and sums in the same order): per group,
+// M = O / groups output channels, N = C / groups * KH * KW weights per channel, K = N * OH * OW
+// batch pixels. A[o][k] = dy[n, group * M + o, pixel] with k = n * OH * OW + pixel, read along
+// k; B[k][col] = x at the tap col = (c, kh, kw) of output pixel k's window, zero in the padding.
+GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& ys = node.inputs[0]->type.shape;
+  const ir::Shape& xs = node.inputs[1]->type.shape;
+  const ir::Shape& ws = node.results[0]->type.shape;
+  const auto& stride = attr<std::vector<int64_t>>(node, "stride");
+  const auto& pad = attr<std::vector<int64_t>>(node, "pad");
+  const auto& dilation = attr<std::vector<int64_t>>(node, "dilation");
+  const int64_t groups = attr<int64_t>(node, "groups");
+  const int64_t out_channels = ws[0], group_in = ws[1], kh = ws[2], kw = ws[3];
+  const int64_t out_plane = ys[2] * ys[3];
+  const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; });
+
+  GemmSpec spec = gemm_for(request);
+  spec.m = out_channels / groups;
+  spec.n = group_in * kh * kw;
+  spec.k = ys[0] * out_plane;
+  spec.m_is = "output channels per group";
+  spec.n_is = "weights per output channel, C / groups * KH * KW";
+  spec.k_is = "batch pixels, N * OH * OW";
+  spec.batch = groups;
+  spec.z_name = "group";
+  spec.constants = {
+      {"kC", xs[1], "input channels (all groups)"},
+      {"kH", xs[2], "input height"},
+      {"kW", xs[3], "input width"},
+      {"kGroupChannels", group_in, "input channels per group"},
+      {"kO", out_channels, "output channels (all groups)"},
+      {"kOutW", ys[3], "output width"},
+      {"kOutPlane", out_plane, "output pixels per channel"},
+      {"kKernelW", kw, "kernel width"},
+      {"kWindow", kh * kw, "taps per input channel"},
+      {"kStrideH", stride[0], "vertical stride"},
+      {"kStrideW", stride[1], "horizontal stride"},
+      {"kPadTop", pad[0], "padding before the first row"},
+      {"kPadLeft", pad[1], "padding before the first column"},
+      {"kDilationH", dilation[0], "vertical dilation"},
+      {"kDilationW", dilation[1], "horizontal dilation"},
+  };
+  const std::string dy_at = "(k / kOutPlane * kO + group * kM + row) * kOutPlane + k % kOutPlane";
+  spec.a.k_contiguous = true;
+  spec.a.fetch = fmt::format("value = {};", load_input(request, 0, dy_at));
+  // 16-byte copies along k stay inside one image's pixels when their count is a multiple of 4.
+  if (out_plane % 4 == 0) spec.a.address = input_address(request, 0, dy_at);
+  // B: a thread's column (weight tap) is fixed for the whole K loop, so its channel and window
+  // offsets are computed once; the pixel moves with k.
+  spec.b.k_contiguous = false;
+  spec.b.setup =
+      "// This thread's weight: its input channel plane and its tap's offsets in the window.\n"
+      "const index_t b_weight = block_col + b_col;\n"
+      "const index_t b_plane = (group * kGroupChannels + b_weight / kWindow) * kH * kW;\n"
+      "const int b_tap = static_cast<int>(b_weight % kWindow);\n"
+      "const int b_tap_h = b_tap / kKernelW * kDilationH - kPadTop;\n"
+      "const int b_tap_w = b_tap % kKernelW * kDilationW - kPadLeft;\n";
+  std::string fetch =
+      "const index_t image = k / kOutPlane;\n"
+      "const int pixel = static_cast<int>(k % kOutPlane);\n"
+      "const int in_h = pixel / kOutW * kStrideH + b_tap_h;\n"
+      "const int in_w = pixel % kOutW * kStrideW + b_tap_w;\n";
+  const std::string element =
+      load_input(request, 1, "image * kC * kH * kW + b_plane + in_h * kW + in_w");
+  if (padded) {
+    fetch += "// Taps in the padding read zero.\n";
+    fetch += "if (in_h >= 0 && in_h < kH && in_w >= 0 && in_w < kW) {\n";
+    fetch += "  value = " + element + ";\n}\n";
+  } else {
+    fetch += "value = " + element + ";\n";
+  }
+  spec.b.fetch = fetch;
+  spec.channel = "static_cast<int>(col)";
+  spec.out_index = "(group * kM + row) * kN + col";
+  spec.what = fmt::format(
+      "weight gradient of a {}x{} convolution as a GEMM per group: dW[o][c,kh,kw] = dy[o][n,oh,ow] "
+      ". gathered patches (M = O/groups = {}, N = C/groups*KH*KW = {}, K = N*OH*OW = {})",
+      kh, kw, spec.m, spec.n, spec.k);
+  return spec;
+}
+
 }  // namespace kiln::codegen::nn
 
 namespace kiln::codegen {

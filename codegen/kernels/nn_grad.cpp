@@ -5,15 +5,20 @@
 //   conv2d_grad_input   dx[n,c,h,w]: over the out channels of c's group and the kernel taps,
 //                       the outputs (oh, ow) whose window reads (h, w): h = oh * stride - pad +
 //                       kh * dilation, so oh = (h + pad - kh * dilation) / stride when exact.
-//   conv2d_grad_weight  dw[o,c,kh,kw]: a dot product of dy and x over n, oh, ow.
+//   conv2d_grad_weight  dw[o,c,kh,kw]: a dot product of dy and x over n, oh, ow: on the GEMM
+//                       template (nn::conv2d_grad_weight_gemm) or one thread per weight,
+//                       whichever the cost model expects to be faster.
 //   max_pool2d_grad     dx[p,h,w]: for each window containing (h, w), recompute its first
 //                       maximum (first NaN) and take its dy when that is (h, w).
 //   avg_pool2d_grad     dx[p,h,w]: each window containing (h, w) gives dy / its divisor.
 //
-// Correctness first: dweight costs O(N * OH * OW) per thread, fine for training-sized CNNs.
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "codegen/cost_model.h"
 #include "codegen/kernels/emit_util.h"
+#include "codegen/kernels/gemm.h"
 
 namespace kiln::codegen {
 namespace {
@@ -126,7 +131,9 @@ KernelSpec emit_conv2d_grad_input(const KernelRequest& request) {
                             ws[2], ws[3]));
 }
 
-// dweight [O,C/groups,KH,KW] from dy [N,O,OH,OW] and x [N,C,H,W].
+// dweight [O,C/groups,KH,KW] from dy [N,O,OH,OW] and x [N,C,H,W], one thread per weight summing
+// over the batch and the output positions: for small weights with a long sum, where the GEMM
+// template's few tiles would leave most of the GPU idle (choose_grad_weight_kernel).
 KernelSpec emit_conv2d_grad_weight(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::DType dtype = node.inputs[0]->type.dtype;
@@ -168,6 +175,30 @@ KernelSpec emit_conv2d_grad_weight(const KernelRequest& request) {
                 fmt::format("weight gradient of a {}x{} convolution, one thread per weight "
                             "element summing over the batch and output positions",
                             ws[2], ws[3]));
+}
+
+// conv2d_grad_weight on the GEMM template or as direct loops, whichever the cost model
+// (codegen/cost_model.h) expects to be faster on an H100. On tensor cores the GEMM always is.
+// Otherwise the GEMM reaches kFmaTemplate of the FMA peak on the share of the GPU its tiles
+// fill, and the direct loops kDirectLoop on theirs: few output channels and weights with a
+// long sum over the batch (most of ResNet-50's layers at batch 32) leave a GEMM a handful of
+// tiles, while one thread per weight still fills a few waves. Without split-K (issue 17) this
+// is the better of the two.
+KernelSpec emit_conv2d_grad_weight_best(const KernelRequest& request) {
+  const nn::GemmSpec gemm = nn::conv2d_grad_weight_gemm(request);
+  const nn::GemmTiling tiling = nn::gemm_tiling(gemm);
+  if (tiling.unit == nn::GemmUnit::TensorCoreTf32) return nn::emit_gemm(gemm, request.node);
+  // Blocks each kernel launches, and the blocks per SM they typically keep: the 64x64 GEMM at
+  // 40 registers, 6; the direct loop's 256 threads at 32 registers or fewer, 8.
+  const double gemm_blocks = static_cast<double>((gemm.m + tiling.tile_m - 1) / tiling.tile_m *
+                                                 ((gemm.n + tiling.tile_n - 1) / tiling.tile_n) *
+                                                 gemm.batch);
+  const double direct_blocks =
+      static_cast<double>(grid_stride_blocks(ir::num_elements(request.node.results[0]->type.shape)));
+  const double gemm_share = std::min(1.0, gemm_blocks / (kSms * 6.0));
+  const double direct_share = std::min(1.0, direct_blocks / (kSms * 8.0));
+  if (kFmaTemplate * gemm_share >= kDirectLoop * direct_share) return nn::emit_gemm(gemm, request.node);
+  return emit_conv2d_grad_weight(request);
 }
 
 // dx [N,C,H,W] of a pool whose dy is [N,C,OH,OW].
@@ -259,7 +290,7 @@ KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
 
 void add_nn_grad_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::Conv2dGradInput, emit_conv2d_grad_input);
-  table.emplace_back(ir::OpId::Conv2dGradWeight, emit_conv2d_grad_weight);
+  table.emplace_back(ir::OpId::Conv2dGradWeight, emit_conv2d_grad_weight_best);
   table.emplace_back(ir::OpId::MaxPool2dGrad, [](const KernelRequest& r) { return emit_pool_grad(r, true); });
   table.emplace_back(ir::OpId::AvgPool2dGrad, [](const KernelRequest& r) { return emit_pool_grad(r, false); });
 }

@@ -88,6 +88,28 @@ TEST(CodegenTf32, EveryGemmLayout) {
   expect_tensor_cores(result);
 }
 
+// conv2d_grad_weight: the GEMM template, or one thread per weight when the GEMM's few tiles
+// would leave the GPU idle (a 64x64x3x3 weight: 9 tiles against 144 blocks); on tensor cores
+// always the GEMM. Both against the reference.
+TEST(CodegenTf32, ConvWeightGradientOnEitherKernel) {
+  const auto grad_weight = [](ir::Shape dy, ir::Shape x, ir::Shape w, ir::AttrMap attrs) {
+    attrs["shape"] = Ints(w.begin(), w.end());
+    const int64_t terms = dy[0] * dy[2] * dy[3];
+    return OpCase{"conv2d_grad_weight", {f32(std::move(dy)), f32(std::move(x))}, std::move(attrs), terms};
+  };
+  const std::vector<OpCase> cases = {
+      grad_weight({2, 8, 5, 5}, {2, 3, 7, 7}, {8, 3, 3, 3}, {}),
+      grad_weight({1, 64, 4, 4}, {1, 64, 4, 4}, {64, 64, 3, 3}, {{"pad", Ints{1, 1, 1, 1}}}),
+  };
+  CheckOptions f32_options;
+  const testing::CheckResult f32_result = check_cases("grad_weight_f32", cases, f32_options);
+  EXPECT_NE(f32_result.program.source.find("as a GEMM per group"), std::string::npos);
+  EXPECT_NE(f32_result.program.source.find("one thread per weight element"), std::string::npos);
+  const testing::CheckResult tf32_result = check_cases("grad_weight_tf32", cases, tf32_options());
+  EXPECT_EQ(tf32_result.program.source.find("one thread per weight element"), std::string::npos);
+  expect_tensor_cores(tf32_result);
+}
+
 // f64 GEMMs stay exact on the FMA units whatever --precision says.
 TEST(CodegenTf32, F64StaysOnFmaUnits) {
   const TensorType f64{DType::F64, {8, 8}};
