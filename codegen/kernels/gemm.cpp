@@ -290,7 +290,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.line("constexpr int kPerThreadM = kTileM / kThreadsM;");
     w.line("constexpr int kPerThreadN = kTileN / kThreadsN;");
   }
-  w.line("constexpr int kLoadsPerThread = kTileM * kTileK / kThreads;");
+  if (!tiling.async_a || !tiling.async_b)  // some operand is staged through registers
+    w.line("constexpr int kLoadsPerThread = kTileM * kTileK / kThreads;");
   // A cp.async operand with k contiguous keeps that layout in shared memory ([outer][k]); all
   // others are k-major.
   const bool a_outer_major = tiling.async_a && spec.a.k_contiguous;
@@ -311,8 +312,12 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.line("constexpr int kBTileStride = kTileN + {};", tiling.pad);
   w.line(a_outer_major ? "constexpr int kAStageSize = kTileM * kATileStride;"
                        : "constexpr int kAStageSize = kTileK * kATileStride;");
-  w.line(b_outer_major ? "constexpr int kBStageSize = kTileN * kBTileStride;"
-                       : "constexpr int kBStageSize = kTileK * kBTileStride;");
+  // B's stage size is needed only to step past B's stages: to the next stage, or to the
+  // statistics after them (an unused constant would warn under nvcc).
+  const bool pipelined = tiling.stages > 1;
+  if (pipelined || spec.row_stat_arrays > 0)
+    w.line(b_outer_major ? "constexpr int kBStageSize = kTileN * kBTileStride;"
+                         : "constexpr int kBStageSize = kTileK * kBTileStride;");
   w.line("constexpr int kStages = {};", tiling.stages);
   w.line("{0}* a_tiles = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
   w.line("{}* b_tiles = a_tiles + kStages * kAStageSize;", spec.value_type);
@@ -365,7 +370,6 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   }
   w.close();
   w.close();
-  const bool pipelined = tiling.stages > 1;
   if (pipelined) {
     w.comment("cp.async copies of one k step's tiles into a stage; they land when waited for.");
     w.open("const auto copy_tiles = [&](int stage, index_t k_next)");
