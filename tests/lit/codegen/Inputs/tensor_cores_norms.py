@@ -12,8 +12,8 @@ def main():
     if mode == "write":
         os.makedirs(directory, exist_ok=True)
         r = np.random.default_rng(11)
-        shapes = {"x": (16896, 128), "a": (16896, 32), "w1": (128, 128), "w2": (128, 32),
-                  "gamma": (128,), "beta": (128,)}
+        shapes = {"x": (16896, 16), "a": (16896, 16), "w1": (128, 16), "w2": (16, 16),
+                  "gamma": (16,), "beta": (16,)}
         for name in names:
             values = r.standard_normal(shapes[name]) * (0.1 if name.startswith("w") else 1)
             if name == "x":
@@ -25,8 +25,8 @@ def main():
     mean = x.mean(axis=1, keepdims=True)
     n = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=1, keepdims=True) + 1e-5) * v["gamma"] + v["beta"]
     checks = {
-        "q": (n @ v["w1"].T, np.abs(n) @ np.abs(v["w1"]).T, 128),
-        "o": (v["a"] @ v["w2"].T + n, np.abs(v["a"]) @ np.abs(v["w2"]).T + np.abs(n), 32),
+        "q": (n @ v["w1"].T, np.abs(n) @ np.abs(v["w1"]).T, 16),
+        "o": (v["a"] @ v["w2"].T + n, np.abs(v["a"]) @ np.abs(v["w2"]).T + np.abs(n), 16),
     }
     for name, (exact, magnitude, terms) in checks.items():
         got = np.load(os.path.join(directory, "out", name + ".npy")).astype(np.float64)
