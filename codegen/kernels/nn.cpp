@@ -80,6 +80,41 @@ GemmSpec gemm_for(const KernelRequest& request) {
   return spec;
 }
 
+// The shape constants of a convolution's implicit GEMM (forward and weight gradient): the input,
+// the output plane, the window.
+std::vector<GemmConstant> conv_constants(const ir::Shape& xs, int64_t group_in, int64_t out_channels,
+                                         int64_t out_w, int64_t out_plane, int64_t kh, int64_t kw,
+                                         const std::vector<int64_t>& stride,
+                                         const std::vector<int64_t>& pad,
+                                         const std::vector<int64_t>& dilation) {
+  return {
+      {"kC", xs[1], "input channels (all groups)"},
+      {"kH", xs[2], "input height"},
+      {"kW", xs[3], "input width"},
+      {"kGroupChannels", group_in, "input channels per group"},
+      {"kO", out_channels, "output channels (all groups)"},
+      {"kOutW", out_w, "output width"},
+      {"kOutPlane", out_plane, "output pixels per channel"},
+      {"kKernelW", kw, "kernel width"},
+      {"kWindow", kh * kw, "taps per input channel"},
+      {"kStrideH", stride[0], "vertical stride"},
+      {"kStrideW", stride[1], "horizontal stride"},
+      {"kPadTop", pad[0], "padding before the first row"},
+      {"kPadLeft", pad[1], "padding before the first column"},
+      {"kDilationH", dilation[0], "vertical dilation"},
+      {"kDilationW", dilation[1], "horizontal dilation"},
+  };
+}
+
+// Statements setting `value` to a gathered input `element` at (in_h, in_w): guarded when the
+// convolution pads, since taps in the padding read zero.
+std::string tap_fetch(const std::string& element, bool padded) {
+  if (!padded) return "value = " + element + ";\n";  // every tap of a valid pixel is inside
+  return "// Taps in the padding read zero.\n"
+         "if (in_h >= 0 && in_h < kH && in_w >= 0 && in_w < kW) {\n"
+         "  value = " + element + ";\n}\n";
+}
+
 }  // namespace
 
 GemmSpec matmul_gemm(const KernelRequest& request) {
@@ -188,23 +223,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.k = group_in * kh * kw;
   spec.batch = groups;
   spec.z_name = "group";
-  spec.constants = {
-      {"kC", xs[1], "input channels (all groups)"},
-      {"kH", xs[2], "input height"},
-      {"kW", xs[3], "input width"},
-      {"kGroupChannels", group_in, "input channels per group"},
-      {"kO", out_channels, "output channels (all groups)"},
-      {"kOutW", os[3], "output width"},
-      {"kOutPlane", os[2] * os[3], "output pixels per channel"},
-      {"kKernelW", kw, "kernel width"},
-      {"kWindow", kh * kw, "taps per input channel"},
-      {"kStrideH", stride[0], "vertical stride"},
-      {"kStrideW", stride[1], "horizontal stride"},
-      {"kPadTop", pad[0], "padding before the first row"},
-      {"kPadLeft", pad[1], "padding before the first column"},
-      {"kDilationH", dilation[0], "vertical dilation"},
-      {"kDilationW", dilation[1], "horizontal dilation"},
-  };
+  spec.constants = conv_constants(xs, group_in, out_channels, os[3], os[2] * os[3], kh, kw, stride, pad, dilation);
   // A: weight [O][C/groups][KH][KW] is row-major [O][K] per group.
   spec.a.k_contiguous = true;
   spec.a.fetch =
@@ -227,13 +246,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
       "const int in_w = b_in_left + tap % kKernelW * kDilationW;\n";
   const std::string element =
       load_input(request, 0, "b_base + (in_channel * kH + in_h) * kW + in_w");
-  if (padded) {
-    fetch += "// Taps in the padding read zero.\n";
-    fetch += "if (in_h >= 0 && in_h < kH && in_w >= 0 && in_w < kW) {\n";
-    fetch += "  value = " + element + ";\n}\n";
-  } else {
-    fetch += "value = " + element + ";\n";  // unpadded: every tap of a valid pixel is inside
-  }
+  fetch += tap_fetch(element, padded);
   spec.b.fetch = fetch;
   spec.channel = "static_cast<int>(group * kM + row)";
   spec.out_index = "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
@@ -273,23 +286,7 @@ GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
   spec.k_is = "batch pixels, N * OH * OW";
   spec.batch = groups;
   spec.z_name = "group";
-  spec.constants = {
-      {"kC", xs[1], "input channels (all groups)"},
-      {"kH", xs[2], "input height"},
-      {"kW", xs[3], "input width"},
-      {"kGroupChannels", group_in, "input channels per group"},
-      {"kO", out_channels, "output channels (all groups)"},
-      {"kOutW", ys[3], "output width"},
-      {"kOutPlane", out_plane, "output pixels per channel"},
-      {"kKernelW", kw, "kernel width"},
-      {"kWindow", kh * kw, "taps per input channel"},
-      {"kStrideH", stride[0], "vertical stride"},
-      {"kStrideW", stride[1], "horizontal stride"},
-      {"kPadTop", pad[0], "padding before the first row"},
-      {"kPadLeft", pad[1], "padding before the first column"},
-      {"kDilationH", dilation[0], "vertical dilation"},
-      {"kDilationW", dilation[1], "horizontal dilation"},
-  };
+  spec.constants = conv_constants(xs, group_in, out_channels, ys[3], out_plane, kh, kw, stride, pad, dilation);
   const std::string dy_at = "(k / kOutPlane * kO + group * kM + row) * kOutPlane + k % kOutPlane";
   spec.a.k_contiguous = true;
   spec.a.fetch = fmt::format("value = {};", load_input(request, 0, dy_at));
@@ -312,13 +309,7 @@ GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
       "const int in_w = pixel % kOutW * kStrideW + b_tap_w;\n";
   const std::string element =
       load_input(request, 1, "image * kC * kH * kW + b_plane + in_h * kW + in_w");
-  if (padded) {
-    fetch += "// Taps in the padding read zero.\n";
-    fetch += "if (in_h >= 0 && in_h < kH && in_w >= 0 && in_w < kW) {\n";
-    fetch += "  value = " + element + ";\n}\n";
-  } else {
-    fetch += "value = " + element + ";\n";
-  }
+  fetch += tap_fetch(element, padded);
   spec.b.fetch = fetch;
   spec.channel = "static_cast<int>(col)";
   spec.out_index = "(group * kM + row) * kN + col";
