@@ -55,9 +55,11 @@ int64_t pool_flops(const ir::Node& node) {
 // The window backward ops do the forward's multiply-adds (conv2d) or taps (pools) per dy
 // element, with the weight shape read from the weight operand or the dweight result.
 int64_t conv2d_grad_flops(const ir::Node& node) {
+  // The weight is the last 4 dims of dweight (split-K stacks partial weights before them).
   const ir::Shape& w = node.op == ir::OpId::Conv2dGradInput ? operand_shape(node, 1)
                                                       : node.results.at(0)->type.shape;
-  return 2 * operand_elements(node, 0) * w[1] * w[2] * w[3];
+  const size_t r = w.size();
+  return 2 * operand_elements(node, 0) * w[r - 3] * w[r - 2] * w[r - 1];
 }
 // attention per (batch, query, key): the q.k product (2 D), the softmax (5) and p v (2 Dv).
 // attention_grad: the score again (2 D + 1), dy.v (2 Dv), ds (2), dv (2 Dv), dq and dk (4 D).

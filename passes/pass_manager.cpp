@@ -214,6 +214,8 @@ std::vector<std::string> training_pipeline(const std::string& optimizer) {
       // Forward and backward often compute the same thing (e.g. a transposed weight).
       "cse",
       "dce",
+      // Weight gradients with few GEMM tiles and a long sum over the batch fill the GPU.
+      "split-k",
       "fuse-conv-bias-relu",
       "fuse-elementwise",
       // Activations saved for the backward pass, gradients and temporaries share one arena.

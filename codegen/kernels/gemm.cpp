@@ -22,6 +22,7 @@
 // 4 k) touches 32 banks.
 #include "codegen/kernels/gemm.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "codegen/kernels/emit_util.h"
@@ -44,6 +45,15 @@ std::string conjunction(const std::vector<std::string>& terms) {
   return text;
 }
 
+int64_t k_splits(const GemmSpec& spec) { return spec.k_chunk > 0 ? ceil_div(spec.k, spec.k_chunk) : 1; }
+
+// The end of the K range a block sums (split-K: of its chunk), and whether loads past it must
+// be guarded: when it is not a multiple of the k tile.
+std::string k_end(const GemmSpec& spec) { return spec.k_chunk > 0 ? "k_end" : "kK"; }
+bool k_ragged(const GemmSpec& spec, const GemmTiling& tiling) {
+  return spec.k % tiling.tile_k != 0 || (spec.k_chunk > 0 && spec.k_chunk % tiling.tile_k != 0);
+}
+
 // Stages one operand tile into shared memory. `name` is "a" or "b"; `outer` is "row" or "col";
 // `outer_size`/`outer_tile` the constants of its outer dimension.
 void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
@@ -57,9 +67,8 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
   std::string outer_offset = name + "_" + outer;
   std::string k_offset = name + "_k";
   (operand.k_contiguous ? outer_offset : k_offset) += " + i * " + step;
-  const bool k_ragged = spec.k % tiling.tile_k != 0;
   const std::string guard = conjunction({outer_ragged ? outer + " < " + outer_size : "",
-                                         k_ragged ? "k < kK" : ""});
+                                         k_ragged(spec, tiling) ? "k < " + k_end(spec) : ""});
   // A gather (conv) may not need the outer index when no bounds check does.
   if (mentions(guard, outer) || mentions(operand.fetch, outer))
     w.line("const {} {} = {} + {};", spec.index_type, outer, block_outer, outer_offset);
@@ -197,10 +206,10 @@ void async_copies(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operan
   }
   w.line("const {} {} = block_{} + copy_outer;", spec.index_type, outer, outer);
   w.line("const {} k = k_next + copy_k;", spec.index_type);
-  w.line("kiln_cp_async16({}_dst + {}, {}, {} < {} && k < kK);", name,
+  w.line("kiln_cp_async16({}_dst + {}, {}, {} < {} && k < {});", name,
          operand.k_contiguous ? "copy_outer * " + stride + " + copy_k"
                               : "copy_k * " + stride + " + copy_outer",
-         operand.address, outer, outer_size);
+         operand.address, outer, outer_size, k_end(spec));
   w.close();
 }
 
@@ -218,8 +227,10 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   tiling.warps_n = 4;
   const int64_t big_blocks = ceil_div(spec.m, 128) * ceil_div(spec.n, 128) * spec.batch;
   tiling.tile_m = tiling.tile_n = big_blocks >= kFillingBlocks ? 128 : 64;
-  const auto copyable = [](const GemmOperand& operand, int64_t contiguous) {
-    return !operand.address.empty() && contiguous % 4 == 0;
+  // 16-byte copies need 16-byte aligned rows, and (split-K along a contiguous k) chunks.
+  const auto copyable = [&](const GemmOperand& operand, int64_t contiguous) {
+    const bool chunk_aligned = !operand.k_contiguous || spec.k_chunk % 4 == 0;
+    return !operand.address.empty() && contiguous % 4 == 0 && chunk_aligned;
   };
   tiling.async_a = copyable(spec.a, spec.a.k_contiguous ? spec.k : spec.m);
   tiling.async_b = copyable(spec.b, spec.b.k_contiguous ? spec.k : spec.n);
@@ -247,12 +258,15 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   const bool mma = tiling.unit == GemmUnit::TensorCoreTf32;
   const int64_t tiles_m = ceil_div(spec.m, tiling.tile_m);
   const int64_t tiles_n = ceil_div(spec.n, tiling.tile_n);
-  if (tiles_m > kMaxGridYZ || spec.batch > kMaxGridYZ)
+  const int64_t splits = k_splits(spec);
+  const bool split_k = spec.k_chunk > 0;  // even into one chunk: out_index reads `split`
+  if (tiles_m > kMaxGridYZ || spec.batch * splits > kMaxGridYZ)
     throw Error(node.loc.render(),
-                fmt::format("{}: a GEMM of {} rows in {} problems does not fit a CUDA grid ({} "
+                fmt::format("{}: a GEMM of {} rows in {} problems{} does not fit a CUDA grid ({} "
                             "row tiles of {} and {} problems at most)",
-                            node.describe(), spec.m, spec.batch, kMaxGridYZ, tiling.tile_m,
-                            kMaxGridYZ));
+                            node.describe(), spec.m, spec.batch,
+                            splits > 1 ? fmt::format(" of {} K chunks", splits) : "", kMaxGridYZ,
+                            tiling.tile_m, kMaxGridYZ));
   BodyWriter w;
   w.comment("Problem: out[row][col] = sum over k of A[row][k] * B[k][col].");
   w.line("using index_t = {};", spec.index_type);
@@ -340,7 +354,18 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   }
   w.line("const index_t block_row = static_cast<index_t>(blockIdx.y) * kTileM;");
   w.line("const index_t block_col = static_cast<index_t>(blockIdx.x) * kTileN;");
-  w.declare(spec.z_name, "const int {} = blockIdx.z;", spec.z_name);
+  if (split_k) {
+    w.comment("Split-K: grid z walks the problems and, within each, the chunks of K; this");
+    w.comment("block sums k in [k_begin, k_end) and stores its partial result.");
+    w.line("constexpr int kSplits = {};", splits);
+    w.line("constexpr index_t kChunk = {};", spec.k_chunk);
+    w.declare(spec.z_name, "const int {} = blockIdx.z / kSplits;", spec.z_name);
+    w.line("const int split = blockIdx.z % kSplits;");
+    w.line("const index_t k_begin = split * kChunk;");
+    w.line("const index_t k_end = k_begin + kChunk < kK ? k_begin + kChunk : kK;");
+  } else {
+    w.declare(spec.z_name, "const int {} = blockIdx.z;", spec.z_name);
+  }
   w.lines(spec.batch_setup);
   // Operands staged through registers get their thread's position; cp.async ones only their
   // setup (a fused norm's statistics).
@@ -383,17 +408,21 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     }
     w.close(";");
     w.comment("The first step's copies fly before the loop.");
-    w.line("copy_tiles(0, 0);");
+    w.line("copy_tiles(0, {});", split_k ? "k_begin" : "0");
     w.line("kiln_cp_async_commit();");
   }
-  w.open(pipelined ? "for (int k0 = 0, stage = 0; k0 < kK; k0 += kTileK, stage ^= 1)"
-                   : "for (int k0 = 0; k0 < kK; k0 += kTileK)");
+  if (split_k)
+    w.open(pipelined ? "for (index_t k0 = k_begin, stage = 0; k0 < k_end; k0 += kTileK, stage ^= 1)"
+                     : "for (index_t k0 = k_begin; k0 < k_end; k0 += kTileK)");
+  else
+    w.open(pipelined ? "for (int k0 = 0, stage = 0; k0 < kK; k0 += kTileK, stage ^= 1)"
+                     : "for (int k0 = 0; k0 < kK; k0 += kTileK)");
   w.line("{0}* a_tile = a_tiles{1};", spec.value_type, pipelined ? " + stage * kAStageSize" : "");
   w.line("{0}* b_tile = b_tiles{1};", spec.value_type, pipelined ? " + stage * kBStageSize" : "");
   if (pipelined) {
     w.comment("The next step's copies go to the other stage (read by the last step, which ended");
     w.comment("in a barrier); an empty group at the end keeps the count of groups in flight.");
-    w.line("if (k0 + kTileK < kK) copy_tiles(stage ^ 1, k0 + kTileK);");
+    w.line("if (k0 + kTileK < {}) copy_tiles(stage ^ 1, k0 + kTileK);", k_end(spec));
     w.line("kiln_cp_async_commit();");
   }
   if (!tiling.async_a || !tiling.async_b) w.comment("Stage the tiles, zero outside the matrices.");
@@ -455,7 +484,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   KernelSpec kernel;
   kernel.body = w.take();
   kernel.grid = Dim3{static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m),
-                     static_cast<uint32_t>(spec.batch)};
+                     static_cast<uint32_t>(spec.batch * splits)};
   kernel.block = Dim3{static_cast<uint32_t>(tiling.threads), 1, 1};
   const auto stage_slots = [&](bool outer_major, int outer) {
     return outer_major ? outer * (tiling.tile_k + 4) : tiling.tile_k * (outer + tiling.pad);
@@ -466,9 +495,13 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
                         spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * sizeof(float);
   kernel.uses_barriers = true;
   kernel.tensor_cores = mma;
-  kernel.gemm = GemmGeometry{spec.m, spec.n, spec.k, spec.batch, tiling.tile_m, tiling.tile_n,
-                             tiling.tile_k, tiling.async_a || tiling.async_b};
-  kernel.note = spec.what + ", " + gemm_tiling_note(spec) + spec.note;
+  // Split-K: each chunk is a problem of its own to the cost model.
+  kernel.gemm = GemmGeometry{spec.m, spec.n, split_k ? std::min(spec.k, spec.k_chunk) : spec.k,
+                             spec.batch * splits, tiling.tile_m, tiling.tile_n, tiling.tile_k,
+                             tiling.async_a || tiling.async_b};
+  kernel.note = spec.what + ", " + gemm_tiling_note(spec) +
+                (split_k ? fmt::format(", split-K: {} chunk{} of {}", splits, splits == 1 ? "" : "s", spec.k_chunk) : "") +
+                spec.note;
   kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
   return kernel;
 }

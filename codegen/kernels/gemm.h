@@ -111,6 +111,11 @@ struct GemmSpec {
   // after both tiles: this many arrays of kTileM floats, from `extra_smem` (declared by the
   // template).
   uint32_t row_stat_arrays = 0;
+  // Split-K (conv2d_grad_weight's k_chunk): when > 0, each problem's K is cut into chunks of
+  // this many terms, one grid z slice each (z = problem * kSplits + split), and each chunk's
+  // partial result is stored on its own: `split` (0, 1, ...) is in scope for out_index. The
+  // partials are summed by another kernel, in order, so the result stays deterministic.
+  int64_t k_chunk = 0;
   // Whether the products may run on tensor cores (KernelRequest::precision is tf32): they do
   // when the GEMM is f32 (value_type float); f64 GEMMs stay on the FMA units.
   bool tensor_cores = false;
@@ -139,5 +144,8 @@ GemmSpec conv2d_gemm(const KernelRequest& request);
 // conv2d_grad_weight(dy, x) as a GEMM per group: dW[o][c,kh,kw] = sum over n, oh, ow of
 // dy[n,o,oh,ow] * x[n,c,ih,iw], A = dy read along its pixels, B = the patches gathered.
 GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request);
+// conv2d_grad_input(dy, weight) as a GEMM per group: dx[c][n,h,w] = sum over o, kh, kw of
+// W[o][c,kh,kw] * dy[n,o,oh,ow] at the outputs whose windows read (h, w).
+GemmSpec conv2d_grad_input_gemm(const KernelRequest& request);
 
 }  // namespace kiln::codegen::nn

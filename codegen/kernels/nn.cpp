@@ -268,7 +268,8 @@ GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
   const ir::Node& node = request.node;
   const ir::Shape& ys = node.inputs[0]->type.shape;
   const ir::Shape& xs = node.inputs[1]->type.shape;
-  const ir::Shape& ws = node.results[0]->type.shape;
+  const ir::Shape& result = node.results[0]->type.shape;
+  const ir::Shape ws(result.end() - 4, result.end());  // without split-K's partials dim
   const auto& stride = attr<std::vector<int64_t>>(node, "stride");
   const auto& pad = attr<std::vector<int64_t>>(node, "pad");
   const auto& dilation = attr<std::vector<int64_t>>(node, "dilation");
@@ -313,9 +314,99 @@ GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
   spec.b.fetch = fetch;
   spec.channel = "static_cast<int>(col)";
   spec.out_index = "(group * kM + row) * kN + col";
+  // Split-K (k_chunk): partial weights, one after the other.
+  spec.k_chunk = attr<int64_t>(node, "k_chunk");
+  if (spec.k_chunk > 0) {
+    spec.constants.push_back({"kWeights", ir::num_elements(ws), "weights in one partial"});
+    spec.out_index = "split * kWeights + " + spec.out_index;
+  }
   spec.what = fmt::format(
       "weight gradient of a {}x{} convolution as a GEMM per group: dW[o][c,kh,kw] = dy[o][n,oh,ow] "
       ". gathered patches (M = O/groups = {}, N = C/groups*KH*KW = {}, K = N*OH*OW = {})",
+      kh, kw, spec.m, spec.n, spec.k);
+  return spec;
+}
+
+// The input gradient of conv2d as the same tiled GEMM, per group: M = C / groups input
+// channels, N = N * H * W input pixels, K = O / groups * KH * KW (out channel, tap) pairs, summed
+// in the direct kernel's order. A[c][k] = W[group * O/groups + o][c][tap] with k = o * KH * KW +
+// tap; B[k][pixel] = dy at the output whose window reads the pixel through that tap (zero where
+// none does: in the padding, or between the outputs of a strided window). A 1x1, stride-1,
+// unpadded convolution is a plain GEMM of W^T and dy, whose B rows cp.async can copy.
+GemmSpec conv2d_grad_input_gemm(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Shape& ys = node.inputs[0]->type.shape;
+  const ir::Shape& ws = node.inputs[1]->type.shape;
+  const ir::Shape& xs = node.results[0]->type.shape;
+  const auto& stride = attr<std::vector<int64_t>>(node, "stride");
+  const auto& pad = attr<std::vector<int64_t>>(node, "pad");
+  const auto& dilation = attr<std::vector<int64_t>>(node, "dilation");
+  const int64_t groups = attr<int64_t>(node, "groups");
+  const int64_t out_channels = ws[0], group_in = ws[1], kh = ws[2], kw = ws[3];
+  const int64_t in_plane = xs[2] * xs[3];
+  const bool pointwise = kh * kw == 1 && stride[0] == 1 && stride[1] == 1 &&
+                         std::all_of(pad.begin(), pad.end(), [](int64_t p) { return p == 0; });
+
+  GemmSpec spec = gemm_for(request);
+  spec.m = group_in;
+  spec.n = xs[0] * in_plane;
+  spec.k = out_channels / groups * kh * kw;
+  spec.m_is = "input channels per group";
+  spec.n_is = "input pixels, N * H * W";
+  spec.k_is = "(output channel, tap) pairs, O / groups * KH * KW";
+  spec.batch = groups;
+  spec.z_name = "group";
+  spec.constants = conv_constants(xs, group_in, out_channels, ys[3], ys[2] * ys[3], kh, kw, stride,
+                                  pad, dilation);
+  spec.constants.push_back({"kOutH", ys[2], "output height"});
+  spec.constants.push_back({"kOutPerGroup", out_channels / groups, "output channels per group"});
+  spec.constants.push_back({"kInPlane", in_plane, "input pixels per channel"});
+  // A: the weight, read along its taps (k contiguous in runs of KH * KW); a 1x1 kernel's
+  // weight is [O][C] per group, contiguous along the rows, which cp.async copies.
+  const std::string w_at =
+      "((group * kOutPerGroup + k / kWindow) * kGroupChannels + row) * kWindow + k % kWindow";
+  spec.a.k_contiguous = kh * kw > 1;
+  spec.a.fetch = fmt::format("value = {};", load_input(request, 1, w_at));
+  if (kh * kw == 1) spec.a.address = input_address(request, 1, w_at);
+  if (pointwise) {
+    // B: dy itself, [N][O][H*W]: 16-byte copies along the pixels stay in one image when a
+    // plane holds a multiple of 4.
+    const std::string dy_at =
+        "(col / kInPlane * kO + group * kOutPerGroup + k) * kOutPlane + col % kInPlane";
+    spec.b.k_contiguous = false;
+    spec.b.fetch = fmt::format("value = {};", load_input(request, 0, dy_at));
+    if (in_plane % 4 == 0) spec.b.address = input_address(request, 0, dy_at);
+  } else {
+    // B: a thread's column (input pixel) is fixed for the whole K loop, so its image and its
+    // position in padded coordinates are computed once; the tap and out channel move with k.
+    spec.b.k_contiguous = false;
+    spec.b.setup =
+        "// This thread's input pixel: its image and its place in the padded input.\n"
+        "const index_t b_pixel = block_col + b_col;\n"
+        "const index_t b_base = (b_pixel / kInPlane * kO + group * kOutPerGroup) * kOutPlane;\n"
+        "const int b_padded_h = static_cast<int>(b_pixel % kInPlane / kW) + kPadTop;\n"
+        "const int b_padded_w = static_cast<int>(b_pixel % kW) + kPadLeft;\n";
+    std::string fetch =
+        "const index_t out_channel = k / kWindow;\n"
+        "const int tap = static_cast<int>(k % kWindow);\n"
+        "// The output whose window reads this pixel through this tap, if one does.\n"
+        "const int th = b_padded_h - tap / kKernelW * kDilationH;\n"
+        "const int tw = b_padded_w - tap % kKernelW * kDilationW;\n";
+    const bool strided = stride[0] != 1 || stride[1] != 1;
+    fetch += strided ? "if (th >= 0 && tw >= 0 && th % kStrideH == 0 && tw % kStrideW == 0 &&\n"
+                       "    th / kStrideH < kOutH && tw / kStrideW < kOutW) {\n"
+                     : "if (th >= 0 && tw >= 0 && th < kOutH && tw < kOutW) {\n";
+    const std::string at = strided
+        ? "b_base + out_channel * kOutPlane + th / kStrideH * kOutW + tw / kStrideW"
+        : "b_base + out_channel * kOutPlane + th * kOutW + tw";
+    fetch += "  value = " + load_input(request, 0, at) + ";\n}\n";
+    spec.b.fetch = fetch;
+  }
+  spec.channel = "static_cast<int>(group * kM + row)";
+  spec.out_index = "(col / kInPlane * kC + channel) * kInPlane + col % kInPlane";
+  spec.what = fmt::format(
+      "input gradient of a {}x{} convolution as a GEMM per group: dx[c][n,h,w] = W^T[c][o,kh,kw] "
+      ". gathered dy (M = C/groups = {}, N = N*H*W = {}, K = O/groups*KH*KW = {})",
       kh, kw, spec.m, spec.n, spec.k);
   return spec;
 }

@@ -4,7 +4,9 @@
 //
 //   conv2d_grad_input   dx[n,c,h,w]: over the out channels of c's group and the kernel taps,
 //                       the outputs (oh, ow) whose window reads (h, w): h = oh * stride - pad +
-//                       kh * dilation, so oh = (h + pad - kh * dilation) / stride when exact.
+//                       kh * dilation, so oh = (h + pad - kh * dilation) / stride when exact;
+//                       on the GEMM template (nn::conv2d_grad_input_gemm) or one thread per
+//                       input element, whichever the cost model expects to be faster.
 //   conv2d_grad_weight  dw[o,c,kh,kw]: a dot product of dy and x over n, oh, ow: on the GEMM
 //                       template (nn::conv2d_grad_weight_gemm) or one thread per weight,
 //                       whichever the cost model expects to be faster.
@@ -177,15 +179,17 @@ KernelSpec emit_conv2d_grad_weight(const KernelRequest& request) {
                             ws[2], ws[3]));
 }
 
-// conv2d_grad_weight on the GEMM template or as direct loops, whichever the cost model
-// (codegen/cost_model.h) expects to be faster on an H100. On tensor cores the GEMM always is.
-// Otherwise the GEMM reaches kFmaTemplate of the FMA peak on the share of the GPU its tiles
-// fill, and the direct loops kDirectLoop on theirs: few output channels and weights with a
-// long sum over the batch (most of ResNet-50's layers at batch 32) leave a GEMM a handful of
-// tiles, while one thread per weight still fills a few waves. Without split-K (issue 17) this
-// is the better of the two.
-KernelSpec emit_conv2d_grad_weight_best(const KernelRequest& request) {
-  const nn::GemmSpec gemm = nn::conv2d_grad_weight_gemm(request);
+// A backward convolution on the GEMM template or as direct loops (one thread per result,
+// `direct`), whichever the cost model (codegen/cost_model.h) expects to be faster on an H100.
+// On tensor cores the GEMM always is. Otherwise the GEMM reaches kFmaTemplate of the FMA peak
+// on the share of the GPU its tiles fill, and the direct loops kDirectLoop on theirs; a
+// `useful` share of the GEMM's products is not zero (a strided window's input gradient
+// multiplies zeros between the outputs), while the direct loops skip the zeros. Few output
+// channels and weights with a long sum over the batch (most of ResNet-50's weight gradients
+// at batch 32) leave a GEMM a handful of tiles, while one thread per weight still fills a few
+// waves: without split-K (issue 17) the direct loops win there.
+KernelSpec gemm_or_direct(const nn::GemmSpec& gemm, const KernelRequest& request, double useful,
+                          KernelSpec (*direct)(const KernelRequest&)) {
   const nn::GemmTiling tiling = nn::gemm_tiling(gemm);
   if (tiling.unit == nn::GemmUnit::TensorCoreTf32) return nn::emit_gemm(gemm, request.node);
   // Blocks each kernel launches, and the blocks per SM they typically keep: the 64x64 GEMM at
@@ -197,8 +201,25 @@ KernelSpec emit_conv2d_grad_weight_best(const KernelRequest& request) {
       static_cast<double>(grid_stride_blocks(ir::num_elements(request.node.results[0]->type.shape)));
   const double gemm_share = std::min(1.0, gemm_blocks / (kSms * 6.0));
   const double direct_share = std::min(1.0, direct_blocks / (kSms * 8.0));
-  if (kFmaTemplate * gemm_share >= kDirectLoop * direct_share) return nn::emit_gemm(gemm, request.node);
-  return emit_conv2d_grad_weight(request);
+  if (kFmaTemplate * gemm_share * useful >= kDirectLoop * direct_share)
+    return nn::emit_gemm(gemm, request.node);
+  return direct(request);
+}
+
+// Split-K partials (k_chunk, from the split-k pass) exist to fill the GPU with GEMM tiles:
+// only the GEMM computes them.
+KernelSpec emit_conv2d_grad_weight_best(const KernelRequest& request) {
+  if (attr<int64_t>(request.node, "k_chunk") > 0)
+    return nn::emit_gemm(nn::conv2d_grad_weight_gemm(request), request.node);
+  return gemm_or_direct(nn::conv2d_grad_weight_gemm(request), request, 1.0, emit_conv2d_grad_weight);
+}
+
+// The input gradient's GEMM multiplies zeros where no output reads a pixel through a tap:
+// all but 1 in stride_h * stride_w of them for a strided window.
+KernelSpec emit_conv2d_grad_input_best(const KernelRequest& request) {
+  const Ints& stride = attr<Ints>(request.node, "stride");
+  const double useful = 1.0 / static_cast<double>(stride[0] * stride[1]);
+  return gemm_or_direct(nn::conv2d_grad_input_gemm(request), request, useful, emit_conv2d_grad_input);
 }
 
 // dx [N,C,H,W] of a pool whose dy is [N,C,OH,OW].
@@ -289,7 +310,7 @@ KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
 }  // namespace
 
 void add_nn_grad_emitters(EmitterTable& table) {
-  table.emplace_back(ir::OpId::Conv2dGradInput, emit_conv2d_grad_input);
+  table.emplace_back(ir::OpId::Conv2dGradInput, emit_conv2d_grad_input_best);
   table.emplace_back(ir::OpId::Conv2dGradWeight, emit_conv2d_grad_weight_best);
   table.emplace_back(ir::OpId::MaxPool2dGrad, [](const KernelRequest& r) { return emit_pool_grad(r, true); });
   table.emplace_back(ir::OpId::AvgPool2dGrad, [](const KernelRequest& r) { return emit_pool_grad(r, false); });

@@ -54,12 +54,20 @@ Results conv2d_grad_input(const ir::Node& node, const Inputs& in) {
 
 // conv2d_grad_weight(dy, x): dw[w] += dy[y] * x[x] over every product.
 Results conv2d_grad_weight(const ir::Node& node, const Inputs& in) {
-  const ir::Shape& ws = ref::result_type(node).shape;
+  const ir::Shape& result = ref::result_type(node).shape;
   const std::vector<double> dy = in[0]->to_doubles();
   const std::vector<double> x = in[1]->to_doubles();
-  std::vector<double> dw(static_cast<size_t>(ir::num_elements(ws)), 0.0);
-  for_each_conv_product(node, in[1]->shape(), ws, in[0]->shape(),
-                        [&](int64_t xi, int64_t wi, int64_t yi) { dw[wi] += dy[yi] * x[xi]; });
+  std::vector<double> dw(static_cast<size_t>(ir::num_elements(result)), 0.0);
+  // k_chunk > 0 (split-K): one partial dweight per chunk of k_chunk batch pixels, where batch
+  // pixel k = n * OH * OW + oh * OW + ow, stacked along the result's first dim.
+  const int64_t chunk = ref::attr_int(node, "k_chunk");
+  const ir::Shape ws(result.end() - 4, result.end());
+  const ir::Shape& ys = in[0]->shape();
+  const int64_t plane = ys[2] * ys[3], weights = ir::num_elements(ws);
+  for_each_conv_product(node, in[1]->shape(), ws, ys, [&](int64_t xi, int64_t wi, int64_t yi) {
+    const int64_t split = chunk > 0 ? (yi / (ys[1] * plane) * plane + yi % plane) / chunk : 0;
+    dw[split * weights + wi] += dy[yi] * x[xi];
+  });
   return {ref::make_result(node, dw)};
 }
 

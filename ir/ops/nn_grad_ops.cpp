@@ -78,7 +78,15 @@ Types infer_conv2d_grad_weight(const InferContext& ctx) {
   require_same_dtype(ctx, 0, 1);
   const TensorType w = shape_attr_type(ctx);
   require_forward_matches(ctx, "conv2d", {ctx.inputs[1], w}, kConvAttrs);
-  return {w};
+  const int64_t chunk = ctx.get_int("k_chunk");
+  if (chunk < 0) throw OpError{"attribute 'k_chunk' must be >= 0, got " + std::to_string(chunk), -1, "k_chunk"};
+  if (chunk == 0) return {w};
+  // Split-K: one partial weight per chunk of the batch pixels.
+  const ir::Shape& dy = ctx.inputs[0].shape;
+  const int64_t pixels = dy[0] * dy[2] * dy[3];
+  ir::Shape partials{(pixels + chunk - 1) / chunk};
+  partials.insert(partials.end(), w.shape.begin(), w.shape.end());
+  return {ops::checked_result(w.dtype, partials)};
 }
 
 Types infer_max_pool2d_grad(const InferContext& ctx) {

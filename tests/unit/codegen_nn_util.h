@@ -155,12 +155,13 @@ inline double tf32_round(double value) {
   return f;
 }
 
-// Whether graph input `input` is an A or B operand of a GEMM (conv2d, dense, matmul, and
-// conv2d_grad_weight's dy and x), which the tensor cores read as TF32; a bias is added in f32.
+// Whether graph input `input` is an A or B operand of a GEMM (conv2d, dense, matmul, and the
+// operands of conv2d's gradients), which the tensor cores read as TF32; a bias is added in f32.
 inline bool is_gemm_operand(const ir::Graph& graph, const ir::Value* input) {
   for (const auto& node : graph.nodes()) {
     const bool gemm = node->op == ir::OpId::Matmul || node->op == ir::OpId::Dense ||
-                      node->op == ir::OpId::Conv2d || node->op == ir::OpId::Conv2dGradWeight;
+                      node->op == ir::OpId::Conv2d || node->op == ir::OpId::Conv2dGradWeight ||
+                      node->op == ir::OpId::Conv2dGradInput;
     if (gemm && (node->inputs[0] == input || node->inputs[1] == input)) return true;
   }
   return false;

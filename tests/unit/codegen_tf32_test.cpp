@@ -110,6 +110,61 @@ TEST(CodegenTf32, ConvWeightGradientOnEitherKernel) {
   expect_tensor_cores(tf32_result);
 }
 
+// Split-K partial weight gradients (k_chunk, from the split-k pass): chunks a multiple of the
+// k tile, ragged ones, one not a multiple of 4 (no cp.async of dy along k), a single chunk,
+// groups; on the FMA units and on tensor cores, against the reference's partials.
+TEST(CodegenTf32, ConvWeightGradientSplitK) {
+  const auto partials = [](ir::Shape dy, ir::Shape x, ir::Shape w, int64_t chunk, ir::AttrMap attrs) {
+    attrs["shape"] = Ints(w.begin(), w.end());
+    attrs["k_chunk"] = chunk;
+    return OpCase{"conv2d_grad_weight", {f32(std::move(dy)), f32(std::move(x))}, std::move(attrs), chunk};
+  };
+  const std::vector<OpCase> cases = {
+      partials({2, 8, 6, 8}, {2, 3, 6, 8}, {8, 3, 3, 3}, 32, {{"pad", Ints{1, 1, 1, 1}}}),
+      partials({3, 8, 5, 5}, {3, 3, 7, 7}, {8, 3, 3, 3}, 20, {}),
+      partials({2, 66, 4, 4}, {2, 70, 4, 4}, {66, 70, 1, 1}, 13, {}),
+      partials({1, 8, 4, 4}, {1, 8, 9, 9}, {8, 2, 3, 3}, 64, {{"groups", int64_t{4}}, {"stride", Ints{2, 2}}}),
+  };
+  const testing::CheckResult f32_result = check_cases("split_k_f32", cases, CheckOptions{});
+  EXPECT_NE(f32_result.program.source.find("split-K: 3 chunks of 32"), std::string::npos);
+  EXPECT_NE(f32_result.program.source.find("split-K: 1 chunk of 64"), std::string::npos);
+  const testing::CheckResult tf32_result = check_cases("split_k_tf32", cases, tf32_options());
+  expect_tensor_cores(tf32_result);
+}
+
+// conv2d_grad_input: the GEMM template (W^T times the gathered dy) or one thread per input
+// element; a 1x1 stride-1 convolution's dy is copied by cp.async. Strides (zeros between the
+// outputs), dilation, groups, padding and ragged tiles, against the reference.
+TEST(CodegenTf32, ConvInputGradientOnEitherKernel) {
+  const auto grad_input = [](ir::Shape dy, ir::Shape w, ir::Shape x, ir::AttrMap attrs) {
+    attrs["shape"] = Ints(x.begin(), x.end());
+    const int64_t terms = w[0] * w[2] * w[3];
+    return OpCase{"conv2d_grad_input", {f32(std::move(dy)), f32(std::move(w))}, std::move(attrs), terms};
+  };
+  const std::vector<OpCase> cases = {
+      grad_input({2, 8, 5, 5}, {8, 3, 3, 3}, {2, 3, 7, 7}, {}),
+      grad_input({2, 16, 6, 6}, {16, 12, 3, 3}, {2, 12, 6, 6}, {{"pad", Ints{1, 1, 1, 1}}}),
+      grad_input({1, 8, 4, 4}, {8, 2, 3, 3}, {1, 8, 9, 9},
+                 {{"groups", int64_t{4}}, {"stride", Ints{2, 2}}}),
+      grad_input({1, 5, 7, 7}, {5, 3, 3, 3}, {1, 3, 11, 11}, {{"dilation", Ints{2, 2}}}),
+      grad_input({2, 20, 8, 8}, {20, 68, 1, 1}, {2, 68, 8, 8}, {}),
+      grad_input({2, 12, 4, 4}, {12, 8, 1, 1}, {2, 8, 8, 8}, {{"stride", Ints{2, 2}}}),
+      // 8 GEMM tiles against 128 blocks of one thread per element: in f32 the direct loops.
+      grad_input({8, 64, 8, 8}, {64, 64, 3, 3}, {8, 64, 8, 8}, {{"pad", Ints{1, 1, 1, 1}}}),
+  };
+  CheckOptions f32_options;
+  const testing::CheckResult f32_result = check_cases("grad_input_f32", cases, f32_options);
+  EXPECT_NE(f32_result.program.source.find("input gradient of a 3x3 convolution as a GEMM"),
+            std::string::npos);
+  EXPECT_NE(f32_result.program.source.find("one thread per input element"), std::string::npos);
+  const testing::CheckResult tf32_result = check_cases("grad_input_tf32", cases, tf32_options());
+  EXPECT_EQ(tf32_result.program.source.find("one thread per input element"), std::string::npos);
+  EXPECT_NE(tf32_result.program.source.find("as a GEMM per group"), std::string::npos);
+  expect_tensor_cores(tf32_result);
+  // The 1x1 stride-1 gradient copies both W and dy with cp.async.
+  EXPECT_NE(tf32_result.program.source.find("A and B by cp.async"), std::string::npos);
+}
+
 // f64 GEMMs stay exact on the FMA units whatever --precision says.
 TEST(CodegenTf32, F64StaysOnFmaUnits) {
   const TensorType f64{DType::F64, {8, 8}};
