@@ -70,7 +70,14 @@ class ProgramBuilder {
     for (size_t i = 0; i < graph_.parameters.size(); ++i)
       add_buffer(graph_.parameters[i], BufferRole::Parameter, static_cast<int>(i));
     for (const auto& node : graph_.nodes())
-      for (const ir::Value* result : node->results) add_buffer(result, BufferRole::Intermediate, -1);
+      for (const ir::Value* result : node->results) {
+        // State written in place (ir/state_in_place.cpp): next.P is P's buffer.
+        if (const ir::Value* param = state_in_place(result)) {
+          buffer_of_[result] = buffer_of_.at(param);
+          continue;
+        }
+        add_buffer(result, BufferRole::Intermediate, -1);
+      }
     for (size_t i = 0; i < graph_.outputs.size(); ++i) {
       const int id = buffer_of_.at(graph_.outputs[i]);
       Buffer& buffer = program_.buffers[id];
@@ -79,7 +86,8 @@ class ProgramBuilder {
         buffer.index = static_cast<int>(i);
       }
       const std::string& name = graph_.output_name(i);
-      if (const ir::Value* param = state_parameter(name)) {
+      if (const ir::Value* param = ir::state_parameter(graph_, i)) {
+        // In place, output and parameter are one buffer, and there is nothing to copy.
         program_.state_updates.push_back({id, buffer_of_.at(param)});
         continue;
       }
@@ -148,23 +156,23 @@ class ProgramBuilder {
     }
   }
 
-  // The parameter P an output named "next.P" carries the next value of (the training step's
-  // contract, passes/append_optimizer.cpp), or nullptr.
-  const ir::Value* state_parameter(const std::string& output_name) const {
-    if (output_name.rfind("next.", 0) != 0) return nullptr;
-    const ir::Value* value = graph_.find_value(output_name.substr(5));
-    return value != nullptr && value->role == ir::ValueRole::Parameter ? value : nullptr;
+  // The parameter whose storage `value` (a state output next.P) is written into, or nullptr.
+  const ir::Value* state_in_place(const ir::Value* value) const {
+    if (!graph_.memory_plan) return nullptr;
+    const auto it = graph_.memory_plan->state_in_place.find(value);
+    return it == graph_.memory_plan->state_in_place.end() ? nullptr : it->second;
   }
 
   // Whether `value` shares its storage with another operand or result of `node` (an
   // elementwise node working in place): then neither pointer may be declared __restrict__.
   bool aliased(const ir::Node& node, const ir::Value* value) const {
     if (!graph_.memory_plan) return false;
-    const auto& in_place = graph_.memory_plan->in_place;
-    for (const ir::Value* result : node.results) {
-      auto it = in_place.find(result);
-      if (it == in_place.end()) continue;
-      if (value == result || value == it->second) return true;
+    for (const auto* pairs : {&graph_.memory_plan->in_place, &graph_.memory_plan->state_in_place}) {
+      for (const ir::Value* result : node.results) {
+        auto it = pairs->find(result);
+        if (it == pairs->end()) continue;
+        if (value == result || value == it->second) return true;
+      }
     }
     return false;
   }

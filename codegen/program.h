@@ -98,10 +98,13 @@ struct Program {
   std::vector<std::string> output_names;  // the model's name of each of `outputs`
   // Training state carried between runs: graph outputs named "next.P" hold the value parameter
   // P takes for the next run. They are the graph's last outputs; a backend copies each into
-  // its parameter's buffer after every run and does not return it.
+  // its parameter's buffer after every run and does not return it. Where the memory plan
+  // writes next.P in place (ir/state_in_place.cpp), output and parameter are one buffer and
+  // there is nothing to copy.
   struct StateUpdate {
     int output;     // buffer id of the next.P output
     int parameter;  // buffer id of parameter P
+    bool in_place() const { return output == parameter; }
   };
   std::vector<StateUpdate> state_updates;
   // Bounded dynamic dims (ir/dynamic_dims.h): the graph's symbols, and the dims of each input

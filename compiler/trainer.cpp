@@ -225,9 +225,14 @@ data::Dataset load_split(const TrainOptions& options, data::Split split, int64_t
 // --print-plan: where the training step's memory goes.
 void print_plan(const codegen::Program& program, const TrainingGraphInfo& info, std::ostream& out) {
   int64_t parameters = 0, state = 0, inputs = 0, outputs = 0;
-  std::set<int> state_outputs;
-  for (const codegen::Program::StateUpdate& update : program.state_updates)
-    state_outputs.insert(update.output);
+  std::set<int> state_outputs;  // copied after the step; in-place ones are parameters
+  int in_place = 0;
+  for (const codegen::Program::StateUpdate& update : program.state_updates) {
+    if (update.in_place())
+      ++in_place;
+    else
+      state_outputs.insert(update.output);
+  }
   for (size_t id = 0; id < program.buffers.size(); ++id) {
     const codegen::Buffer& buffer = program.buffers[id];
     switch (buffer.role) {
@@ -249,9 +254,9 @@ void print_plan(const codegen::Program& program, const TrainingGraphInfo& info, 
                      program.kernels.size(), info.loss, info.dropout_nodes);
   out << fmt::format("  parameters          {:>12} B\n", parameters);
   out << fmt::format("  optimizer state     {:>12} B\n", state);
-  out << fmt::format("  next state          {:>12} B  (the update's results, copied into place after "
-                     "the step)\n",
-                     next_state);
+  out << fmt::format("  next state          {:>12} B  (the update's results copied into place after "
+                     "the step; {} of {} tensors are written in place)\n",
+                     next_state, in_place, program.state_updates.size());
   out << fmt::format("  inputs, outputs     {:>12} B\n", inputs + outputs);
   if (program.planned) {
     const double ratio = program.lower_bound_bytes

@@ -303,6 +303,7 @@ std::unordered_map<const Value*, HalfStepRange> planned_live_ranges(
 MemoryPlan plan_memory(const Graph& graph, const PlanMemoryHooks& hooks) {
   MemoryPlan plan;
   plan.in_place = choose_in_place(graph, hooks);
+  plan.state_in_place = choose_state_in_place(graph, hooks);
   std::vector<Buffer> buffers = make_buffers(graph, plan.in_place);
 
   std::vector<Buffer*> by_size;

@@ -50,6 +50,10 @@ struct MemoryPlan {
   std::unordered_map<const Value*, MemorySlice> slices;
   // Result -> the operand whose slice it overwrites (an elementwise node working in place).
   std::unordered_map<const Value*, const Value*> in_place;
+  // Training state written in place: graph output next.P -> parameter P, whose storage the
+  // node computing next.P writes (choose_state_in_place): no next.P buffer, no copy after the
+  // step.
+  std::unordered_map<const Value*, const Value*> state_in_place;
   int64_t arena_bytes = 0;  // a multiple of kArenaAlignment
 
   // Report figures. Each counts a value at its slice size (bytes rounded up to the alignment),
@@ -80,6 +84,15 @@ struct PlanMemoryHooks {
   // Told every decision, refusals and placements included. Unset: silent.
   std::function<void(const std::string& message)> log;
 };
+
+// The parameter P whose next value graph output `output_index` is, when that output is named
+// "next.P" (a training step's state, passes/append_optimizer.cpp); else nullptr.
+const Value* state_parameter(const Graph& graph, size_t output_index);
+
+// The state outputs next.P that may be written over their parameter P (ir/state_in_place.cpp
+// says when). Each is asked of hooks.allow_in_place and logged like an in-place merge.
+std::unordered_map<const Value*, const Value*> choose_state_in_place(const Graph& graph,
+                                                                     const PlanMemoryHooks& hooks);
 
 // Plans the arena for `graph` on its node order (see memory_plan.cpp for the algorithm). The
 // same graph always gets the same plan.

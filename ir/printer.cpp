@@ -140,11 +140,19 @@ void print_graph(std::ostream& out, const Graph& graph) {
   const std::string typed_list_indent = "           ";
   const MemoryPlan* plan = graph.memory_plan ? &*graph.memory_plan : nullptr;
 
-  if (plan)
+  if (plan) {
     out << fmt::format("// memory plan: arena {} B, naive {} B, lower bound {} B, "
                        "planned/lower bound {:.2f}\n",
                        plan->arena_bytes, plan->naive_bytes, plan->lower_bound_bytes,
                        plan->ratio());
+    if (!plan->state_in_place.empty()) {
+      int64_t bytes = 0;
+      for (const auto& [next, param] : plan->state_in_place) bytes += tensor_bytes(next->type);
+      out << fmt::format("// state in place: {} next.* outputs ({} B) are written over their "
+                         "parameters\n",
+                         plan->state_in_place.size(), bytes);
+    }
+  }
 
   out << "graph " << sigil_name('@', graph.name.empty() ? "main" : graph.name) << "(";
   for (size_t i = 0; i < graph.inputs.size(); ++i)

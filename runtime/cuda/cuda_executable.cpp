@@ -465,6 +465,7 @@ std::vector<ir::Tensor> DeviceExecutable::run_at_bounds(const std::vector<ir::Te
   }
   // After the outputs are read, on the same stream: each next.P becomes parameter P.
   for (const codegen::Program::StateUpdate& update : program_.state_updates) {
+    if (update.in_place()) continue;  // the step wrote it already
     const codegen::Buffer& buffer = program_.buffers[update.output];
     api_.check(api_.cuMemcpyDtoDAsync_v2(address(update.parameter), address(update.output),
                                          static_cast<size_t>(buffer.bytes), stream),

@@ -128,8 +128,9 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
   }
   // After the outputs are read: an output may be a parameter whose next value comes now.
   for (const codegen::Program::StateUpdate& update : program_.state_updates)
-    std::memcpy(pointers_[update.parameter], pointers_[update.output],
-                static_cast<size_t>(program_.buffers[update.output].bytes));
+    if (!update.in_place())
+      std::memcpy(pointers_[update.parameter], pointers_[update.output],
+                  static_cast<size_t>(program_.buffers[update.output].bytes));
   return outputs;
 }
 

@@ -103,6 +103,14 @@ TEST_P(TrainingStepTest, FusedHostStepsEqualReferenceSteps) {
     batches.push_back(random_batch(reference.inputs[0]->type, kBatch, 100 + step));
   const std::vector<double> reference_losses = reference_steps(reference, batches);
 
+  // Every update writes its parameter or state in place (ir/state_in_place.cpp): the
+  // optimizer's, the step counter's and batch norm's running averages (elementwise in the
+  // running statistic and the batch's). Nothing is copied after the step.
+  const codegen::Program program = codegen::emit_program(fused, {});
+  ASSERT_FALSE(program.state_updates.empty());
+  for (const codegen::Program::StateUpdate& update : program.state_updates)
+    EXPECT_TRUE(update.in_place()) << program.buffers[update.parameter].name;
+
   std::unique_ptr<runtime::Executable> host = host_executable(fused);
   for (size_t step = 0; step < batches.size(); ++step) {
     const std::vector<ir::Tensor> outputs = host->run({batches[step].first, batches[step].second});
