@@ -116,6 +116,23 @@ __device__ __forceinline__ void kiln_mma_tf32_m16n8k8(float* d, const unsigned i
 #endif
 }
 
+// Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix.x4), one row address per
+// lane: lanes 8j .. 8j + 7 give the rows of matrix j, each 16 bytes, 16-byte aligned. Lane i
+// receives in d[j] the 32 bits at row i / 4, word i % 4 of matrix j. For 32-bit data that is
+// an 8 x 4 block, lane (g, t) = (i / 4, i % 4) getting element (g, t): the layout of an
+// mma.m16n8k8 tf32 fragment when the block's rows run along k. On the host a warp collective
+// gathers the words from every lane's row.
+__device__ __forceinline__ void kiln_ldmatrix_x4(unsigned int* d, const void* row) {
+#ifdef __CUDACC__
+  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(address));
+#else
+  kiln_host_ldmatrix_x4(d, row);
+#endif
+}
+
 // ---- asynchronous copies (sm_80+) ---------------------------------------------------------
 // 16 bytes from global to shared memory without passing through registers (cp.async, L2 only);
 // with `valid` false the 16 bytes are zero-filled and the source is not read. Both addresses

@@ -139,7 +139,10 @@ void fma_step(BodyWriter& w, const GemmSpec& spec) {
 // layouts of mma.m16n8k8 .tf32 (PTX ISA), with g = lane_group and q = lane_quad: a0 (g, q),
 // a1 (g + 8, q), a2 (g, q + 4), a3 (g + 8, q + 4); b0 (k = q, n = g), b1 (k = q + 4, n = g).
 // A tile copied by cp.async is outer-major ([outer][k], when k is contiguous in memory) and
-// holds raw f32, rounded to TF32 here; a staged one is k-major and already rounded.
+// holds raw f32, rounded to TF32 here; a staged one is k-major and already rounded. Outer-major
+// tiles are read with ldmatrix.x4: an 8 x 4 block of 32-bit values whose rows run along k is
+// one fragment register per lane in exactly mma's layout. (k-major tiles would need ldmatrix's
+// .trans, which transposes 16-bit elements, not 32-bit ones: they keep scalar loads.)
 void mma_step(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major, bool b_outer_major) {
   const auto fragment = [](bool async, const std::string& element) {
     return async ? "__float_as_uint(kiln_tf32_round(" + element + "))"
@@ -152,11 +155,13 @@ void mma_step(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major, bool 
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kMmaM; ++i)");
   if (a_outer_major) {
-    w.line("const float* a_r = a_tile + (warp_row + i * 16 + lane_group) * kATileStride + kk + lane_quad;");
-    w.line("a_frag[i][0] = {};", fragment(tiling.async_a, "a_r[0]"));
-    w.line("a_frag[i][1] = {};", fragment(tiling.async_a, "a_r[8 * kATileStride]"));
-    w.line("a_frag[i][2] = {};", fragment(tiling.async_a, "a_r[4]"));
-    w.line("a_frag[i][3] = {};", fragment(tiling.async_a, "a_r[8 * kATileStride + 4]"));
+    w.comment("ldmatrix.x4: lane l points at row l % 8 of matrix l / 8, the 8 x 4 quarters of");
+    w.comment("the 16 x 8 tile in a0..a3's order (rows + 8 for odd matrices, k + 4 for the last two).");
+    w.line("kiln_ldmatrix_x4(a_frag[i], a_tile + (warp_row + i * 16 + lane % 8 + lane / 8 % 2 * 8) * "
+           "kATileStride + kk + lane / 16 * 4);");
+    w.comment("cp.async copied raw f32: round to TF32 now.");
+    w.line("#pragma unroll");
+    w.line("for (int r = 0; r < 4; ++r) a_frag[i][r] = __float_as_uint(kiln_tf32_round(__uint_as_float(a_frag[i][r])));");
   } else {
     w.line("const float* a_k = a_tile + (kk + lane_quad) * kATileStride + warp_row + i * 16 + lane_group;");
     w.line("a_frag[i][0] = {};", fragment(tiling.async_a, "a_k[0]"));
@@ -166,12 +171,20 @@ void mma_step(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major, bool 
   }
   w.close();
   w.line("#pragma unroll");
-  w.open("for (int j = 0; j < kMmaN; ++j)");
   if (b_outer_major) {
-    w.line("const float* b_c = b_tile + (warp_col + j * 8 + lane_group) * kBTileStride + kk + lane_quad;");
-    w.line("b_frag[j][0] = {};", fragment(tiling.async_b, "b_c[0]"));
-    w.line("b_frag[j][1] = {};", fragment(tiling.async_b, "b_c[4]"));
+    w.open("for (int j = 0; j < kMmaN; j += 2)");
+    w.comment("ldmatrix.x4 for tiles j and j + 1: lane l points at column l % 8 of matrix l / 8:");
+    w.comment("(j, k 0..3), (j, k 4..7), (j + 1, k 0..3), (j + 1, k 4..7), which are b_frag[j][0],");
+    w.comment("b_frag[j][1], b_frag[j + 1][0] and b_frag[j + 1][1], adjacent in memory.");
+    w.line("kiln_ldmatrix_x4(&b_frag[j][0], b_tile + (warp_col + (j + lane / 16) * 8 + lane % 8) * "
+           "kBTileStride + kk + lane / 8 % 2 * 4);");
+    w.line("#pragma unroll");
+    w.open("for (int r = 0; r < 2; ++r)");
+    w.line("b_frag[j][r] = __float_as_uint(kiln_tf32_round(__uint_as_float(b_frag[j][r])));");
+    w.line("b_frag[j + 1][r] = __float_as_uint(kiln_tf32_round(__uint_as_float(b_frag[j + 1][r])));");
+    w.close();
   } else {
+    w.open("for (int j = 0; j < kMmaN; ++j)");
     w.line("const float* b_k = b_tile + (kk + lane_quad) * kBTileStride + warp_col + j * 8 + lane_group;");
     w.line("b_frag[j][0] = {};", fragment(tiling.async_b, "b_k[0]"));
     w.line("b_frag[j][1] = {};", fragment(tiling.async_b, "b_k[4 * kBTileStride]"));

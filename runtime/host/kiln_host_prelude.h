@@ -66,8 +66,17 @@ enum {
   KILN_HOST_WARP_REDUCE_XOR = 15,
   // Tensor-core matrix multiply-accumulate, mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32:
   // the value is a kiln_host_mma_fragments* of the lane.
-  KILN_HOST_WARP_MMA_TF32_M16N8K8 = 16
+  KILN_HOST_WARP_MMA_TF32_M16N8K8 = 16,
+  // ldmatrix.sync.aligned.m8n8.x4.shared.b16: the value is a kiln_host_ldmatrix* of the lane.
+  KILN_HOST_WARP_LDMATRIX_X4 = 17
 };
+
+// One lane's part of an ldmatrix.x4: the row it points at (16 bytes of matrix lane / 8, row
+// lane % 8) and where its four 32-bit results go.
+typedef struct kiln_host_ldmatrix {
+  const void* row;
+  unsigned int* d;
+} kiln_host_ldmatrix;
 
 // One lane's fragments of an mma.sync (the PTX ISA's layouts, "Matrix Fragments for
 // mma.m16n8k8"): a[4] and b[2] are .tf32 bit patterns, d[4] the accumulators, read as C and
@@ -224,6 +233,13 @@ static inline void kiln_host_mma_tf32_m16n8k8(float* d, const unsigned int* a, c
   kiln_host_mma_fragments fragments = {a, b, d};
   kiln_host_warp(KILN_HOST_WARP_MMA_TF32_M16N8K8, 0xffffffffu,
                  reinterpret_cast<unsigned long long>(&fragments), 0, 32, line);
+}
+
+// ldmatrix.x4, a warp collective of all 32 lanes (runtime/host/warp_collective.cpp).
+static inline void kiln_host_ldmatrix_x4(unsigned int* d, const void* row, int line = __builtin_LINE()) {
+  kiln_host_ldmatrix request = {row, d};
+  kiln_host_warp(KILN_HOST_WARP_LDMATRIX_X4, 0xffffffffu,
+                 reinterpret_cast<unsigned long long>(&request), 0, 32, line);
 }
 
 // Overloads for exactly the types CUDA has, so the host accepts what NVRTC accepts.

@@ -87,6 +87,28 @@ std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
   return "";
 }
 
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 for the whole warp (the PTX ISA's "Warp-level
+// matrix load instruction: ldmatrix"): lanes 8j .. 8j + 7 point at the rows of matrix j, 16
+// bytes each, 16-byte aligned; lane i receives d[j] = the 32 bits at row i / 4, word i % 4 of
+// matrix j. Every lane's rows are read before any lane's results are written, as on the GPU.
+std::string compute_ldmatrix_x4(WarpPost* lanes, uint32_t group) {
+  if (group != 0xffffffffu)
+    return fmt::format("ldmatrix needs all 32 lanes of the warp, got mask 0x{:08x}", group);
+  uint32_t rows[kWarpSize][4];
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    const auto* request = reinterpret_cast<const kiln_host_ldmatrix*>(lanes[lane].value);
+    if (reinterpret_cast<uintptr_t>(request->row) % 16 != 0)
+      return fmt::format("ldmatrix: lane {}'s row address {} is not 16-byte aligned", lane,
+                         request->row);
+    std::memcpy(rows[lane], request->row, sizeof rows[lane]);
+  }
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    auto* request = reinterpret_cast<const kiln_host_ldmatrix*>(lanes[lane].value);
+    for (int j = 0; j < 4; ++j) request->d[j] = rows[8 * j + lane / 4][lane % 4];
+  }
+  return "";
+}
+
 bool is_shuffle(int op) { return op >= KILN_HOST_WARP_SHFL_IDX && op <= KILN_HOST_WARP_SHFL_XOR; }
 
 uint64_t reduce(const WarpPost* lanes, uint32_t group, int op) {
@@ -139,6 +161,7 @@ std::string_view warp_op_name(int op) {
     case KILN_HOST_WARP_REDUCE_OR: return "__reduce_or_sync";
     case KILN_HOST_WARP_REDUCE_XOR: return "__reduce_xor_sync";
     case KILN_HOST_WARP_MMA_TF32_M16N8K8: return "mma.sync.m16n8k8.tf32";
+    case KILN_HOST_WARP_LDMATRIX_X4: return "ldmatrix.x4";
   }
   return "warp collective";
 }
@@ -149,6 +172,7 @@ std::string compute_collective(WarpPost* lanes, uint32_t group, bool strict) {
     if (group >> lane & 1u) op = lanes[lane].op;
 
   if (op == KILN_HOST_WARP_MMA_TF32_M16N8K8) return compute_mma_tf32_m16n8k8(lanes, group);
+  if (op == KILN_HOST_WARP_LDMATRIX_X4) return compute_ldmatrix_x4(lanes, group);
   if (is_shuffle(op)) {
     for (int lane = 0; lane < kWarpSize; ++lane) {
       if (!(group >> lane & 1u)) continue;

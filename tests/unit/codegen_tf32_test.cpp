@@ -221,5 +221,52 @@ extern "C" void kiln_host_entry_mma_tile(void* const* args) {
     }
 }
 
+// The emulated ldmatrix.x4, against the PTX ISA's layout ("Warp-level matrix load
+// instruction: ldmatrix"): lanes 8j .. 8j + 7 give the rows of matrix j (16 bytes each), and
+// lane i must receive word i % 4 of row i / 4 of every matrix j. The lanes point at rows in a
+// scrambled order, so a lane-order mistake cannot pass; a misaligned row is an error.
+TEST(CodegenTf32, EmulatedLdmatrixUsesThePtxLayout) {
+  const char* source = R"(
+#ifndef __CUDACC__
+#include "kiln_host_prelude.h"
+#endif
+__device__ __forceinline__ void kiln_ldmatrix_x4(unsigned int* d, const void* row) {
+  kiln_host_ldmatrix_x4(d, row);
+}
+extern "C" __global__ void load_rows(const unsigned int* rows, const int* order, unsigned int* out) {
+  const int lane = threadIdx.x;
+  unsigned int d[4];
+  kiln_ldmatrix_x4(d, rows + order[lane]);
+  for (int j = 0; j < 4; ++j) out[lane * 4 + j] = d[j];
+}
+extern "C" void kiln_host_entry_load_rows(void* const* args) {
+  load_rows(static_cast<const unsigned int*>(args[0]), static_cast<const int*>(args[1]),
+            static_cast<unsigned int*>(args[2]));
+}
+)";
+  const runtime::host::HostModule module =
+      runtime::host::HostModule::compile(source, "load_rows", &testing::test_cache());
+  alignas(16) unsigned int rows[32 * 4];
+  for (unsigned int i = 0; i < 32 * 4; ++i) rows[i] = 1000 + i;
+  std::vector<int> order(32);
+  for (int lane = 0; lane < 32; ++lane) order[lane] = (lane * 7 + 3) % 32 * 4;  // word offsets
+  std::vector<unsigned int> out(32 * 4, 0);
+  void* args[] = {rows, order.data(), out.data()};
+  runtime::host::HostOptions options;
+  options.strict = true;
+  module.launch("load_rows", args, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, true, options);
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < 4; ++j)
+      EXPECT_EQ(out[lane * 4 + j], rows[order[8 * j + lane / 4] + lane % 4]) << "lane " << lane << ", d[" << j << "]";
+
+  order[5] += 1;  // 4 bytes past a row: not 16-byte aligned
+  try {
+    module.launch("load_rows", args, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, true, options);
+    ADD_FAILURE() << "a misaligned ldmatrix row was accepted";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("lane 5's row address"), std::string::npos) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace kiln::codegen
