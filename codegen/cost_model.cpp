@@ -346,7 +346,11 @@ KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
     time.efficiency = template_ceiling * tiles * depth * wave_share();
   }
   const double compute = static_cast<double>(kernel.flops) / (peak * time.efficiency);
-  const double memory = roofline.memory_seconds(kernel.bytes_read + kernel.bytes_written);
+  // Memory: at the share of the SMs the grid occupies (cost_model.h).
+  time.bandwidth_share =
+      kernel.library ? 1.0 : std::min(1.0, static_cast<double>(kernel.grid.count()) / kSms);
+  const double memory =
+      roofline.memory_seconds(kernel.bytes_read + kernel.bytes_written) / time.bandwidth_share;
   time.seconds = std::max(compute, memory);
   time.bound = compute > memory ? "compute" : "memory";
   return time;

@@ -77,6 +77,7 @@ struct KernelTime {
   double seconds = 0;
   std::string_view bound;   // "compute" or "memory"
   double efficiency = 1;    // of the unit's peak, for compute
+  double bandwidth_share = 1;  // of the DRAM bandwidth its grid can draw (kSms)
   std::string_view unit;    // "f32 FMA", "TF32 tensor-core": what the peak is of
 };
 
@@ -98,6 +99,9 @@ inline constexpr double kLibrary = 0.7;
 // multiply-add loads two floats through L1, at about 64 B per clock per SM (16.7 TB/s on 132
 // SMs at 1.98 GHz), 4.2 TFLOP/s or 6 % of the FMA peak; times their waves.
 inline constexpr double kDirectLoop = 0.06;
+// A grid of fewer blocks than SMs leaves the other SMs' share of DRAM bandwidth unused: an SM
+// is assumed to draw at most 1/kSms of it (one block per channel of a 64-channel batch norm
+// streams at 64/132 of the peak). Not for library calls, whose grids kiln does not know.
 
 // `active_blocks_per_sm`: the kernel's occupancy on the modeled arch (sm_90), 0 when unknown
 // (then 1).

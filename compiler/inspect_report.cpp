@@ -27,6 +27,7 @@ struct KernelFigures {
   double seconds = 0;    // modeled (codegen::model_kernel_time)
   std::string_view bound;
   double efficiency = 1;  // of the unit's peak, when compute bound
+  double bandwidth_share = 1;  // of the DRAM bandwidth, when memory bound
   std::string_view unit;
 };
 
@@ -53,7 +54,7 @@ struct MemoryFigures {
 std::vector<KernelFigures> kernel_figures(const Inspection& in) {
   std::vector<KernelFigures> figures;
   for (const codegen::Kernel& kernel : in.program.kernels) {
-    KernelFigures f{kernel, {}, {}, 0, 0, 0, {}, 1, {}};
+    KernelFigures f{kernel, {}, {}, 0, 0, 0, {}, 1, 1, {}};
     for (size_t i = 0; i < kernel.source_nodes.size(); ++i)
       f.nodes.emplace_back(kernel.source_nodes[i],
                            i < kernel.source_ops.size() ? kernel.source_ops[i] : "?");
@@ -69,6 +70,7 @@ std::vector<KernelFigures> kernel_figures(const Inspection& in) {
     f.seconds = time.seconds;
     f.bound = time.bound;
     f.efficiency = time.efficiency;
+    f.bandwidth_share = time.bandwidth_share;
     f.unit = time.unit;
     figures.push_back(std::move(f));
   }
@@ -280,6 +282,7 @@ std::string format_inspection_json(const Inspection& in) {
     kernel["bound"] = f.bound;
     kernel["unit"] = f.unit;
     kernel["efficiency"] = f.efficiency;
+    kernel["bandwidth_share"] = f.bandwidth_share;
     Json resources = Json::object();
     for (size_t a = 0; a < in.archs.size(); ++a) {
       const std::optional<KernelArchFigures>& r = f.archs[a];

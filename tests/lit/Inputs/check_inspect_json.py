@@ -60,8 +60,13 @@ for kernel in kernels:
     check(0 < kernel["efficiency"] <= 1, f"{where}: efficiency {kernel['efficiency']}")
     check(kernel["unit"] in ("f32 FMA", "TF32 tensor-core"), f"{where}: unit {kernel['unit']}")
     peak = roofline["tf32_flops_per_second" if kernel["unit"] == "TF32 tensor-core" else "flops_per_second"]
+    check(0 < kernel["bandwidth_share"] <= 1, f"{where}: bandwidth share {kernel['bandwidth_share']}")
+    blocks = kernel["grid"][0] * kernel["grid"][1] * kernel["grid"][2]
+    if kernel["implementation"]["kind"] == "generated":
+        check(math.isclose(kernel["bandwidth_share"], min(1, blocks / 132), rel_tol=1e-12),
+              f"{where}: bandwidth share of {blocks} blocks")
     seconds = max(kernel["flops"] / (peak * kernel["efficiency"]),
-                  bytes_moved / roofline["dram_bytes_per_second"])
+                  bytes_moved / (roofline["dram_bytes_per_second"] * kernel["bandwidth_share"]))
     check(math.isclose(kernel["modeled_seconds"], seconds, rel_tol=1e-9), f"{where}: modeled time")
     check(kernel["bound"] in ("memory", "compute"), f"{where}: bound")
     for arch in report["archs"]:
