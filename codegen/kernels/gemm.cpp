@@ -16,10 +16,10 @@
 // are rounded to TF32 as they are staged, the block's 8 warps each own a grid of 16x8 tiles of
 // out, and per k step of 8 a warp loads its A and B fragments from shared memory in the
 // layouts mma.m16n8k8 defines and issues one mma.sync per tile. Operands read as plain f32
-// skip the registers: cp.async copies them 16 bytes at a time into one of two shared stages
-// while the other stage's tile is computed (the PTX ISA's "Data Movement and Conversion
-// Instructions: cp.async"). The tiles are padded so that a fragment load (8 rows or columns x
-// 4 k) touches 32 banks.
+// skip the registers: cp.async copies them 16 bytes at a time into a ring of 2 or 3 shared
+// stages, the next steps' tiles flying while this one's are computed (the PTX ISA's "Data
+// Movement and Conversion Instructions: cp.async"), and ldmatrix loads their fragments. The
+// tiles are padded so that a fragment load (8 rows or columns x 4 k) touches 32 banks.
 #include "codegen/kernels/gemm.h"
 
 #include <algorithm>
@@ -228,6 +228,25 @@ void async_copies(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operan
 
 // Blocks that fill an H100 SXM (132 SMs) once: below that, tensor-core GEMMs take 64x64 tiles.
 constexpr int64_t kFillingBlocks = 132;
+// cp.async pipelines are at most this deep, within this much shared memory per block (what a
+// launch may take without opting in on every arch).
+constexpr int kMaxStages = 3;
+constexpr uint32_t kSharedBudget = 48 * 1024;
+
+// The shared memory of the kernel for `spec` with `tiling`: its stages of A and B tiles (a
+// cp.async operand with k contiguous is outer-major, [outer][kTileK + 4]; the others k-major,
+// [kTileK][outer + pad]), then the row statistics of fused norms.
+uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
+  const auto stage_slots = [&](bool outer_major, int outer) {
+    return outer_major ? outer * (tiling.tile_k + 4) : tiling.tile_k * (outer + tiling.pad);
+  };
+  const bool a_outer_major = tiling.async_a && spec.a.k_contiguous;
+  const bool b_outer_major = tiling.async_b && spec.b.k_contiguous;
+  const uint32_t tile_slots = static_cast<uint32_t>(
+      tiling.stages * (stage_slots(a_outer_major, tiling.tile_m) + stage_slots(b_outer_major, tiling.tile_n)));
+  return tile_slots * static_cast<uint32_t>(spec.value_type == "double" ? sizeof(double) : sizeof(float)) +
+         spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * static_cast<uint32_t>(sizeof(float));
+}
 
 }  // namespace
 
@@ -247,7 +266,12 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   };
   tiling.async_a = copyable(spec.a, spec.a.k_contiguous ? spec.k : spec.m);
   tiling.async_b = copyable(spec.b, spec.b.k_contiguous ? spec.k : spec.n);
-  tiling.stages = tiling.async_a || tiling.async_b ? 2 : 1;
+  // cp.async operands: as many stages (up to kMaxStages) as keep the block's shared memory
+  // within the 48 KB any launch may take: 3 at 64 tiles (30 KB), 2 at 128 (40 KB).
+  if (tiling.async_a || tiling.async_b) {
+    tiling.stages = kMaxStages;
+    while (tiling.stages > 2 && gemm_shared_bytes(spec, tiling) > kSharedBudget) --tiling.stages;
+  }
   return tiling;
 }
 
@@ -256,9 +280,10 @@ std::string gemm_tiling_note(const GemmSpec& spec) {
   if (t.unit == GemmUnit::Fma)
     return fmt::format("{}x{}x{} tiles, {} threads, 4x4 per thread", t.tile_m, t.tile_n, t.tile_k,
                        t.threads);
-  const std::string copies = t.async_a && t.async_b ? "A and B by cp.async, 2 stages"
-                             : t.async_a             ? "A by cp.async, 2 stages"
-                             : t.async_b             ? "B by cp.async, 2 stages"
+  const std::string stages = fmt::format(", {} stages", t.stages);
+  const std::string copies = t.async_a && t.async_b ? "A and B by cp.async" + stages
+                             : t.async_a             ? "A by cp.async" + stages
+                             : t.async_b             ? "B by cp.async" + stages
                                                      : "staged through registers";
   return fmt::format("tensor cores (mma.sync m16n8k8, TF32 operands, f32 sums), {}x{}x{} tiles, "
                      "{} warps of {}x{}, {}",
@@ -420,22 +445,33 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
       async_copies(w, spec, spec.b, "b", "col", "kN", "kTileN");
     }
     w.close(";");
-    w.comment("The first step's copies fly before the loop.");
-    w.line("copy_tiles(0, {});", split_k ? "k_begin" : "0");
+    w.comment("The first kStages - 1 steps' copies fly before the loop, a group each (empty");
+    w.comment("past the end, so that every step waits for the same count).");
+    w.line("#pragma unroll");
+    w.open("for (int s = 0; s < kStages - 1; ++s)");
+    const std::string k_first = split_k ? "k_begin + s * kTileK" : "s * kTileK";
+    w.line("if ({0} < {1}) copy_tiles(s, {0});", k_first, k_end(spec));
     w.line("kiln_cp_async_commit();");
+    w.close();
   }
+  const std::string next_stage = tiling.stages == 2 ? "stage ^= 1" : "stage = (stage + 1) % kStages";
   if (split_k)
-    w.open(pipelined ? "for (index_t k0 = k_begin, stage = 0; k0 < k_end; k0 += kTileK, stage ^= 1)"
+    w.open(pipelined ? "for (index_t k0 = k_begin, stage = 0; k0 < k_end; k0 += kTileK, " + next_stage + ")"
                      : "for (index_t k0 = k_begin; k0 < k_end; k0 += kTileK)");
   else
-    w.open(pipelined ? "for (int k0 = 0, stage = 0; k0 < kK; k0 += kTileK, stage ^= 1)"
+    w.open(pipelined ? "for (int k0 = 0, stage = 0; k0 < kK; k0 += kTileK, " + next_stage + ")"
                      : "for (int k0 = 0; k0 < kK; k0 += kTileK)");
   w.line("{0}* a_tile = a_tiles{1};", spec.value_type, pipelined ? " + stage * kAStageSize" : "");
   w.line("{0}* b_tile = b_tiles{1};", spec.value_type, pipelined ? " + stage * kBStageSize" : "");
   if (pipelined) {
-    w.comment("The next step's copies go to the other stage (read by the last step, which ended");
+    w.comment("The copies kStages - 1 steps ahead go to the stage the last step read (it ended");
     w.comment("in a barrier); an empty group at the end keeps the count of groups in flight.");
-    w.line("if (k0 + kTileK < {}) copy_tiles(stage ^ 1, k0 + kTileK);", k_end(spec));
+    if (tiling.stages == 2)
+      w.line("if (k0 + kTileK < {}) copy_tiles(stage ^ 1, k0 + kTileK);", k_end(spec));
+    else
+      w.line("if (k0 + (kStages - 1) * kTileK < {}) copy_tiles((stage + kStages - 1) % kStages, "
+             "k0 + (kStages - 1) * kTileK);",
+             k_end(spec));
     w.line("kiln_cp_async_commit();");
   }
   if (!tiling.async_a || !tiling.async_b) w.comment("Stage the tiles, zero outside the matrices.");
@@ -444,8 +480,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   if (!tiling.async_b)
     stage_tile(w, spec, tiling, spec.b, "b", "col", "kN", spec.n % tiling.tile_n != 0);
   if (pipelined) {
-    w.comment("This step's copies have landed (the next step's may still be in flight).");
-    w.line("kiln_cp_async_wait<1>();");
+    w.comment("This step's copies have landed (the next steps' may still be in flight).");
+    w.line("kiln_cp_async_wait<kStages - 1>();");
   }
   w.comment("The tiles are complete before anyone reads them.");
   w.line("__syncthreads();");
@@ -499,13 +535,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   kernel.grid = Dim3{static_cast<uint32_t>(tiles_n), static_cast<uint32_t>(tiles_m),
                      static_cast<uint32_t>(spec.batch * splits)};
   kernel.block = Dim3{static_cast<uint32_t>(tiling.threads), 1, 1};
-  const auto stage_slots = [&](bool outer_major, int outer) {
-    return outer_major ? outer * (tiling.tile_k + 4) : tiling.tile_k * (outer + tiling.pad);
-  };
-  const uint32_t tile_slots = static_cast<uint32_t>(
-      tiling.stages * (stage_slots(a_outer_major, tiling.tile_m) + stage_slots(b_outer_major, tiling.tile_n)));
-  kernel.shared_bytes = tile_slots * (spec.value_type == "double" ? sizeof(double) : sizeof(float)) +
-                        spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * sizeof(float);
+  kernel.shared_bytes = gemm_shared_bytes(spec, tiling);
   kernel.uses_barriers = true;
   kernel.tensor_cores = mma;
   // Split-K: each chunk is a problem of its own to the cost model.

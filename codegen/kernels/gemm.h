@@ -44,8 +44,9 @@ struct GemmTiling {
   // tile_m / warps_m x tile_n / warps_n piece of 16x8 mma tiles).
   int warps_m = 0, warps_n = 0;
   // Tensor cores: operands copied global -> shared by cp.async (GemmOperand::address set, the
-  // contiguous dim a multiple of 4 floats: 16-byte copies), two stages deep so that the next
-  // tile's copies fly while this one's mma run; the others are staged through registers.
+  // contiguous dim a multiple of 4 floats: 16-byte copies), in a ring of `stages` shared
+  // stages (3 where they fit in 48 KB, else 2) so that the next tiles' copies fly while this
+  // one's mma run; the others are staged through registers.
   bool async_a = false, async_b = false;
   int stages = 1;
 };

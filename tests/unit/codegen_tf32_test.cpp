@@ -54,6 +54,10 @@ TEST(CodegenTf32, MatmulEdgesOfBothTilings) {
   };
   const testing::CheckResult result = check_cases("tf32_matmul", cases, tf32_options());
   expect_tensor_cores(result);
+  // 64 tiles: a 3-stage cp.async ring (30 KB), whose copies land only when waited for on the
+  // host, so a wrong wait count would read a stale stage.
+  EXPECT_NE(result.program.source.find("A and B by cp.async, 3 stages"), std::string::npos);
+  EXPECT_NE(result.program.source.find("kiln_cp_async_wait<kStages - 1>();"), std::string::npos);
 }
 
 TEST(CodegenTf32, LargeProblemsTake128Tiles) {
@@ -64,6 +68,8 @@ TEST(CodegenTf32, LargeProblemsTake128Tiles) {
   const testing::CheckResult result = check_cases("tf32_matmul_128", cases, tf32_options());
   expect_tensor_cores(result);
   EXPECT_NE(result.program.source.find("kTileM = 128"), std::string::npos);
+  // 128 tiles: 2 stages (40 KB; a third would pass the 48 KB a launch may take).
+  EXPECT_NE(result.program.source.find("by cp.async, 2 stages"), std::string::npos);
 }
 
 TEST(CodegenTf32, EveryGemmLayout) {
