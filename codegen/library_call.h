@@ -31,7 +31,15 @@ enum class LibraryActivation { None, Relu, GeluTanh };
 // "none", "relu", "gelu_tanh"
 std::string_view library_activation_name(LibraryActivation activation);
 
-// y = conv2d(x, w) over NCHW tensors, cross-correlation as in PyTorch; f32 throughout.
+// What a ConvCall computes: y = conv2d(x, w); or conv2d's input gradient dx from dy and w
+// (cudnnConvolutionBackwardData); or its weight gradient dw from dy and x
+// (cudnnConvolutionBackwardFilter).
+enum class ConvDirection { Forward, BackwardData, BackwardFilter };
+// "forward", "backward_data", "backward_filter"
+std::string_view conv_direction_name(ConvDirection direction);
+
+// y = conv2d(x, w) over NCHW tensors, cross-correlation as in PyTorch (or one of its
+// gradients: `direction`); f32 throughout. The dims are the forward convolution's.
 struct ConvCall {
   int64_t n = 1, c = 1, h = 1, w = 1;  // x: [n, c, h, w]
   int64_t k = 1, r = 1, s = 1;         // weight: [k, c / groups, r, s]
@@ -40,6 +48,7 @@ struct ConvCall {
   int64_t stride_h = 1, stride_w = 1;
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t p = 1, q = 1;                // y: [n, k, p, q]
+  ConvDirection direction = ConvDirection::Forward;
   friend bool operator==(const ConvCall&, const ConvCall&) = default;
 };
 
@@ -72,11 +81,12 @@ struct LibraryCall {
   // cuDNN's tensor-op math; otherwise both are held to f32 FMA math.
   bool tf32 = false;
 
-  int x_arg = 0;        // conv: x; matmul: a
-  int weight_arg = 1;   // conv: the filter; matmul: b
+  int x_arg = 0;        // conv: x; matmul: a (-1: a backward-data conv reads no x)
+  int weight_arg = 1;   // conv: the filter; matmul: b (-1: a backward-filter conv reads none)
   int bias_arg = -1;    // when bias
   int residual_arg = -1;  // when residual
-  int out_arg = -1;
+  int dy_arg = -1;      // a backward conv's dy
+  int out_arg = -1;     // y, or the gradient a backward conv computes
 
   const ConvCall* conv() const { return std::get_if<ConvCall>(&op); }
   const MatmulCall* matmul() const { return std::get_if<MatmulCall>(&op); }

@@ -335,8 +335,66 @@ std::optional<LibraryCall> matmul_call(const Pattern& p, LibraryCall call, std::
   return call;
 }
 
+// conv2d's gradients on cuDNN's backward routines: conv2d_grad_input is
+// cudnnConvolutionBackwardData (dx from dy and w), conv2d_grad_weight
+// cudnnConvolutionBackwardFilter (dw from dy and x), both with beta = 0 (they overwrite their
+// result, as the kernel does). Unfused nodes only (nothing fuses into them); split-K partial
+// weights (k_chunk) are the generated kernel's own form.
+std::optional<LibraryCall> conv_grad_call(const ir::Node& node, const LibrarySelection& selection,
+                                          Precision precision, std::string& why) {
+  const bool data = node.op == ir::OpId::Conv2dGradInput;
+  const std::string op = ir::to_string(node.op);
+  const auto& pad = std::get<std::vector<int64_t>>(node.attrs.at("pad"));
+  const auto chunk = node.attrs.find("k_chunk");
+  if (!selection.cudnn)
+    why = op + ": cuDNN not selected (--library)";
+  else if (!all_f32(node))
+    why = op + ": not f32 (the library calls are f32 only)";
+  else if (chunk != node.attrs.end() && std::get<int64_t>(chunk->second) > 0)
+    why = op + " with k_chunk: split-K partial weights are the generated kernel's";
+  else if (pad[0] != pad[2] || pad[1] != pad[3])
+    why = fmt::format("{} pad [{}]: cuDNN pads both sides alike", op, fmt::join(pad, ","));
+  if (!why.empty()) return std::nullopt;
+  const ir::Shape& dy = node.inputs[0]->type.shape;
+  const ir::Shape& x = data ? node.results[0]->type.shape : node.inputs[1]->type.shape;
+  const ir::Shape& w = data ? node.inputs[1]->type.shape : node.results[0]->type.shape;
+  for (const ir::Shape* shape : {&x, &w, &dy}) {
+    if (ir::num_elements(*shape) > kCudnnMaxElements) {
+      why = op + ": a tensor has 2^31 elements or more: beyond cuDNN's legacy API";
+      return std::nullopt;
+    }
+  }
+  const auto& stride = std::get<std::vector<int64_t>>(node.attrs.at("stride"));
+  const auto& dilation = std::get<std::vector<int64_t>>(node.attrs.at("dilation"));
+  ConvCall c{x[0], x[1], x[2], x[3], w[0], w[2], w[3], std::get<int64_t>(node.attrs.at("groups")),
+             pad[0], pad[1], stride[0], stride[1], dilation[0], dilation[1], dy[2], dy[3],
+             data ? ConvDirection::BackwardData : ConvDirection::BackwardFilter};
+  LibraryCall call;
+  call.library = std::string(kCudnnLibrary);
+  call.routine = data ? "cudnnConvolutionBackwardData" : "cudnnConvolutionBackwardFilter";
+  call.dy_arg = 0;
+  call.x_arg = data ? -1 : 1;
+  call.weight_arg = data ? 1 : -1;
+  call.out_arg = 2;
+  call.tf32 = precision == Precision::Tf32;
+  call.descriptor = fmt::format("conv {} f32 {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
+                                data ? "backward data" : "backward filter", c.n, c.c, c.h, c.w,
+                                c.k, c.c / c.groups, c.r, c.s, c.pad_h, c.pad_w, c.stride_h,
+                                c.stride_w);
+  if (c.dilation_h != 1 || c.dilation_w != 1)
+    call.descriptor += fmt::format(" dilation {},{}", c.dilation_h, c.dilation_w);
+  if (c.groups != 1) call.descriptor += fmt::format(" groups {}", c.groups);
+  if (call.tf32) call.descriptor += " (tf32 math)";
+  const int64_t tensor_bytes = (ir::num_elements(x) + ir::num_elements(dy)) * 4;
+  call.workspace_bytes = std::clamp(2 * tensor_bytes, kConvWorkspaceMin, kConvWorkspaceMax);
+  call.op = c;
+  return call;
+}
+
 std::optional<LibraryCall> select(const ir::Node& node, const LibrarySelection& selection,
                                   Precision precision, std::string& why) {
+  if (node.op == ir::OpId::Conv2dGradInput || node.op == ir::OpId::Conv2dGradWeight)
+    return conv_grad_call(node, selection, precision, why);
   const Pattern p = match(node);
   const bool conv = p.why.empty() && p.anchor->op == ir::OpId::Conv2d;
   if (!p.why.empty())

@@ -58,6 +58,15 @@ std::vector<int> Program::buffer_ids(BufferRole role) const {
   return ids;
 }
 
+std::string_view conv_direction_name(ConvDirection direction) {
+  switch (direction) {
+    case ConvDirection::Forward: return "forward";
+    case ConvDirection::BackwardData: return "backward_data";
+    case ConvDirection::BackwardFilter: return "backward_filter";
+  }
+  return "?";
+}
+
 std::string_view library_activation_name(LibraryActivation activation) {
   switch (activation) {
     case LibraryActivation::None: return "none";

@@ -39,7 +39,11 @@
   X(cudnnGetConvolutionForwardAlgorithm_v7)     \
   X(cudnnGetConvolutionForwardWorkspaceSize)    \
   X(cudnnConvolutionForward)                    \
-  X(cudnnConvolutionBiasActivationForward)
+  X(cudnnConvolutionBiasActivationForward)      \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7) \
+  X(cudnnConvolutionBackwardData)               \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) \
+  X(cudnnConvolutionBackwardFilter)
 
 namespace kiln::runtime::cuda {
 

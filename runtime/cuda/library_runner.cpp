@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "ir/diagnostic.h"
+#include "runtime/cuda/library_util.h"
 
 namespace kiln::runtime::cuda {
 namespace {
@@ -28,22 +29,6 @@ using codegen::LibraryActivation;
 // How many candidates to ask cuBLASLt's heuristics for: the first that fits is taken, more
 // only help when the best ones need more workspace than the arena reserved.
 constexpr int kHeuristicCandidates = 8;
-
-// Owns one library object (a descriptor, a preference) and destroys it with the library's
-// function; the status of a destroy is ignored, as a destructor cannot report it.
-template <typename Handle>
-using Unique = std::unique_ptr<std::remove_pointer_t<Handle>, std::function<void(Handle)>>;
-
-template <typename Handle, typename Status>
-Unique<Handle> own(Handle handle, Status (*destroy)(Handle)) {
-  return Unique<Handle>(handle, [destroy](Handle h) { (void)destroy(h); });
-}
-
-void* device_pointer(CUdeviceptr address) { return reinterpret_cast<void*>(address); }
-
-std::string kernel_context(std::string_view kernel_name) {
-  return fmt::format("kernel '{}'", kernel_name);
-}
 
 // ---- cuBLASLt ---------------------------------------------------------------------------------
 
@@ -211,7 +196,6 @@ std::string_view algorithm_name(cudnnConvolutionFwdAlgo_t algo) {
   }
 }
 
-int to_int(int64_t value) { return static_cast<int>(value); }  // checked by codegen (< 2^31)
 
 class ConvRunner final : public LibraryRunner {
  public:
@@ -448,8 +432,11 @@ std::unique_ptr<LibraryRunner> prepare_library_call(LibraryContext& context,
                                                     const codegen::LibraryCall& call,
                                                     const LibraryOperands& operands,
                                                     std::string_view kernel_name) {
-  if (call.conv() != nullptr)
+  if (const codegen::ConvCall* conv = call.conv()) {
+    if (conv->direction != codegen::ConvDirection::Forward)
+      return prepare_conv_grad_call(context, call, operands, kernel_name);
     return std::make_unique<ConvRunner>(context, call, operands, kernel_name);
+  }
   return std::make_unique<MatmulRunner>(context, call, operands, kernel_name);
 }
 

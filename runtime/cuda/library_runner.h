@@ -74,5 +74,11 @@ std::unique_ptr<LibraryRunner> prepare_library_call(LibraryContext& context,
                                                     const codegen::LibraryCall& call,
                                                     const LibraryOperands& operands,
                                                     std::string_view kernel_name);
+// The same for a backward convolution (conv_grad_runner.cpp): cudnnConvolutionBackwardData or
+// cudnnConvolutionBackwardFilter.
+std::unique_ptr<LibraryRunner> prepare_conv_grad_call(LibraryContext& context,
+                                                      const codegen::LibraryCall& call,
+                                                      const LibraryOperands& operands,
+                                                      std::string_view kernel_name);
 
 }  // namespace kiln::runtime::cuda

@@ -122,12 +122,15 @@ Json library_to_json(const codegen::LibraryCall& call) {
                {"bias_arg", call.bias_arg},     {"residual_arg", call.residual_arg},
                {"out_arg", call.out_arg}};
   if (call.tf32) json["tf32"] = true;
+  if (call.dy_arg >= 0) json["dy_arg"] = call.dy_arg;
   if (const codegen::ConvCall* c = call.conv()) {
     json["conv"] = {{"n", c->n}, {"c", c->c}, {"h", c->h}, {"w", c->w}, {"k", c->k}, {"r", c->r},
                     {"s", c->s}, {"groups", c->groups}, {"pad_h", c->pad_h}, {"pad_w", c->pad_w},
                     {"stride_h", c->stride_h}, {"stride_w", c->stride_w},
                     {"dilation_h", c->dilation_h}, {"dilation_w", c->dilation_w},
                     {"p", c->p}, {"q", c->q}};
+    if (c->direction != codegen::ConvDirection::Forward)
+      json["conv"]["direction"] = std::string(codegen::conv_direction_name(c->direction));
   } else if (const codegen::MatmulCall* m = call.matmul()) {
     json["matmul"] = {{"batch", m->batch}, {"m", m->m}, {"n", m->n}, {"k", m->k},
                       {"transpose_a", m->transpose_a}, {"transpose_b", m->transpose_b},
@@ -153,6 +156,7 @@ codegen::LibraryCall library_from_json(const JsonAt& at) {
   call.residual_arg = to_int(at["residual_arg"]);
   call.out_arg = to_int(at["out_arg"]);
   call.tf32 = at.has("tf32") && at["tf32"].boolean();  // absent: f32 math (older packages)
+  if (at.has("dy_arg")) call.dy_arg = to_int(at["dy_arg"]);
   if (at.has("conv")) {
     const JsonAt c = at["conv"];
     call.op = codegen::ConvCall{c["n"].integer(),        c["c"].integer(),        c["h"].integer(),
@@ -161,6 +165,17 @@ codegen::LibraryCall library_from_json(const JsonAt& at) {
                                 c["pad_w"].integer(),    c["stride_h"].integer(), c["stride_w"].integer(),
                                 c["dilation_h"].integer(), c["dilation_w"].integer(),
                                 c["p"].integer(),        c["q"].integer()};
+    if (c.has("direction")) {  // absent: forward (older packages)
+      const std::string direction = c["direction"].string();
+      bool known = false;
+      for (auto d : {codegen::ConvDirection::Forward, codegen::ConvDirection::BackwardData,
+                     codegen::ConvDirection::BackwardFilter}) {
+        if (direction != codegen::conv_direction_name(d)) continue;
+        std::get<codegen::ConvCall>(call.op).direction = d;
+        known = true;
+      }
+      if (!known) c["direction"].fail("unknown convolution direction '" + direction + "'");
+    }
   } else {
     const JsonAt m = at["matmul"];
     call.op = codegen::MatmulCall{m["batch"].integer(),  m["m"].integer(),
@@ -444,10 +459,19 @@ void validate_program(const codegen::Program& program, const std::string& path,
         fail(fmt::format("kernel '{}': dynamic rows on grid axis {} (0, 1 or 2)", k.name, k.dynamic_grid_axis));
     }
     if (k.library) {
-      for (int arg : {k.library->x_arg, k.library->weight_arg, k.library->out_arg})
+      // The tensors the call reads and writes: a backward convolution reads dy and one of x
+      // and w; everything else x and w (a and b).
+      const codegen::ConvCall* conv = k.library->conv();
+      const codegen::ConvDirection direction = conv ? conv->direction : codegen::ConvDirection::Forward;
+      std::vector<int> needed = {k.library->out_arg};
+      if (direction != codegen::ConvDirection::Forward) needed.push_back(k.library->dy_arg);
+      if (direction != codegen::ConvDirection::BackwardData) needed.push_back(k.library->x_arg);
+      if (direction != codegen::ConvDirection::BackwardFilter) needed.push_back(k.library->weight_arg);
+      for (int arg : needed)
         if (arg < 0 || arg >= static_cast<int>(k.args.size()))
           fail(fmt::format("kernel '{}': library call argument {} out of range", k.name, arg));
-      for (int arg : {k.library->bias_arg, k.library->residual_arg})
+      for (int arg : {k.library->bias_arg, k.library->residual_arg, k.library->dy_arg,
+                      k.library->x_arg, k.library->weight_arg})
         if (arg >= static_cast<int>(k.args.size()))
           fail(fmt::format("kernel '{}': library call argument {} out of range", k.name, arg));
     }

@@ -1,6 +1,7 @@
 // The mock cuDNN (mock_vendor_libraries.h): the legacy convolution API on the host, NCHW,
 // cross-correlation with padding, stride, dilation and groups, as the cuDNN API reference
-// defines cudnnConvolutionForward and cudnnConvolutionBiasActivationForward.
+// defines cudnnConvolutionForward, cudnnConvolutionBiasActivationForward and the backward
+// cudnnConvolutionBackwardData and cudnnConvolutionBackwardFilter.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -373,6 +374,151 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
           out[i] = relu ? std::max(v, 0.0f) : v;
         }
   record(handle, algo, workspace, workspace_bytes);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// ---- backward convolutions ----------------------------------------------------------------
+// The heuristics rank a non-deterministic algorithm (atomics) first, which kiln must skip, then
+// a deterministic one with a little workspace.
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t, const int requested,
+    int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
+  std::lock_guard lock(g_mutex);
+  if (cudnnStatus_t s = take_failure("cudnnGetConvolutionBackwardDataAlgorithm_v7")) return s;
+  if (handle == nullptr || requested < 2) return CUDNN_STATUS_BAD_PARAM;
+  results[0] = {};
+  results[0].algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  results[0].determinism = CUDNN_NON_DETERMINISTIC;
+  results[0].mathType = CUDNN_FMA_MATH;
+  results[1] = {};
+  results[1].algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  results[1].determinism = CUDNN_DETERMINISTIC;
+  results[1].mathType = CUDNN_FMA_MATH;
+  results[1].memory = 2048;
+  *returned = 2;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnConvolutionDescriptor_t, const cudnnFilterDescriptor_t, const int requested,
+    int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
+  std::lock_guard lock(g_mutex);
+  if (cudnnStatus_t s = take_failure("cudnnGetConvolutionBackwardFilterAlgorithm_v7")) return s;
+  if (handle == nullptr || requested < 2) return CUDNN_STATUS_BAD_PARAM;
+  results[0] = {};
+  results[0].algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+  results[0].determinism = CUDNN_NON_DETERMINISTIC;
+  results[0].mathType = CUDNN_FMA_MATH;
+  results[1] = {};
+  results[1].algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  results[1].determinism = CUDNN_DETERMINISTIC;
+  results[1].mathType = CUDNN_FMA_MATH;
+  results[1].memory = 1024;
+  *returned = 2;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // extern "C"
+
+namespace {
+
+// Scatters dy back through the forward window: dx[n, channel, ih, iw] += dy * w (data), or
+// dw[k, c, r, s] += dy * x (filter), over every product the forward computes.
+template <typename Visit>
+void for_each_product(const cudnnTensorStruct& xd, const cudnnFilterStruct& wd,
+                      const cudnnConvolutionStruct& conv, const cudnnTensorStruct& yd, Visit visit) {
+  for (int n = 0; n < yd.n; ++n)
+    for (int k = 0; k < yd.c; ++k)
+      for (int p = 0; p < yd.h; ++p)
+        for (int q = 0; q < yd.w; ++q) {
+          const int group = k / (wd.k / conv.groups);
+          for (int c = 0; c < wd.c; ++c)
+            for (int r = 0; r < wd.r; ++r) {
+              const int ih = p * conv.u - conv.pad_h + r * conv.dilation_h;
+              if (ih < 0 || ih >= xd.h) continue;
+              for (int s = 0; s < wd.s; ++s) {
+                const int iw = q * conv.v - conv.pad_w + s * conv.dilation_w;
+                if (iw < 0 || iw >= xd.w) continue;
+                visit(((n * xd.c + group * wd.c + c) * xd.h + ih) * xd.w + iw,
+                      ((k * wd.c + c) * wd.r + r) * wd.s + s, ((n * yd.c + k) * yd.h + p) * yd.w + q);
+              }
+            }
+        }
+}
+
+cudnnStatus_t check_backward(cudnnHandle_t handle, const cudnnTensorStruct& x,
+                             const cudnnFilterStruct& w, const cudnnConvolutionStruct& conv,
+                             const cudnnTensorStruct& dy, const void* beta, size_t needed,
+                             size_t workspace_bytes, const void* workspace) {
+  if (handle == nullptr || !handle->stream_set)
+    return reject(CUDNN_STATUS_BAD_PARAM, "handle without a stream");
+  if (conv.mode != CUDNN_CROSS_CORRELATION || conv.math != CUDNN_FMA_MATH)
+    return reject(CUDNN_STATUS_BAD_PARAM, "kiln wants cross-correlation in FMA math");
+  if (x.c != w.c * conv.groups || w.k % conv.groups != 0 || !(output_of(conv, x, w) == dy))
+    return reject(CUDNN_STATUS_BAD_PARAM, "dy is not the forward output of x and w");
+  if (*static_cast<const float*>(beta) != 0.0f)
+    return reject(CUDNN_STATUS_NOT_SUPPORTED, "the mock overwrites: beta must be 0");
+  if (workspace_bytes < needed || (needed > 0 && workspace == nullptr))
+    return reject(CUDNN_STATUS_BAD_PARAM, "workspace smaller than the algorithm needs");
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha,
+                                           const cudnnFilterDescriptor_t w_desc, const void* w,
+                                           const cudnnTensorDescriptor_t dy_desc, const void* dy,
+                                           const cudnnConvolutionDescriptor_t conv,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void* workspace,
+                                           size_t workspace_bytes, const void* beta,
+                                           const cudnnTensorDescriptor_t dx_desc, void* dx) {
+  std::lock_guard lock(g_mutex);
+  if (cudnnStatus_t s = take_failure("cudnnConvolutionBackwardData")) return s;
+  if (algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_1)
+    return reject(CUDNN_STATUS_NOT_SUPPORTED, "the mock runs BWD_DATA_ALGO_1 only");
+  if (cudnnStatus_t s = check_backward(handle, *dx_desc, *w_desc, *conv, *dy_desc, beta, 2048,
+                                       workspace_bytes, workspace))
+    return s;
+  const cudnnTensorStruct& xd = *dx_desc;
+  auto* out = static_cast<float*>(dx);
+  std::fill(out, out + xd.n * xd.c * xd.h * xd.w, 0.0f);
+  const float a = *static_cast<const float*>(alpha);
+  const auto* wv = static_cast<const float*>(w);
+  const auto* dyv = static_cast<const float*>(dy);
+  for_each_product(xd, *w_desc, *conv, *dy_desc,
+                   [&](int xi, int wi, int yi) { out[xi] += a * dyv[yi] * wv[wi]; });
+  record(handle, static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, workspace_bytes);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
+                                             const cudnnTensorDescriptor_t x_desc, const void* x,
+                                             const cudnnTensorDescriptor_t dy_desc, const void* dy,
+                                             const cudnnConvolutionDescriptor_t conv,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void* workspace,
+                                             size_t workspace_bytes, const void* beta,
+                                             const cudnnFilterDescriptor_t dw_desc, void* dw) {
+  std::lock_guard lock(g_mutex);
+  if (cudnnStatus_t s = take_failure("cudnnConvolutionBackwardFilter")) return s;
+  if (algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1)
+    return reject(CUDNN_STATUS_NOT_SUPPORTED, "the mock runs BWD_FILTER_ALGO_1 only");
+  if (cudnnStatus_t s = check_backward(handle, *x_desc, *dw_desc, *conv, *dy_desc, beta, 1024,
+                                       workspace_bytes, workspace))
+    return s;
+  const cudnnFilterStruct& wd = *dw_desc;
+  auto* out = static_cast<float*>(dw);
+  std::fill(out, out + wd.k * wd.c * wd.r * wd.s, 0.0f);
+  const float a = *static_cast<const float*>(alpha);
+  const auto* xv = static_cast<const float*>(x);
+  const auto* dyv = static_cast<const float*>(dy);
+  for_each_product(*x_desc, wd, *conv, *dy_desc,
+                   [&](int xi, int wi, int yi) { out[wi] += a * dyv[yi] * xv[xi]; });
+  record(handle, static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, workspace_bytes);
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -121,6 +121,57 @@ TEST(LibraryDispatch, ConvRefusals) {
             "conv2d pad [0,0,1,1]: cuDNN pads both sides alike");
 }
 
+// conv2d's gradients on cuDNN's backward routines, described by the forward convolution.
+constexpr const char* kGradInput = R"(graph @g(%dy: f32[2,16,8,8], %w: f32[16,4,3,3]) -> (f32[2,8,16,16]) {
+  %dx = conv2d_grad_input(%dy, %w) {shape = [2,8,16,16], stride = [2,2], pad = [1,1,1,1], groups = 2} : f32[2,8,16,16]
+  return %dx
+})";
+constexpr const char* kGradWeight = R"(graph @g(%dy: f32[2,16,8,8], %x: f32[2,8,16,16]) -> (f32[16,4,3,3]) {
+  %dw = conv2d_grad_weight(%dy, %x) {shape = [16,4,3,3], stride = [2,2], pad = [1,1,1,1], groups = 2} : f32[16,4,3,3]
+  return %dw
+})";
+
+TEST(LibraryDispatch, ConvGradientsAreCudnnsBackwardRoutines) {
+  const ConvCall forward{2, 8, 16, 16, 16, 3, 3, 2, 1, 1, 2, 2, 1, 1, 8, 8};
+  const LibraryCall data = select_first(kGradInput);
+  EXPECT_EQ(data.library, "cudnn");
+  EXPECT_EQ(data.routine, "cudnnConvolutionBackwardData");
+  EXPECT_EQ(data.descriptor, "conv backward data f32 2x8x16x16 * 16x4x3x3 pad 1,1 stride 2,2 groups 2");
+  ConvCall expected = forward;
+  expected.direction = ConvDirection::BackwardData;
+  EXPECT_EQ(*data.conv(), expected);
+  EXPECT_EQ(data.dy_arg, 0);
+  EXPECT_EQ(data.weight_arg, 1);
+  EXPECT_EQ(data.x_arg, -1);
+  EXPECT_EQ(data.out_arg, 2);
+
+  const LibraryCall filter = select_first(kGradWeight);
+  EXPECT_EQ(filter.routine, "cudnnConvolutionBackwardFilter");
+  EXPECT_EQ(filter.descriptor, "conv backward filter f32 2x8x16x16 * 16x4x3x3 pad 1,1 stride 2,2 groups 2");
+  expected.direction = ConvDirection::BackwardFilter;
+  EXPECT_EQ(*filter.conv(), expected);
+  EXPECT_EQ(filter.dy_arg, 0);
+  EXPECT_EQ(filter.x_arg, 1);
+  EXPECT_EQ(filter.weight_arg, -1);
+  EXPECT_EQ(filter.out_arg, 2);
+}
+
+TEST(LibraryDispatch, ConvGradientRefusals) {
+  EXPECT_EQ(refusal(kGradInput, LibrarySelection{true, false}),
+            "conv2d_grad_input: cuDNN not selected (--library)");
+  EXPECT_EQ(refusal(R"(graph @g(%dy: f32[1,4,7,7], %x: f32[1,1,8,8]) -> (f32[4,1,3,3]) {
+  %dw = conv2d_grad_weight(%dy, %x) {shape = [4,1,3,3], pad = [0,0,1,1]} : f32[4,1,3,3]
+  return %dw
+})"),
+            "conv2d_grad_weight pad [0,0,1,1]: cuDNN pads both sides alike");
+  // Split-K partial weights (passes/split_k.cpp) stay on the generated kernel.
+  EXPECT_EQ(refusal(R"(graph @g(%dy: f32[2,4,6,6], %x: f32[2,1,8,8]) -> (f32[2,4,1,3,3]) {
+  %dw = conv2d_grad_weight(%dy, %x) {shape = [4,1,3,3], k_chunk = 36} : f32[2,4,1,3,3]
+  return %dw
+})"),
+            "conv2d_grad_weight with k_chunk: split-K partial weights are the generated kernel's");
+}
+
 constexpr const char* kDense = R"(graph @g(%x: f32[2,8,64], %w: f32[10,64], %b: f32[10]) -> (f32[2,8,10]) {
   %y = dense(%x, %w, %b) : f32[2,8,10]
   return %y

@@ -467,5 +467,64 @@ TEST_F(CudaMockLibraries, ConvOverItsOwnResidualFallsBack) {
       << report[0];
 }
 
+// conv2d's gradients on cuDNN's backward routines (conv_grad_runner.cpp) over a 3x3 window
+// with padding 1: the heuristics' first, non-deterministic algorithm is skipped; the results
+// are the scatter of dy through the forward's window, summed in the mock's order.
+TEST_F(CudaMockLibraries, ConvGradientsRunOnCudnnsBackwardRoutines) {
+  const std::vector<float> dy = ramp(75, 6), w = ramp(54, 7), x = ramp(50, 8);
+  std::vector<float> dx(50, 0.0f), dw(54, 0.0f);
+  for (int k = 0; k < 3; ++k)
+    for (int p = 0; p < 5; ++p)
+      for (int q = 0; q < 5; ++q)
+        for (int c = 0; c < 2; ++c)
+          for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 3; ++j) {
+              const int h = p + i - 1, v = q + j - 1;
+              if (h < 0 || h >= 5 || v < 0 || v >= 5) continue;
+              dx[(c * 5 + h) * 5 + v] += dy[(k * 5 + p) * 5 + q] * w[((k * 2 + c) * 3 + i) * 3 + j];
+              dw[((k * 2 + c) * 3 + i) * 3 + j] += dy[(k * 5 + p) * 5 + q] * x[(c * 5 + h) * 5 + v];
+            }
+  const ir::TensorType dy_type{ir::DType::F32, {1, 3, 5, 5}}, w_type{ir::DType::F32, {3, 2, 3, 3}},
+      x_type{ir::DType::F32, {1, 2, 5, 5}};
+  {
+    const codegen::Program program = one_kernel(
+        {make_buffer("dy", dy_type, BufferRole::Input, 0), make_buffer("w", w_type, BufferRole::Input, 1),
+         make_buffer("dx", x_type, BufferRole::Output, 0)},
+        library_call(R"(graph @g(%dy: f32[1,3,5,5], %w: f32[3,2,3,3]) -> (f32[1,2,5,5]) {
+  %dx = conv2d_grad_input(%dy, %w) {shape = [1,2,5,5], pad = [1,1,1,1]} : f32[1,2,5,5]
+  return %dx
+})"));
+    register_("fused_0", 3, [](void* const*, unsigned long long) {});
+    auto executable = create(program, {}, options());
+    std::vector<ir::Tensor> outputs =
+        executable->run({make_tensor({1, 3, 5, 5}, dy), make_tensor({3, 2, 3, 3}, w)});
+    EXPECT_EQ(to_floats(outputs[0]), dx);
+    const KilnMockLibraryStats stats = dnn_stats();
+    EXPECT_EQ(stats.last_choice, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
+    EXPECT_EQ(stats.last_workspace_bytes, 2048u);
+    EXPECT_EQ(kernel_runs(), 0);
+  }
+  {
+    const codegen::Program program = one_kernel(
+        {make_buffer("dy", dy_type, BufferRole::Input, 0), make_buffer("x", x_type, BufferRole::Input, 1),
+         make_buffer("dw", w_type, BufferRole::Output, 0)},
+        library_call(R"(graph @g(%dy: f32[1,3,5,5], %x: f32[1,2,5,5]) -> (f32[3,2,3,3]) {
+  %dw = conv2d_grad_weight(%dy, %x) {shape = [3,2,3,3], pad = [1,1,1,1]} : f32[3,2,3,3]
+  return %dw
+})"));
+    register_("fused_0", 3, [](void* const*, unsigned long long) {});
+    auto executable = create(program, {}, options());
+    std::vector<ir::Tensor> outputs =
+        executable->run({make_tensor({1, 3, 5, 5}, dy), make_tensor({1, 2, 5, 5}, x)});
+    EXPECT_EQ(to_floats(outputs[0]), dw);
+    const KilnMockLibraryStats stats = dnn_stats();
+    EXPECT_EQ(stats.last_choice, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+    EXPECT_EQ(stats.last_workspace_bytes, 1024u);
+    EXPECT_EQ(kernel_runs(), 0);
+  }
+  EXPECT_EQ(dnn_stats().handles, 0);
+  EXPECT_EQ(dnn_stats().descriptors, 0);
+}
+
 }  // namespace
 }  // namespace kiln::runtime::cuda

@@ -9,6 +9,7 @@
 #include "compiler/model_loader.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
+#include "ir/parser.h"
 #include "passes/pass_manager.h"
 #include "runtime/package/package.h"
 #include "runtime/package/program_json.h"
@@ -85,6 +86,31 @@ TEST(Package, RoundTripKeepsEverything) {
   }
   // Deterministic: the same package gives the same bytes.
   EXPECT_EQ(serialize_package(read), bytes);
+}
+
+// Backward convolutions on cuDNN keep their direction and dy through the program's JSON, and
+// pass validation (a backward call reads no x or no weight: -1 there).
+TEST(Package, BackwardLibraryCallsRoundTrip) {
+  ir::Graph graph = ir::parse_graph(R"(graph @g(%dy: f32[2,16,8,8], %w: f32[16,4,3,3], %x: f32[2,8,16,16])
+    -> (f32[2,8,16,16], f32[16,4,3,3]) {
+  %dx = conv2d_grad_input(%dy, %w) {shape = [2,8,16,16], stride = [2,2], pad = [1,1,1,1], groups = 2} : f32[2,8,16,16]
+  %dw = conv2d_grad_weight(%dy, %x) {shape = [16,4,3,3], stride = [2,2], pad = [1,1,1,1], groups = 2} : f32[16,4,3,3]
+  return %dx, %dw
+})", "grads.ir");
+  const codegen::Program program = codegen::emit_program(graph, codegen::LibrarySelection{false, true});
+  ASSERT_EQ(program.kernels.size(), 2u);
+  const Json json = program_to_json(program);
+  const std::string path = "grads.kiln";
+  const codegen::Program read = program_from_json(JsonAt(json, "", path));
+  validate_program(read, path, "program");
+  EXPECT_EQ(program_to_json(read), json);
+  const codegen::ConvDirection want[] = {codegen::ConvDirection::BackwardData,
+                                         codegen::ConvDirection::BackwardFilter};
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(read.kernels[i].library.has_value()) << read.kernels[i].name;
+    EXPECT_EQ(read.kernels[i].library->conv()->direction, want[i]);
+    EXPECT_EQ(read.kernels[i].library->dy_arg, 0);
+  }
 }
 
 TEST(Package, TruncatedAnywhereIsTruncated) {

@@ -1,0 +1,183 @@
+// cuDNN's backward convolutions for codegen::LibraryCall (library_runner.h): conv2d_grad_input
+// is cudnnConvolutionBackwardData (dx = the transposed convolution of dy with w) and
+// conv2d_grad_weight cudnnConvolutionBackwardFilter (dw = dy correlated with x over the
+// batch), each described by the forward convolution's x, w and y descriptors and written with
+// beta = 0, as the generated kernel overwrites its result (cuDNN API reference).
+//
+// Algorithms come from cuDNN's heuristics (the _v7 queries), in their order, skipping those
+// that fail, need more workspace than the arena reserved, use tensor-op math without
+// --precision=tf32, or are non-deterministic (BWD_DATA_ALGO_0 and BWD_FILTER_ALGO_0 and _3 sum
+// with atomics): a training step gives the same result every run, on the library path too.
+#include <fmt/format.h>
+
+#include "ir/diagnostic.h"
+#include "runtime/cuda/library_runner.h"
+#include "runtime/cuda/library_util.h"
+
+namespace kiln::runtime::cuda {
+namespace {
+
+using codegen::ConvDirection;
+
+class ConvGradRunner final : public LibraryRunner {
+ public:
+  ConvGradRunner(LibraryContext& context, const codegen::LibraryCall& call,
+                 const LibraryOperands& operands, std::string_view kernel_name)
+      : api_(context.cudnn()),
+        handle_(context.cudnn_handle()),
+        context_(kernel_context(kernel_name)),
+        data_(call.conv()->direction == ConvDirection::BackwardData),
+        tf32_(call.tf32) {
+    const codegen::ConvCall& c = *call.conv();
+    x_desc_ = tensor(c.n, c.c, c.h, c.w);
+    dy_desc_ = tensor(c.n, c.k, c.p, c.q);
+    cudnnFilterDescriptor_t filter = nullptr;
+    check(api_.cudnnCreateFilterDescriptor(&filter), "cudnnCreateFilterDescriptor");
+    w_desc_ = own(filter, api_.cudnnDestroyFilterDescriptor);
+    check(api_.cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(c.k),
+                                          to_int(c.c / c.groups), to_int(c.r), to_int(c.s)),
+          "cudnnSetFilter4dDescriptor");
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    check(api_.cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
+    conv_desc_ = own(conv, api_.cudnnDestroyConvolutionDescriptor);
+    check(api_.cudnnSetConvolution2dDescriptor(conv, to_int(c.pad_h), to_int(c.pad_w),
+                                               to_int(c.stride_h), to_int(c.stride_w),
+                                               to_int(c.dilation_h), to_int(c.dilation_w),
+                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+          "cudnnSetConvolution2dDescriptor");
+    check(api_.cudnnSetConvolutionGroupCount(conv, to_int(c.groups)), "cudnnSetConvolutionGroupCount");
+    check(api_.cudnnSetConvolutionMathType(conv, tf32_ ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+          "cudnnSetConvolutionMathType");
+    check_forward_shape(c);
+
+    dy_ = device_pointer(operands.args.at(call.dy_arg));
+    operand_ = device_pointer(operands.args.at(data_ ? call.weight_arg : call.x_arg));
+    out_ = device_pointer(operands.args.at(call.out_arg));
+    workspace_ = device_pointer(operands.workspace);
+    if (data_)
+      choose_data_algorithm(operands.workspace_bytes, call.descriptor);
+    else
+      choose_filter_algorithm(operands.workspace_bytes, call.descriptor);
+  }
+
+  void enqueue() override {
+    const float alpha = 1.0f, beta = 0.0f;
+    if (data_) {
+      check(api_.cudnnConvolutionBackwardData(handle_, &alpha, w_desc_.get(), operand_, dy_desc_.get(),
+                                              dy_, conv_desc_.get(), data_algo_, workspace_,
+                                              workspace_bytes_, &beta, x_desc_.get(), out_),
+            "cudnnConvolutionBackwardData");
+      return;
+    }
+    check(api_.cudnnConvolutionBackwardFilter(handle_, &alpha, x_desc_.get(), operand_, dy_desc_.get(),
+                                              dy_, conv_desc_.get(), filter_algo_, workspace_,
+                                              workspace_bytes_, &beta, w_desc_.get(), out_),
+          "cudnnConvolutionBackwardFilter");
+  }
+
+  std::string choice() const override {
+    return fmt::format("algo {} {}, {} B workspace", data_ ? "BWD_DATA" : "BWD_FILTER",
+                       data_ ? static_cast<int>(data_algo_) : static_cast<int>(filter_algo_),
+                       workspace_bytes_);
+  }
+
+ private:
+  void check(cudnnStatus_t status, std::string_view call) const { api_.check(status, call, context_); }
+
+  Unique<cudnnTensorDescriptor_t> tensor(int64_t n, int64_t c, int64_t h, int64_t w) {
+    cudnnTensorDescriptor_t handle = nullptr;
+    check(api_.cudnnCreateTensorDescriptor(&handle), "cudnnCreateTensorDescriptor");
+    Unique<cudnnTensorDescriptor_t> owned = own(handle, api_.cudnnDestroyTensorDescriptor);
+    check(api_.cudnnSetTensor4dDescriptor(handle, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(n),
+                                          to_int(c), to_int(h), to_int(w)),
+          "cudnnSetTensor4dDescriptor");
+    return owned;
+  }
+
+  // dy must have the forward output's shape under these descriptors; a difference is a kiln
+  // bug in how they are filled.
+  void check_forward_shape(const codegen::ConvCall& c) const {
+    int n = 0, k = 0, p = 0, q = 0;
+    check(api_.cudnnGetConvolution2dForwardOutputDim(conv_desc_.get(), x_desc_.get(), w_desc_.get(),
+                                                     &n, &k, &p, &q),
+          "cudnnGetConvolution2dForwardOutputDim");
+    KILN_CHECK(n == c.n && k == c.k && p == c.p && q == c.q)
+        << context_ << ": cuDNN's forward output is " << n << "x" << k << "x" << p << "x" << q
+        << ", dy is " << c.n << "x" << c.k << "x" << c.p << "x" << c.q;
+  }
+
+  // Whether a heuristic result may be used: it works, fits, keeps f32 exact unless tf32 is
+  // allowed, and is deterministic.
+  template <typename Perf>
+  bool usable(const Perf& result, size_t workspace_limit) const {
+    if (result.status != CUDNN_STATUS_SUCCESS || result.memory > workspace_limit) return false;
+    if (result.determinism != CUDNN_DETERMINISTIC) return false;
+    return tf32_ || (result.mathType != CUDNN_TENSOR_OP_MATH &&
+                     result.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+  }
+
+  [[noreturn]] void no_algorithm(size_t workspace_limit, const std::string& descriptor) const {
+    throw Error("", fmt::format("cuDNN: no deterministic algorithm for {} ({}) within {} B of "
+                                "workspace",
+                                descriptor, context_, workspace_limit));
+  }
+
+  void choose_data_algorithm(size_t workspace_limit, const std::string& descriptor) {
+    cudnnConvolutionBwdDataAlgoPerf_t results[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT] = {};
+    int returned = 0;
+    check(api_.cudnnGetConvolutionBackwardDataAlgorithm_v7(
+              handle_, w_desc_.get(), dy_desc_.get(), conv_desc_.get(), x_desc_.get(),
+              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, results),
+          "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    for (int i = 0; i < returned; ++i) {
+      if (!usable(results[i], workspace_limit)) continue;
+      data_algo_ = results[i].algo;
+      workspace_bytes_ = results[i].memory;
+      return;
+    }
+    no_algorithm(workspace_limit, descriptor);
+  }
+
+  void choose_filter_algorithm(size_t workspace_limit, const std::string& descriptor) {
+    cudnnConvolutionBwdFilterAlgoPerf_t results[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT] = {};
+    int returned = 0;
+    check(api_.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+              handle_, x_desc_.get(), dy_desc_.get(), conv_desc_.get(), w_desc_.get(),
+              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, results),
+          "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    for (int i = 0; i < returned; ++i) {
+      if (!usable(results[i], workspace_limit)) continue;
+      filter_algo_ = results[i].algo;
+      workspace_bytes_ = results[i].memory;
+      return;
+    }
+    no_algorithm(workspace_limit, descriptor);
+  }
+
+  const CudnnApi& api_;
+  cudnnHandle_t handle_;
+  std::string context_;
+  bool data_;  // BackwardData, else BackwardFilter
+  bool tf32_;
+  Unique<cudnnTensorDescriptor_t> x_desc_, dy_desc_;
+  Unique<cudnnFilterDescriptor_t> w_desc_;
+  Unique<cudnnConvolutionDescriptor_t> conv_desc_;
+  cudnnConvolutionBwdDataAlgo_t data_algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  cudnnConvolutionBwdFilterAlgo_t filter_algo_ = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  const void* dy_ = nullptr;
+  const void* operand_ = nullptr;  // w (data) or x (filter)
+  void* out_ = nullptr;            // dx or dw
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<LibraryRunner> prepare_conv_grad_call(LibraryContext& context,
+                                                      const codegen::LibraryCall& call,
+                                                      const LibraryOperands& operands,
+                                                      std::string_view kernel_name) {
+  return std::make_unique<ConvGradRunner>(context, call, operands, kernel_name);
+}
+
+}  // namespace kiln::runtime::cuda
