@@ -229,33 +229,46 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.a.fetch =
       fmt::format("value = {};", load_input(request, 1, "(group * kM + row) * kK + k"));
   spec.a.address = input_address(request, 1, "(group * kM + row) * kK + k");
-  // B: the patch matrix, gathered. A thread's column (output pixel) is fixed for the whole K
-  // loop, so its image and window corner are computed once.
-  spec.b.k_contiguous = false;
-  spec.b.setup =
-      "// This thread's output pixel: its image and the top-left corner of its window.\n"
-      "const index_t b_pixel = block_col + b_col;\n"
-      "const index_t b_image = b_pixel / kOutPlane;\n"
-      "const int b_in_top = static_cast<int>(b_pixel % kOutPlane / kOutW) * kStrideH - kPadTop;\n"
-      "const int b_in_left = static_cast<int>(b_pixel % kOutW) * kStrideW - kPadLeft;\n"
-      "const index_t b_base = (b_image * kC + group * kGroupChannels) * kH * kW;\n";
-  std::string fetch =
-      "const index_t in_channel = k / kWindow;\n"
-      "const int tap = static_cast<int>(k % kWindow);\n"
-      "const int in_h = b_in_top + tap / kKernelW * kDilationH;\n"
-      "const int in_w = b_in_left + tap % kKernelW * kDilationW;\n";
-  const std::string element =
-      load_input(request, 0, "b_base + (in_channel * kH + in_h) * kW + in_w");
-  fetch += tap_fetch(element, padded);
-  spec.b.fetch = fetch;
+  const bool pointwise = kh * kw == 1 && stride[0] == 1 && stride[1] == 1 && !padded;
+  if (pointwise) {
+    // B: a 1x1, stride-1, unpadded convolution reads x itself, [N][C][H*W], as its patch
+    // matrix: contiguous along the pixels, so cp.async copies it when a plane holds a multiple
+    // of 4 (16-byte copies stay in one image).
+    const std::string x_at =
+        "(col / kOutPlane * kC + group * kGroupChannels + k) * kOutPlane + col % kOutPlane";
+    spec.b.k_contiguous = false;
+    spec.b.fetch = fmt::format("value = {};", load_input(request, 0, x_at));
+    if ((os[2] * os[3]) % 4 == 0) spec.b.address = input_address(request, 0, x_at);
+  } else {
+    // B: the patch matrix, gathered. A thread's column (output pixel) is fixed for the whole K
+    // loop, so its image and window corner are computed once.
+    spec.b.k_contiguous = false;
+    spec.b.setup =
+        "// This thread's output pixel: its image and the top-left corner of its window.\n"
+        "const index_t b_pixel = block_col + b_col;\n"
+        "const index_t b_image = b_pixel / kOutPlane;\n"
+        "const int b_in_top = static_cast<int>(b_pixel % kOutPlane / kOutW) * kStrideH - kPadTop;\n"
+        "const int b_in_left = static_cast<int>(b_pixel % kOutW) * kStrideW - kPadLeft;\n"
+        "const index_t b_base = (b_image * kC + group * kGroupChannels) * kH * kW;\n";
+    std::string fetch =
+        "const index_t in_channel = k / kWindow;\n"
+        "const int tap = static_cast<int>(k % kWindow);\n"
+        "const int in_h = b_in_top + tap / kKernelW * kDilationH;\n"
+        "const int in_w = b_in_left + tap % kKernelW * kDilationW;\n";
+    const std::string element =
+        load_input(request, 0, "b_base + (in_channel * kH + in_h) * kW + in_w");
+    fetch += tap_fetch(element, padded);
+    spec.b.fetch = fetch;
+  }
   spec.channel = "static_cast<int>(group * kM + row)";
   spec.out_index = "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
   if (node.inputs.size() > 2)
     spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
   spec.what = fmt::format(
-      "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . gathered patches "
+      "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . {} "
       "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}",
-      spec.m, spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "");
+      pointwise ? "x (1x1, stride 1: x is the patch matrix)" : "gathered patches", spec.m, spec.n,
+      spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "");
   return spec;
 }
 

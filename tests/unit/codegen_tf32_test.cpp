@@ -89,9 +89,18 @@ TEST(CodegenTf32, EveryGemmLayout) {
       conv({2, 5, 12, 12}, {66, 5, 3, 3}, {{"pad", Ints{1, 1, 1, 1}}}),
       conv({1, 8, 9, 9}, {8, 2, 3, 3}, {{"groups", int64_t{4}}, {"stride", Ints{2, 2}}}),
       conv({1, 3, 11, 11}, {5, 3, 3, 3}, {{"dilation", Ints{2, 2}}}),
+      // 1x1, stride 1: x is the patch matrix, copied by cp.async when a plane is a multiple
+      // of 4 (6 x 6), staged when not (5 x 5); groups offset the channels.
+      conv({2, 8, 6, 6}, {20, 8, 1, 1}, {}),
+      conv({1, 12, 5, 5}, {8, 12, 1, 1}, {}),
+      conv({1, 8, 4, 4}, {8, 2, 1, 1}, {{"groups", int64_t{4}}}),
   };
   const testing::CheckResult result = check_cases("tf32_layouts", cases, tf32_options());
   expect_tensor_cores(result);
+  EXPECT_NE(result.program.source.find("x is the patch matrix"), std::string::npos);
+  // The same 1x1 convolutions on the FMA units.
+  const std::vector<OpCase> pointwise(cases.end() - 3, cases.end());
+  check_cases("f32_pointwise", pointwise, CheckOptions{});
 }
 
 // conv2d_grad_weight: the GEMM template, or one thread per weight when the GEMM's few tiles
