@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "ir/diagnostic.h"
+#include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/library_runner.h"
 #include "runtime/cuda/library_util.h"
 
@@ -28,27 +29,12 @@ class ConvGradRunner final : public LibraryRunner {
         context_(kernel_context(kernel_name)),
         data_(call.conv()->direction == ConvDirection::BackwardData),
         tf32_(call.tf32) {
-    const codegen::ConvCall& c = *call.conv();
-    x_desc_ = tensor(c.n, c.c, c.h, c.w);
-    dy_desc_ = tensor(c.n, c.k, c.p, c.q);
-    cudnnFilterDescriptor_t filter = nullptr;
-    check(api_.cudnnCreateFilterDescriptor(&filter), "cudnnCreateFilterDescriptor");
-    w_desc_ = own(filter, api_.cudnnDestroyFilterDescriptor);
-    check(api_.cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(c.k),
-                                          to_int(c.c / c.groups), to_int(c.r), to_int(c.s)),
-          "cudnnSetFilter4dDescriptor");
-    cudnnConvolutionDescriptor_t conv = nullptr;
-    check(api_.cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
-    conv_desc_ = own(conv, api_.cudnnDestroyConvolutionDescriptor);
-    check(api_.cudnnSetConvolution2dDescriptor(conv, to_int(c.pad_h), to_int(c.pad_w),
-                                               to_int(c.stride_h), to_int(c.stride_w),
-                                               to_int(c.dilation_h), to_int(c.dilation_w),
-                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-          "cudnnSetConvolution2dDescriptor");
-    check(api_.cudnnSetConvolutionGroupCount(conv, to_int(c.groups)), "cudnnSetConvolutionGroupCount");
-    check(api_.cudnnSetConvolutionMathType(conv, tf32_ ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-          "cudnnSetConvolutionMathType");
-    check_forward_shape(c);
+    // dy has the forward output's shape: the forward convolution's descriptors describe it.
+    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, *call.conv(), tf32_);
+    x_desc_ = std::move(descriptors.x);
+    dy_desc_ = std::move(descriptors.y);
+    w_desc_ = std::move(descriptors.w);
+    conv_desc_ = std::move(descriptors.conv);
 
     dy_ = device_pointer(operands.args.at(call.dy_arg));
     operand_ = device_pointer(operands.args.at(data_ ? call.weight_arg : call.x_arg));
@@ -83,28 +69,6 @@ class ConvGradRunner final : public LibraryRunner {
 
  private:
   void check(cudnnStatus_t status, std::string_view call) const { api_.check(status, call, context_); }
-
-  Unique<cudnnTensorDescriptor_t> tensor(int64_t n, int64_t c, int64_t h, int64_t w) {
-    cudnnTensorDescriptor_t handle = nullptr;
-    check(api_.cudnnCreateTensorDescriptor(&handle), "cudnnCreateTensorDescriptor");
-    Unique<cudnnTensorDescriptor_t> owned = own(handle, api_.cudnnDestroyTensorDescriptor);
-    check(api_.cudnnSetTensor4dDescriptor(handle, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(n),
-                                          to_int(c), to_int(h), to_int(w)),
-          "cudnnSetTensor4dDescriptor");
-    return owned;
-  }
-
-  // dy must have the forward output's shape under these descriptors; a difference is a kiln
-  // bug in how they are filled.
-  void check_forward_shape(const codegen::ConvCall& c) const {
-    int n = 0, k = 0, p = 0, q = 0;
-    check(api_.cudnnGetConvolution2dForwardOutputDim(conv_desc_.get(), x_desc_.get(), w_desc_.get(),
-                                                     &n, &k, &p, &q),
-          "cudnnGetConvolution2dForwardOutputDim");
-    KILN_CHECK(n == c.n && k == c.k && p == c.p && q == c.q)
-        << context_ << ": cuDNN's forward output is " << n << "x" << k << "x" << p << "x" << q
-        << ", dy is " << c.n << "x" << c.k << "x" << c.p << "x" << c.q;
-  }
 
   // Whether a heuristic result may be used: it works, fits, keeps f32 exact unless tf32 is
   // allowed, and is deterministic.

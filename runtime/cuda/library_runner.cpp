@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "ir/diagnostic.h"
+#include "runtime/cuda/cudnn_conv.h"
 #include "runtime/cuda/library_util.h"
 
 namespace kiln::runtime::cuda {
@@ -196,7 +197,6 @@ std::string_view algorithm_name(cudnnConvolutionFwdAlgo_t algo) {
   }
 }
 
-
 class ConvRunner final : public LibraryRunner {
  public:
   ConvRunner(LibraryContext& context, const codegen::LibraryCall& call,
@@ -206,32 +206,13 @@ class ConvRunner final : public LibraryRunner {
         context_(kernel_context(kernel_name)),
         fused_(call.bias) {
     const codegen::ConvCall& c = *call.conv();
-    x_desc_ = tensor(c.n, c.c, c.h, c.w);
-    y_desc_ = tensor(c.n, c.k, c.p, c.q);
-    cudnnFilterDescriptor_t filter = nullptr;
-    check(api_.cudnnCreateFilterDescriptor(&filter), "cudnnCreateFilterDescriptor");
-    w_desc_ = own(filter, api_.cudnnDestroyFilterDescriptor);
-    check(api_.cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                          to_int(c.k), to_int(c.c / c.groups), to_int(c.r),
-                                          to_int(c.s)),
-          "cudnnSetFilter4dDescriptor");
-    cudnnConvolutionDescriptor_t conv = nullptr;
-    check(api_.cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
-    conv_desc_ = own(conv, api_.cudnnDestroyConvolutionDescriptor);
-    // Cross-correlation is what conv2d means (PyTorch's convention).
-    check(api_.cudnnSetConvolution2dDescriptor(conv, to_int(c.pad_h), to_int(c.pad_w),
-                                               to_int(c.stride_h), to_int(c.stride_w),
-                                               to_int(c.dilation_h), to_int(c.dilation_w),
-                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-          "cudnnSetConvolution2dDescriptor");
-    check(api_.cudnnSetConvolutionGroupCount(conv, to_int(c.groups)),
-          "cudnnSetConvolutionGroupCount");
-    // FMA math keeps f32 exact where the default would allow TF32 tensor cores on Ampere and
-    // later; with --precision=tf32 tensor-op math lets cuDNN use them.
+    // FMA math keeps f32 exact; --precision=tf32 allows tensor-op math (cudnn_conv.h).
     tf32_ = call.tf32;
-    check(api_.cudnnSetConvolutionMathType(conv, tf32_ ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-          "cudnnSetConvolutionMathType");
-    check_output_shape(c);
+    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, c, tf32_);
+    x_desc_ = std::move(descriptors.x);
+    y_desc_ = std::move(descriptors.y);
+    w_desc_ = std::move(descriptors.w);
+    conv_desc_ = std::move(descriptors.conv);
 
     x_ = device_pointer(operands.args.at(call.x_arg));
     w_ = device_pointer(operands.args.at(call.weight_arg));
@@ -239,7 +220,7 @@ class ConvRunner final : public LibraryRunner {
     z_ = y_;  // read with alpha2 = 0 when there is no residual: any valid tensor will do
     if (fused_) {
       bias_ = device_pointer(operands.args.at(call.bias_arg));
-      bias_desc_ = tensor(1, c.k, 1, 1);
+      bias_desc_ = cudnn_tensor(api_, context_, 1, c.k, 1, 1);
       cudnnActivationDescriptor_t activation = nullptr;
       check(api_.cudnnCreateActivationDescriptor(&activation), "cudnnCreateActivationDescriptor");
       activation_desc_ = own(activation, api_.cudnnDestroyActivationDescriptor);
@@ -289,28 +270,6 @@ class ConvRunner final : public LibraryRunner {
  private:
   void check(cudnnStatus_t status, std::string_view call) const {
     api_.check(status, call, context_);
-  }
-
-  Unique<cudnnTensorDescriptor_t> tensor(int64_t n, int64_t c, int64_t h, int64_t w) {
-    cudnnTensorDescriptor_t handle = nullptr;
-    check(api_.cudnnCreateTensorDescriptor(&handle), "cudnnCreateTensorDescriptor");
-    Unique<cudnnTensorDescriptor_t> owned = own(handle, api_.cudnnDestroyTensorDescriptor);
-    check(api_.cudnnSetTensor4dDescriptor(handle, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(n),
-                                          to_int(c), to_int(h), to_int(w)),
-          "cudnnSetTensor4dDescriptor");
-    return owned;
-  }
-
-  // cuDNN's output size must be the one codegen inferred; a difference is a kiln bug in how
-  // the descriptors are filled.
-  void check_output_shape(const codegen::ConvCall& c) const {
-    int n = 0, k = 0, p = 0, q = 0;
-    check(api_.cudnnGetConvolution2dForwardOutputDim(conv_desc_.get(), x_desc_.get(),
-                                                     w_desc_.get(), &n, &k, &p, &q),
-          "cudnnGetConvolution2dForwardOutputDim");
-    KILN_CHECK(n == c.n && k == c.k && p == c.p && q == c.q)
-        << context_ << ": cuDNN computes output " << n << "x" << k << "x" << p << "x" << q
-        << ", codegen " << c.n << "x" << c.k << "x" << c.p << "x" << c.q;
   }
 
   // The first algorithm cuDNN's heuristics rank that works, fits the workspace and keeps f32

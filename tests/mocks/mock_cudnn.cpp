@@ -381,24 +381,39 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
 // The heuristics rank a non-deterministic algorithm (atomics) first, which kiln must skip, then
 // a deterministic one with a little workspace.
 
+}  // extern "C"
+
+namespace {
+
+template <typename Perf, typename Algo>
+cudnnStatus_t backward_heuristics(cudnnHandle_t handle, int requested, int* returned, Perf* results,
+                                  Algo atomic, Algo deterministic, size_t memory) {
+  if (handle == nullptr || requested < 2) return CUDNN_STATUS_BAD_PARAM;
+  results[0] = {};
+  results[0].algo = atomic;
+  results[0].determinism = CUDNN_NON_DETERMINISTIC;
+  results[0].mathType = CUDNN_FMA_MATH;
+  results[1] = {};
+  results[1].algo = deterministic;
+  results[1].determinism = CUDNN_DETERMINISTIC;
+  results[1].mathType = CUDNN_FMA_MATH;
+  results[1].memory = memory;
+  *returned = 2;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t handle, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,
     const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t, const int requested,
     int* returned, cudnnConvolutionBwdDataAlgoPerf_t* results) {
   std::lock_guard lock(g_mutex);
   if (cudnnStatus_t s = take_failure("cudnnGetConvolutionBackwardDataAlgorithm_v7")) return s;
-  if (handle == nullptr || requested < 2) return CUDNN_STATUS_BAD_PARAM;
-  results[0] = {};
-  results[0].algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-  results[0].determinism = CUDNN_NON_DETERMINISTIC;
-  results[0].mathType = CUDNN_FMA_MATH;
-  results[1] = {};
-  results[1].algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-  results[1].determinism = CUDNN_DETERMINISTIC;
-  results[1].mathType = CUDNN_FMA_MATH;
-  results[1].memory = 2048;
-  *returned = 2;
-  return CUDNN_STATUS_SUCCESS;
+  return backward_heuristics(handle, requested, returned, results, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, 2048);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
@@ -407,18 +422,9 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* results) {
   std::lock_guard lock(g_mutex);
   if (cudnnStatus_t s = take_failure("cudnnGetConvolutionBackwardFilterAlgorithm_v7")) return s;
-  if (handle == nullptr || requested < 2) return CUDNN_STATUS_BAD_PARAM;
-  results[0] = {};
-  results[0].algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
-  results[0].determinism = CUDNN_NON_DETERMINISTIC;
-  results[0].mathType = CUDNN_FMA_MATH;
-  results[1] = {};
-  results[1].algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-  results[1].determinism = CUDNN_DETERMINISTIC;
-  results[1].mathType = CUDNN_FMA_MATH;
-  results[1].memory = 1024;
-  *returned = 2;
-  return CUDNN_STATUS_SUCCESS;
+  return backward_heuristics(handle, requested, returned, results,
+                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+                             1024);
 }
 
 }  // extern "C"

@@ -1,0 +1,53 @@
+#include "runtime/cuda/cudnn_conv.h"
+
+#include "ir/diagnostic.h"
+
+namespace kiln::runtime::cuda {
+
+Unique<cudnnTensorDescriptor_t> cudnn_tensor(const CudnnApi& api, const std::string& context,
+                                             int64_t n, int64_t c, int64_t h, int64_t w) {
+  cudnnTensorDescriptor_t handle = nullptr;
+  api.check(api.cudnnCreateTensorDescriptor(&handle), "cudnnCreateTensorDescriptor", context);
+  Unique<cudnnTensorDescriptor_t> owned = own(handle, api.cudnnDestroyTensorDescriptor);
+  api.check(api.cudnnSetTensor4dDescriptor(handle, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(n),
+                                           to_int(c), to_int(h), to_int(w)),
+            "cudnnSetTensor4dDescriptor", context);
+  return owned;
+}
+
+ConvDescriptors cudnn_conv_descriptors(const CudnnApi& api, const std::string& context,
+                                       const codegen::ConvCall& c, bool tf32) {
+  ConvDescriptors d;
+  d.x = cudnn_tensor(api, context, c.n, c.c, c.h, c.w);
+  d.y = cudnn_tensor(api, context, c.n, c.k, c.p, c.q);
+  cudnnFilterDescriptor_t filter = nullptr;
+  api.check(api.cudnnCreateFilterDescriptor(&filter), "cudnnCreateFilterDescriptor", context);
+  d.w = own(filter, api.cudnnDestroyFilterDescriptor);
+  api.check(api.cudnnSetFilter4dDescriptor(filter, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(c.k),
+                                           to_int(c.c / c.groups), to_int(c.r), to_int(c.s)),
+            "cudnnSetFilter4dDescriptor", context);
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  api.check(api.cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor", context);
+  d.conv = own(conv, api.cudnnDestroyConvolutionDescriptor);
+  // Cross-correlation is what conv2d means (PyTorch's convention).
+  api.check(api.cudnnSetConvolution2dDescriptor(conv, to_int(c.pad_h), to_int(c.pad_w),
+                                                to_int(c.stride_h), to_int(c.stride_w),
+                                                to_int(c.dilation_h), to_int(c.dilation_w),
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+            "cudnnSetConvolution2dDescriptor", context);
+  api.check(api.cudnnSetConvolutionGroupCount(conv, to_int(c.groups)), "cudnnSetConvolutionGroupCount",
+            context);
+  // FMA math keeps f32 exact where the default would allow TF32 tensor cores on Ampere and
+  // later; with --precision=tf32 tensor-op math lets cuDNN use them.
+  api.check(api.cudnnSetConvolutionMathType(conv, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+            "cudnnSetConvolutionMathType", context);
+  int n = 0, k = 0, p = 0, q = 0;
+  api.check(api.cudnnGetConvolution2dForwardOutputDim(conv, d.x.get(), filter, &n, &k, &p, &q),
+            "cudnnGetConvolution2dForwardOutputDim", context);
+  KILN_CHECK(n == c.n && k == c.k && p == c.p && q == c.q)
+      << context << ": cuDNN computes output " << n << "x" << k << "x" << p << "x" << q
+      << ", codegen " << c.n << "x" << c.k << "x" << c.p << "x" << c.q;
+  return d;
+}
+
+}  // namespace kiln::runtime::cuda
