@@ -48,8 +48,7 @@ int64_t choose_chunk(const ir::Node& node, std::string& why) {
   const ir::Shape& dy = node.inputs[0]->type.shape;
   const ir::Shape& w = node.results[0]->type.shape;
   const int64_t groups = std::get<int64_t>(node.attrs.at("groups"));
-  const auto chunk_attr = node.attrs.find("k_chunk");  // absent: the default, 0
-  if (chunk_attr != node.attrs.end() && std::get<int64_t>(chunk_attr->second) > 0) {
+  if (std::get<int64_t>(node.attrs.at("k_chunk")) > 0) {
     why = "already split";
     return 0;
   }

@@ -70,17 +70,20 @@ class ConvGradRunner final : public LibraryRunner {
  private:
   void check(cudnnStatus_t status, std::string_view call) const { api_.check(status, call, context_); }
 
-  // Whether a heuristic result may be used: it works, fits, keeps f32 exact unless tf32 is
-  // allowed, and is deterministic.
+  // The first heuristic result that may be used: it works, fits, keeps f32 exact unless tf32
+  // is allowed, and is deterministic. Throws when none does.
   template <typename Perf>
-  bool usable(const Perf& result, size_t workspace_limit) const {
-    if (result.status != CUDNN_STATUS_SUCCESS || result.memory > workspace_limit) return false;
-    if (result.determinism != CUDNN_DETERMINISTIC) return false;
-    return tf32_ || (result.mathType != CUDNN_TENSOR_OP_MATH &&
-                     result.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
-  }
-
-  [[noreturn]] void no_algorithm(size_t workspace_limit, const std::string& descriptor) const {
+  const Perf& first_usable(const Perf* results, int returned, size_t workspace_limit,
+                           const std::string& descriptor) const {
+    for (int i = 0; i < returned; ++i) {
+      const Perf& result = results[i];
+      if (result.status != CUDNN_STATUS_SUCCESS || result.memory > workspace_limit) continue;
+      if (result.determinism != CUDNN_DETERMINISTIC) continue;
+      if (!tf32_ && (result.mathType == CUDNN_TENSOR_OP_MATH ||
+                     result.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        continue;
+      return result;
+    }
     throw Error("", fmt::format("cuDNN: no deterministic algorithm for {} ({}) within {} B of "
                                 "workspace",
                                 descriptor, context_, workspace_limit));
@@ -93,13 +96,9 @@ class ConvGradRunner final : public LibraryRunner {
               handle_, w_desc_.get(), dy_desc_.get(), conv_desc_.get(), x_desc_.get(),
               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, results),
           "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    for (int i = 0; i < returned; ++i) {
-      if (!usable(results[i], workspace_limit)) continue;
-      data_algo_ = results[i].algo;
-      workspace_bytes_ = results[i].memory;
-      return;
-    }
-    no_algorithm(workspace_limit, descriptor);
+    const auto& chosen = first_usable(results, returned, workspace_limit, descriptor);
+    data_algo_ = chosen.algo;
+    workspace_bytes_ = chosen.memory;
   }
 
   void choose_filter_algorithm(size_t workspace_limit, const std::string& descriptor) {
@@ -109,13 +108,9 @@ class ConvGradRunner final : public LibraryRunner {
               handle_, x_desc_.get(), dy_desc_.get(), conv_desc_.get(), w_desc_.get(),
               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, results),
           "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    for (int i = 0; i < returned; ++i) {
-      if (!usable(results[i], workspace_limit)) continue;
-      filter_algo_ = results[i].algo;
-      workspace_bytes_ = results[i].memory;
-      return;
-    }
-    no_algorithm(workspace_limit, descriptor);
+    const auto& chosen = first_usable(results, returned, workspace_limit, descriptor);
+    filter_algo_ = chosen.algo;
+    workspace_bytes_ = chosen.memory;
   }
 
   const CudnnApi& api_;
