@@ -95,6 +95,11 @@ int64_t batch_norm_flops(const ir::Node& node) {
   return (attr<bool>(node, "training") ? 7 : 4) * result_elements(node);
 }
 
+// Per element of x: a chunk's sum, then subtract and multiply-add for its squared deviations
+// (chunk_stats: 4); xhat (2) and the two sums (3) (chunk_sums: 5, dy is operand 0 there).
+int64_t chunk_stats_flops(const ir::Node& node) { return 4 * operand_elements(node, 0); }
+int64_t chunk_sums_flops(const ir::Node& node) { return 5 * operand_elements(node, 0); }
+
 // Inference dropout is a copy; training multiplies by the mask (the random draw is not counted).
 int64_t dropout_flops(const ir::Node& node) {
   return attr<bool>(node, "training") ? result_elements(node) : 0;
@@ -266,6 +271,8 @@ FlopRule flop_rule(ir::OpId op) {
     // sums (3), dx (4) and layer_norm_grad's dy * xhat (1).
     case OpId::BatchNormTrain: return per_result<7>;
     case OpId::BatchNormTrainGrad: return per_result<9>;
+    case OpId::BatchNormChunkStats: return chunk_stats_flops;
+    case OpId::BatchNormChunkSums: return chunk_sums_flops;
     case OpId::LayerNormGrad: return per_result<14>;
     case OpId::RmsNormGrad: return per_result<11>;
     // A fused kernel: the sum over the nodes of its body.

@@ -76,7 +76,7 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::AvgPool2dGrad: case OpId::Attention: case OpId::AttentionGrad:
       return EmitterFamily::Nn;
     case OpId::BatchNormTrain: case OpId::BatchNormTrainGrad: case OpId::LayerNormGrad:
-    case OpId::RmsNormGrad:
+    case OpId::RmsNormGrad: case OpId::BatchNormChunkStats: case OpId::BatchNormChunkSums:
       return EmitterFamily::NormTrain;
     case OpId::SgdUpdate: case OpId::AdamUpdate: case OpId::AdamwUpdate:
     case OpId::LrSchedule: case OpId::GradNormClip:

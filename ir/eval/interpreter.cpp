@@ -88,7 +88,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::LrSchedule: case OpId::GradNormClip:
       return KernelFamily::Optimizer;
     case OpId::BatchNormTrain: case OpId::BatchNormTrainGrad: case OpId::LayerNormGrad:
-    case OpId::RmsNormGrad:
+    case OpId::RmsNormGrad: case OpId::BatchNormChunkStats: case OpId::BatchNormChunkSums:
       return KernelFamily::NormTrain;
     case OpId::Kernel:
       return KernelFamily::Fused;

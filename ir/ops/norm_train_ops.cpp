@@ -48,7 +48,8 @@ void require_shape(const InferContext& ctx, int input, const char* role, const S
 // x [N, C, ...] of operand `x_index`; operands from `first_vector` on are per-channel [C].
 // Returns C.
 int64_t require_batch_norm_operands(const InferContext& ctx, int x_index, int first_vector,
-                                    const std::vector<const char*>& roles) {
+                                    const std::vector<const char*>& roles,
+                                    bool has_epsilon = true) {
   require_float_operands(ctx);
   const TensorType& x = ctx.inputs[x_index];
   if (x.rank() < 2)
@@ -57,7 +58,7 @@ int64_t require_batch_norm_operands(const InferContext& ctx, int x_index, int fi
   for (size_t i = 0; i < roles.size(); ++i)
     require_shape(ctx, first_vector + static_cast<int>(i), roles[i], {channels},
                   "one per channel of x " + x.to_string());
-  require_epsilon(ctx);
+  if (has_epsilon) require_epsilon(ctx);
   // The unbiased running variance divides by count - 1, and PyTorch refuses a single value.
   const int64_t per_channel = num_elements(x.shape) / channels;
   if (per_channel < 2)
@@ -67,10 +68,37 @@ int64_t require_batch_norm_operands(const InferContext& ctx, int x_index, int fi
   return channels;
 }
 
+// The per-chunk partials [chunks, 2, C] of x (operand `x_index`) for `chunks` chunks of each
+// channel's values; throws unless every chunk holds at least one value.
+Shape chunk_partials_shape(const InferContext& ctx, int x_index, int64_t chunks) {
+  const TensorType& x = ctx.inputs[x_index];
+  const int64_t per_channel = num_elements(x.shape) / x.shape[1];
+  if (chunks < 1 || (chunks - 1) * ((per_channel + chunks - 1) / chunks) >= per_channel)
+    throw OpError{"attribute 'chunks' must cut the " + str(per_channel) +
+                      " values of each channel of x " + x.to_string() +
+                      " into chunks that are not empty, got " + str(chunks),
+                  -1, "chunks"};
+  return {chunks, 2, x.shape[1]};
+}
+
+// The optional last operand of batch_norm_train and batch_norm_train_grad.
+void require_chunk_partials(const InferContext& ctx, int partials, int x_index, const char* role) {
+  if (static_cast<int>(ctx.inputs.size()) <= partials) return;
+  const TensorType& x = ctx.inputs[x_index];
+  const Shape& shape = ctx.inputs[partials].shape;
+  if (shape.size() != 3 || shape[1] != 2 || shape[2] != x.shape[1])
+    throw OpError{std::string(role) + " must have shape [chunks,2," + str(x.shape[1]) +
+                      "] (two partials per chunk and channel of x " + x.to_string() + "), got " +
+                      ctx.inputs[partials].to_string(),
+                  partials};
+  chunk_partials_shape(ctx, x_index, shape[0]);
+}
+
 }  // namespace
 
 Types infer_batch_norm_train(const InferContext& ctx) {
   const int64_t channels = require_batch_norm_operands(ctx, 0, 1, {"scale", "bias"});
+  require_chunk_partials(ctx, 3, 0, "chunk_stats");
   const TensorType& x = ctx.inputs[0];
   const TensorType stat{x.dtype, {channels}};
   return {x, stat, stat};
@@ -81,8 +109,22 @@ Types infer_batch_norm_train_grad(const InferContext& ctx) {
       require_batch_norm_operands(ctx, 1, 2, {"scale", "batch_mean", "batch_var"});
   const TensorType& x = ctx.inputs[1];
   require_shape(ctx, 0, "dy", x.shape, "the shape of x");
+  require_chunk_partials(ctx, 5, 1, "chunk_sums");
   const TensorType per_channel{x.dtype, {channels}};
   return {x, per_channel, per_channel};
+}
+
+Types infer_batch_norm_chunk_stats(const InferContext& ctx) {
+  require_batch_norm_operands(ctx, 0, 1, {}, false);
+  const TensorType& x = ctx.inputs[0];
+  return {TensorType{x.dtype, chunk_partials_shape(ctx, 0, ctx.get_int("chunks"))}};
+}
+
+Types infer_batch_norm_chunk_sums(const InferContext& ctx) {
+  require_batch_norm_operands(ctx, 1, 2, {"batch_mean", "batch_var"});
+  const TensorType& x = ctx.inputs[1];
+  require_shape(ctx, 0, "dy", x.shape, "the shape of x");
+  return {TensorType{x.dtype, chunk_partials_shape(ctx, 1, ctx.get_int("chunks"))}};
 }
 
 Types infer_layer_norm_grad(const InferContext& ctx) {

@@ -37,7 +37,7 @@ using testing_support::TorchCase;
 const std::set<std::string> kAccumulatingOps = {
     "conv2d", "matmul", "dense", "reduce_sum", "reduce_mean", "softmax", "log_softmax",
     "layer_norm", "batch_norm", "avg_pool2d", "global_avg_pool", "softmax_cross_entropy",
-    "mse_loss", "batch_norm_train", "batch_norm_train_grad", "layer_norm_grad", "softmax_grad", "log_softmax_grad", "softmax_cross_entropy_grad",
+    "mse_loss", "batch_norm_train", "batch_norm_train_grad", "batch_norm_chunk_stats", "batch_norm_chunk_sums", "layer_norm_grad", "softmax_grad", "log_softmax_grad", "softmax_cross_entropy_grad",
     "conv2d_grad_input", "conv2d_grad_weight", "max_pool2d_grad", "avg_pool2d_grad",
     "gather_elements_grad", "rms_norm", "rms_norm_grad", "attention", "attention_grad",
     "grad_norm_clip"};

@@ -54,6 +54,83 @@ def batch_norm_train_cases():
              lambda x, s, b: (F.batch_norm(x, None, None, s, b, training=True),) + batch_stats(x))
 
 
+def channel_chunks(x, chunks):
+    """Each channel's values in kiln's order (n, then the trailing dims), cut as
+    split-batch-norm cuts them: chunk s is [s * L, min(M, (s + 1) * L)), L = ceil(M / chunks)."""
+    values = x.transpose(0, 1).reshape(x.shape[1], -1)
+    length = -(-values.shape[1] // chunks)
+    return [values[:, s * length:(s + 1) * length] for s in range(chunks)]
+
+
+def chunk_stats(x, chunks):
+    """[chunks, 2, C]: each chunk's mean and sum of squared deviations from it."""
+    stats = []
+    for part in channel_chunks(x, chunks):
+        mean = part.mean(1)
+        stats.append(torch.stack([mean, ((part - mean[:, None]) ** 2).sum(1)]))
+    return torch.stack(stats)
+
+
+def chunk_sums(dy, x, mean, var, eps, chunks):
+    """[chunks, 2, C]: each chunk's sums of dy and dy * xhat."""
+    c = x.shape[1]
+    shape = [1, c] + [1] * (x.dim() - 2)
+    xhat = (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + eps)
+    return torch.stack([torch.stack([d.sum(1), (d * h).sum(1)])
+                        for d, h in zip(channel_chunks(dy, chunks), channel_chunks(xhat, chunks))])
+
+
+def per_channel(v, x):
+    return v.reshape([1, x.shape[1]] + [1] * (x.dim() - 2))
+
+
+def normalize_from_chunk_stats(x, scale, bias, stats, eps=1e-5):
+    """batch_norm_train given the chunk statistics (rounded as kiln stores them): the channel
+    moments combined from them (Chan et al.), then F.batch_norm's normalize with those."""
+    counts = torch.tensor([part.shape[1] for part in channel_chunks(x, stats.shape[0])],
+                          dtype=x.dtype)[:, None]
+    total = counts.sum()
+    mean = (counts * stats[:, 0]).sum(0) / total
+    var = (stats[:, 1] + counts * (stats[:, 0] - mean) ** 2).sum(0) / total
+    y = (x - per_channel(mean, x)) / torch.sqrt(per_channel(var, x) + eps)
+    return y * per_channel(scale, x) + per_channel(bias, x), mean, var
+
+
+def grad_from_chunk_sums(dy, x, scale, mean, var, sums, eps):
+    """batch_norm_train_grad given the chunk sums: dbias and dscale are their totals, and dx is
+    the vector-Jacobian product's formula with those totals."""
+    count = x.numel() // x.shape[1]
+    sum_dy, sum_dy_xhat = sums[:, 0].sum(0), sums[:, 1].sum(0)
+    inv_std = 1 / torch.sqrt(var + eps)
+    xhat = (x - per_channel(mean, x)) * per_channel(inv_std, x)
+    dx = per_channel(scale * inv_std, x) * (
+        dy - per_channel(sum_dy / count, x) - xhat * per_channel(sum_dy_xhat / count, x))
+    return dx, sum_dy_xhat, sum_dy
+
+
+def batch_norm_chunk_cases():
+    """split-batch-norm's ops, and batch_norm_train and its gradient reading their partials (the
+    partials as kiln stores them: f32). Ragged last chunks, one chunk, a chunk per value."""
+    for name, xs, chunks in (("ragged", (3, 4, 7, 9), 5), ("one_chunk", (2, 3, 5), 1),
+                             ("per_value", (2, 3, 2), 4), ("2d", (37, 3), 3)):
+        c = xs[1]
+        x = randn(*xs, scale=2) + 30  # off-centre: E[x^2] - E[x]^2 would lose digits
+        add_case(f"batch_norm_chunk_stats_{name}", "batch_norm_chunk_stats", {"chunks": chunks},
+                 [x], lambda x, chunks=chunks: chunk_stats(x, chunks))
+        stats = chunk_stats(x.double(), chunks).float()
+        add_case(f"batch_norm_train_chunked_{name}", "batch_norm_train", {},
+                 [x, randn(c), randn(c), stats], normalize_from_chunk_stats)
+        mean, var = (t.float() for t in batch_stats(x.double()))
+        dy = randn(*xs)
+        add_case(f"batch_norm_chunk_sums_{name}", "batch_norm_chunk_sums",
+                 {"chunks": chunks, "epsilon": 1e-3}, [dy, x, mean, var],
+                 lambda dy, x, m, v, chunks=chunks: chunk_sums(dy, x, m, v, 1e-3, chunks))
+        sums = chunk_sums(dy.double(), x.double(), mean.double(), var.double(), 1e-3, chunks).float()
+        add_case(f"batch_norm_train_grad_chunked_{name}", "batch_norm_train_grad",
+                 {"epsilon": 1e-3}, [dy, x, randn(c), mean, var, sums],
+                 lambda dy, x, scale, m, v, sums: grad_from_chunk_sums(dy, x, scale, m, v, sums, 1e-3))
+
+
 def layer_norm_grad_cases():
     for name, xs, axis, eps in (("last", (4, 7), None, None), ("3d_axis1", (2, 3, 8), 1, None),
                                 ("3d_neg2", (3, 4, 5), -2, 1e-3), ("all", (3, 5), 0, None),
@@ -84,4 +161,5 @@ def layer_norm_grad_cases():
 
 def norm_train_cases():
     batch_norm_train_cases()
+    batch_norm_chunk_cases()
     layer_norm_grad_cases()
