@@ -354,8 +354,18 @@ KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
   }
   const double compute = static_cast<double>(kernel.flops) / (peak * time.efficiency);
   // Memory: at the share of the SMs the grid occupies (cost_model.h).
-  time.bandwidth_share =
-      kernel.library ? 1.0 : std::min(1.0, static_cast<double>(kernel.grid.count()) / kSms);
+  if (kernel.library) {
+    time.bandwidth_share = 1.0;
+  } else if (kernel.gemm.m > 0) {
+    time.bandwidth_share = std::min(1.0, static_cast<double>(kernel.grid.count()) / kSms);
+  } else {
+    const int64_t resident_blocks =
+        std::min<int64_t>(static_cast<int64_t>(kernel.grid.count()),
+                          int64_t{kSms} * std::max(1, active_blocks_per_sm));
+    const double resident_threads =
+        static_cast<double>(resident_blocks) * static_cast<double>(kernel.block.count());
+    time.bandwidth_share = std::min(1.0, resident_threads / (double{kSms} * kStreamThreadsPerSm));
+  }
   const double memory =
       roofline.memory_seconds(kernel.bytes_read + kernel.bytes_written) / time.bandwidth_share;
   time.seconds = std::max(compute, memory);

@@ -100,8 +100,15 @@ inline constexpr double kLibrary = 0.7;
 // SMs at 1.98 GHz), 4.2 TFLOP/s or 6 % of the FMA peak; times their waves.
 inline constexpr double kDirectLoop = 0.06;
 // A grid of fewer blocks than SMs leaves the other SMs' share of DRAM bandwidth unused: an SM
-// is assumed to draw at most 1/kSms of it (one block per channel of a 64-channel batch norm
-// streams at 64/132 of the peak). Not for library calls, whose grids kiln does not know.
+// is assumed to draw at most 1/kSms of it. Not for library calls, whose grids kiln does not
+// know.
+// A streaming kernel (any but a GEMM) also needs threads to keep DRAM busy: at 3.35 TB/s and
+// ~700 ns of loaded latency, Little's law wants ~2.3 MB in flight, 17.8 KB per SM, about
+// kStreamThreadsPerSm threads each with four 4-byte loads in flight (an unrolled loop). Fewer
+// resident threads draw proportionally less: one 256-thread block per channel of a 64-channel
+// batch norm streams at 64 x 256 / (132 x 1024) = 12 % of the peak. The GEMM templates keep
+// whole tiles in flight (cp.async stages, kilobytes per block) and are charged by blocks only.
+inline constexpr int kStreamThreadsPerSm = 1024;
 
 // `active_blocks_per_sm`: the kernel's occupancy on the modeled arch (sm_90), 0 when unknown
 // (then 1).

@@ -265,7 +265,8 @@ std::string format_inspection_json(const Inspection& in) {
                                   {"descriptor", k.library->descriptor},
                                   {"workspace_bytes", k.library->workspace_bytes}};
     } else {
-      kernel["implementation"] = {{"kind", "generated"}, {"tensor_cores", k.tensor_cores}};
+      kernel["implementation"] = {
+          {"kind", "generated"}, {"tensor_cores", k.tensor_cores}, {"gemm", k.gemm.m > 0}};
     }
     kernel["op_kind"] = k.op_kind;
     kernel["source_nodes"] = Json::array();

@@ -62,8 +62,19 @@ for kernel in kernels:
     peak = roofline["tf32_flops_per_second" if kernel["unit"] == "TF32 tensor-core" else "flops_per_second"]
     check(0 < kernel["bandwidth_share"] <= 1, f"{where}: bandwidth share {kernel['bandwidth_share']}")
     blocks = kernel["grid"][0] * kernel["grid"][1] * kernel["grid"][2]
-    if kernel["implementation"]["kind"] == "generated":
-        check(math.isclose(kernel["bandwidth_share"], min(1, blocks / 132), rel_tol=1e-12),
+    implementation = kernel["implementation"]
+    if implementation["kind"] == "generated":
+        # GEMMs: their share of the SMs; streaming kernels: their resident threads against
+        # 1,024 per SM (cost_model.h, kStreamThreadsPerSm).
+        if implementation["gemm"]:
+            share = min(1, blocks / 132)
+        else:
+            resources = kernel["resources"]
+            arch = resources.get("sm_90") or next(iter(resources.values()), {})
+            per_sm = max(1, arch.get("active_blocks_per_sm", 1))
+            threads = kernel["block"][0] * kernel["block"][1] * kernel["block"][2]
+            share = min(1, min(blocks, 132 * per_sm) * threads / (132 * 1024))
+        check(math.isclose(kernel["bandwidth_share"], share, rel_tol=1e-12),
               f"{where}: bandwidth share of {blocks} blocks")
     seconds = max(kernel["flops"] / (peak * kernel["efficiency"]),
                   bytes_moved / (roofline["dram_bytes_per_second"] * kernel["bandwidth_share"]))
