@@ -216,6 +216,9 @@ std::vector<std::string> training_pipeline(const std::string& optimizer) {
       "dce",
       // Weight gradients with few GEMM tiles and a long sum over the batch fill the GPU.
       "split-k",
+      // Batch-norm statistics and other long sums with few results: many blocks, two stages.
+      "split-batch-norm",
+      "split-reductions",
       "fuse-conv-bias-relu",
       "fuse-elementwise",
       // Activations saved for the backward pass, gradients and temporaries share one arena.

@@ -1,5 +1,8 @@
 #include "passes/rewrite_util.h"
 
+#include "ir/diagnostic.h"
+#include "ir/op_registry.h"
+
 namespace kiln::passes {
 
 std::optional<double> scalar_constant(const ir::Value* value) {
@@ -38,6 +41,23 @@ std::string NameTable::take(const std::string& base) {
   for (int i = 1; taken_.count(name) > 0; ++i) name = base + "." + std::to_string(i);
   taken_.insert(name);
   return name;
+}
+
+ir::Value* NodeInserter::add(ir::OpId op, std::vector<ir::Value*> inputs, ir::AttrMap attrs,
+                             const std::string& name) {
+  std::vector<ir::TensorType> types;
+  try {
+    types = ir::infer_op(op, inputs, attrs);
+  } catch (const ir::OpError& error) {
+    KILN_CHECK(false) << "rewrite of " << anchor_.describe() << " built an ill-typed " << op
+                      << ": " << error.message;
+  }
+  KILN_CHECK(types.size() == 1) << op << " has " << types.size() << " results";
+  const std::string result = names_.take(name);
+  return graph_
+      .insert_node_before(&anchor_, op, anchor_.name, std::move(inputs), std::move(attrs),
+                          {{result, types[0]}}, anchor_.loc)
+      ->results[0];
 }
 
 }  // namespace kiln::passes

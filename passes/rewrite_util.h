@@ -45,4 +45,22 @@ class NameTable {
   std::unordered_set<std::string> taken_;
 };
 
+// Builds nodes right before an anchor node (so the order stays topological), each result typed
+// by shape inference and named uniquely after a base: what an expansion pass writes its
+// replacement with. An ill-typed node is a kiln bug (internal compiler error).
+class NodeInserter {
+ public:
+  NodeInserter(ir::Graph& graph, NameTable& names, const ir::Node& anchor)
+      : graph_(graph), names_(names), anchor_(anchor) {}
+
+  // `op(inputs)` with `attrs`; its one result is named `name` (or `name.1`, ... if taken).
+  ir::Value* add(ir::OpId op, std::vector<ir::Value*> inputs, ir::AttrMap attrs,
+                 const std::string& name);
+
+ private:
+  ir::Graph& graph_;
+  NameTable& names_;
+  const ir::Node& anchor_;
+};
+
 }  // namespace kiln::passes
