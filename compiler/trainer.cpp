@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -560,6 +561,45 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     if (!append) loss_log << "step,epoch,loss\n";
   }
   double train_seconds = 0;
+  // Steps are pipelined: batch k + 1 is drawn and submitted (its inputs staged in pinned memory
+  // on the CUDA backend) while step k runs, and step k's result is handled after. With
+  // --check-numerics each step is collected before the next, to replay it from the state
+  // before it.
+  const size_t depth = replay ? 1 : 2;
+  struct Submitted {
+    ir::Tensor images, labels;
+  };
+  std::deque<Submitted> submitted;
+  // A collected step: its loss checked and logged, counted as done.
+  const auto account = [&](const runtime::TrainingExecutable::StepResult& result,
+                           const Submitted& batch, int64_t epoch) {
+    if (replay) {
+      std::map<std::string, ir::Tensor> state_after_step = executable.state();
+      std::string bad_state;
+      for (const auto& [name, tensor] : state_after_step)
+        if (bad_state.empty() && !NumericsReplay::all_finite(tensor)) bad_state = name;
+      if (!std::isfinite(result.loss) || !bad_state.empty()) {
+        const std::string what = std::isfinite(result.loss)
+                                     ? fmt::format("'{}' is not finite after", bad_state)
+                                     : fmt::format("the loss is {} at", loss_text(result.loss));
+        throw Error("--check-numerics",
+                    fmt::format("{} step {} (epoch {}); replayed on the reference evaluator: {}",
+                                what, done + 1, epoch + 1,
+                                replay->explain(state_before_step,
+                                                {{input_name, batch.images},
+                                                 {programs.info.label_input, batch.labels}})));
+      }
+      state_before_step = std::move(state_after_step);
+    } else if (!std::isfinite(result.loss)) {
+      throw Error("", fmt::format("the loss is {} at step {} (epoch {}); lower --lr? "
+                                  "(--check-numerics names the first op that went non-finite)",
+                                  loss_text(result.loss), done + 1, epoch + 1));
+    }
+    ++summary.steps;
+    ++done;
+    if (loss_log.is_open())
+      loss_log << fmt::format("{},{},{}\n", done, epoch + 1, result.loss) << std::flush;
+  };
   for (int64_t epoch = done / steps_per_epoch; epoch < options.epochs; ++epoch) {
     // Resuming mid-epoch: the same shuffled order, from the first batch not yet trained on.
     const int64_t skip = epoch == done / steps_per_epoch ? done % steps_per_epoch : 0;
@@ -567,42 +607,40 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     ProgressBar bar(out, draw, epoch + 1, options.epochs, steps_per_epoch * batch_size);
     ir::Tensor images, labels;
     double loss_sum = 0;
-    int64_t correct = 0, seen = 0, batch_index = 0;
+    int64_t correct = 0, seen = 0, batch_index = 0, handled = skip;
     const auto epoch_start = Clock::now();
-    bool stopped = false;
-    while (batches.next(images, labels)) {
-      if (batch_index++ < skip) continue;
-      if (options.max_steps > 0 && summary.steps >= options.max_steps) {
-        stopped = true;
-        break;
-      }
-      const runtime::TrainingExecutable::StepResult result = executable.train_step({images, labels});
-      if (replay) {
-        std::map<std::string, ir::Tensor> state_after_step = executable.state();
-        std::string bad_state;
-        for (const auto& [name, tensor] : state_after_step)
-          if (bad_state.empty() && !NumericsReplay::all_finite(tensor)) bad_state = name;
-        if (!std::isfinite(result.loss) || !bad_state.empty()) {
-          const std::string what = std::isfinite(result.loss)
-                                       ? fmt::format("'{}' is not finite after", bad_state)
-                                       : fmt::format("the loss is {} at", loss_text(result.loss));
-          throw Error("--check-numerics",
-                      fmt::format("{} step {} (epoch {}); replayed on the reference evaluator: {}",
-                                  what, done + 1, epoch + 1,
-                                  replay->explain(state_before_step, {{input_name, images},
-                                                                      {programs.info.label_input, labels}})));
+    bool stopped = false, drawing = true;
+    while (true) {
+      if (drawing) {
+        if (options.max_steps > 0 &&
+            summary.steps + static_cast<int64_t>(submitted.size()) >= options.max_steps) {
+          stopped = true;
+          drawing = false;
+        } else {
+          drawing = batches.next(images, labels);
+          while (drawing && batch_index < skip) {
+            ++batch_index;
+            drawing = batches.next(images, labels);
+          }
+          if (drawing) {
+            ++batch_index;
+            executable.submit_step({images, labels});
+            submitted.push_back({std::move(images), std::move(labels)});
+          }
         }
-        state_before_step = std::move(state_after_step);
-      } else if (!std::isfinite(result.loss)) {
-        throw Error("", fmt::format("the loss is {} at step {} (epoch {}); lower --lr? "
-                                    "(--check-numerics names the first op that went non-finite)",
-                                    loss_text(result.loss), done + 1, epoch + 1));
       }
-      ++summary.steps;
-      ++done;
-      if (loss_log.is_open())
-        loss_log << fmt::format("{},{},{}\n", done, epoch + 1, result.loss) << std::flush;
+      if (submitted.empty()) break;
+      if (drawing && submitted.size() < depth) continue;
+      const runtime::TrainingExecutable::StepResult result = executable.collect_step();
+      const Submitted batch = std::move(submitted.front());
+      submitted.pop_front();
+      account(result, batch, epoch);
       if (interrupted()) {
+        // The step submitted after this one has run too: count it before saving the state.
+        while (!submitted.empty()) {
+          account(executable.collect_step(), submitted.front(), epoch);
+          submitted.pop_front();
+        }
         std::string saved;
         if (!options.checkpoint.empty()) {
           std::map<std::string, std::string> metadata = settings;
@@ -615,9 +653,10 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
         throw Interrupted();
       }
       loss_sum += result.loss;
-      correct += count_correct(result.logits, labels, labels.num_elements());
+      correct += count_correct(result.logits, batch.labels, batch.labels.num_elements());
       seen += batch_size;
-      bar.update(batch_index * batch_size, loss_sum * batch_size / seen,
+      ++handled;
+      bar.update(handled * batch_size, loss_sum * batch_size / seen,
                  static_cast<double>(correct) / static_cast<double>(seen * per_sample));
     }
     const double epoch_seconds = seconds_since(epoch_start);

@@ -4,7 +4,10 @@
 // process), one module (the exact cubin, else the PTX, JIT-compiled by the driver), one
 // non-blocking stream, and one device allocation (the arena) holding every buffer at a fixed
 // offset (plan.h), with the parameters uploaded once. A run copies the inputs into their
-// buffers, launches the kernels in order on the stream and copies the outputs back. Because
+// buffers, launches the kernels in order on the stream and copies the outputs back, both
+// through pinned staging memory in two slots (pinned_staging.h): submit() returns once the run
+// is enqueued, so the caller prepares the next inputs while it runs, and collect() waits for
+// the oldest. Because
 // no address ever changes, the launch sequence can be captured into a CUDA graph on the first
 // run and replayed on every later one (CUDA programming guide, "CUDA Graphs").
 //
@@ -18,11 +21,14 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <optional>
 
 #include "ir/diagnostic.h"
+#include "ir/memory_plan.h"
 #include "runtime/cuda/driver_api.h"
 #include "runtime/cuda/library_runner.h"
+#include "runtime/cuda/pinned_staging.h"
 #include "runtime/cuda/plan.h"
 
 namespace kiln::runtime::cuda {
@@ -103,6 +109,9 @@ class DeviceExecutable final : public CudaExecutable {
   ~DeviceExecutable() override;
 
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override;
+  void submit(const std::vector<ir::Tensor>& inputs) override;
+  std::vector<ir::Tensor> collect() override;
+  size_t pending() const override { return pending_.size(); }
   // run() on inputs padded to the program's types; `sizes`: each symbol's size in this run
   // (empty: the bounds), for the kernels that compute only the real rows.
   std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::Tensor>& inputs,
@@ -130,6 +139,17 @@ class DeviceExecutable final : public CudaExecutable {
   void load_functions(CUdevice device, CUmodule module);
   void allocate_arena(const std::vector<ir::Tensor>& parameters);
   void prepare_library_calls(const CudaOptions& options);
+  // A submitted run: the staging slot it downloads into, or (dynamic dims: those runs are
+  // synchronous) its outputs already.
+  struct Pending {
+    int slot = -1;
+    std::vector<ir::Tensor> outputs;
+  };
+  // Stages `inputs` in the next slot and enqueues the whole run; returns the slot.
+  int enqueue_run(const std::vector<ir::Tensor>& inputs, const std::vector<int64_t>& sizes,
+                  RunProfile* profile);
+  // Waits for the run in `slot` and returns its outputs.
+  std::vector<ir::Tensor> finish_run(int slot);
   void enqueue(Launch& launch);
   void enqueue_all();
   void enqueue_profiled(RunProfile& profile);
@@ -152,6 +172,9 @@ class DeviceExecutable final : public CudaExecutable {
   Owned<CUdeviceptr> arena_;
   Owned<CUmodule> module_;
   Owned<CUstream> stream_;
+  std::unique_ptr<PinnedStaging> staging_;
+  std::deque<Pending> pending_;
+  int next_slot_ = 0;
   std::unique_ptr<LibraryContext> library_context_;
   Owned<CUgraphExec> graph_;
   std::vector<int64_t> graph_sizes_;  // the sizes graph_ was captured with: its launches' grids
@@ -205,6 +228,10 @@ DeviceExecutable::DeviceExecutable(const DriverApi& api, const codegen::Program&
   // process may use and which would also make a capture on this stream fail.
   api_.check(api_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   stream_ = Owned<CUstream>(stream, api_.cuStreamDestroy_v2);
+  std::vector<int64_t> input_bytes, output_bytes;
+  for (int id : bindings_.inputs) input_bytes.push_back(ir::tensor_bytes(program_.buffers[id].type));
+  for (int id : bindings_.outputs) output_bytes.push_back(ir::tensor_bytes(program_.buffers[id].type));
+  staging_ = std::make_unique<PinnedStaging>(api_, input_bytes, output_bytes);
 
   allocate_arena(parameters);
   prepare_library_calls(options);
@@ -420,6 +447,7 @@ void DeviceExecutable::capture_graph() {
 }
 
 std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) {
+  KILN_CHECK(pending_.empty()) << "run() with " << pending_.size() << " submitted runs not collected";
   return codegen::run_with_dynamic_dims(
       program_, inputs, [&](const std::vector<ir::Tensor>& bound, const std::vector<int64_t>& sizes) {
         return run_at_bounds(bound, sizes, profile);
@@ -428,17 +456,52 @@ std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inp
 
 std::vector<ir::Tensor> DeviceExecutable::run_at_bounds(const std::vector<ir::Tensor>& inputs,
                                                         const std::vector<int64_t>& sizes, RunProfile* profile) {
+  return finish_run(enqueue_run(inputs, sizes, profile));
+}
+
+void DeviceExecutable::submit(const std::vector<ir::Tensor>& inputs) {
+  KILN_CHECK(pending_.size() < 2) << "submit() with both staging slots in use: collect() first";
+  // Dynamic dims pad the inputs and slice the outputs around each run: those run at once.
+  if (!program_.symbols.empty()) {
+    std::vector<ir::Tensor> outputs = codegen::run_with_dynamic_dims(
+        program_, inputs, [&](const std::vector<ir::Tensor>& bound, const std::vector<int64_t>& sizes) {
+          return run_at_bounds(bound, sizes, nullptr);
+        });
+    pending_.push_back(Pending{-1, std::move(outputs)});
+    return;
+  }
+  pending_.push_back(Pending{enqueue_run(inputs, {}, nullptr), {}});
+}
+
+std::vector<ir::Tensor> DeviceExecutable::collect() {
+  KILN_CHECK(!pending_.empty()) << "collect() without a submitted run";
+  Pending oldest = std::move(pending_.front());
+  pending_.pop_front();
+  return oldest.slot < 0 ? std::move(oldest.outputs) : finish_run(oldest.slot);
+}
+
+int DeviceExecutable::enqueue_run(const std::vector<ir::Tensor>& inputs,
+                                  const std::vector<int64_t>& sizes, RunProfile* profile) {
   check_tensors(program_, "input", bindings_.inputs, inputs);
   make_current();
   sizes_ = sizes;
   for (size_t i = 0; i < sizes.size() && i < dim_sizes_.size(); ++i) dim_sizes_[i] = static_cast<int>(sizes[i]);
   CUstream stream = stream_.get();
+  const int index = next_slot_;
+  next_slot_ ^= 1;
+  PinnedStaging::Slot& slot = staging_->slot(index);
+  // The slot's inputs are overwritten only once the copies of its last run have read them.
+  if (slot.used)
+    api_.check(api_.cuEventSynchronize(slot.uploaded.get()), "cuEventSynchronize",
+               "the previous upload from a staging slot");
   for (size_t i = 0; i < inputs.size(); ++i) {
     int id = bindings_.inputs[i];
-    api_.check(api_.cuMemcpyHtoDAsync_v2(address(id), inputs[i].data(), inputs[i].byte_size(),
-                                         stream),
+    std::byte* staged = slot.inputs + staging_->input_offset(i);
+    std::memcpy(staged, inputs[i].data(), inputs[i].byte_size());
+    api_.check(api_.cuMemcpyHtoDAsync_v2(address(id), staged, inputs[i].byte_size(), stream),
                "cuMemcpyHtoDAsync", fmt::format("input '{}'", program_.buffers[id].name));
   }
+  api_.check(api_.cuEventRecord(slot.uploaded.get(), stream), "cuEventRecord", "inputs uploaded");
 
   if (profile) {
     enqueue_profiled(*profile);
@@ -455,12 +518,11 @@ std::vector<ir::Tensor> DeviceExecutable::run_at_bounds(const std::vector<ir::Te
     enqueue_all();
   }
 
-  std::vector<ir::Tensor> outputs;
-  outputs.reserve(bindings_.outputs.size());
-  for (int id : bindings_.outputs) {
+  for (size_t i = 0; i < bindings_.outputs.size(); ++i) {
+    const int id = bindings_.outputs[i];
     const codegen::Buffer& buffer = program_.buffers[id];
-    ir::Tensor& output = outputs.emplace_back(buffer.type);
-    api_.check(api_.cuMemcpyDtoHAsync_v2(output.data(), address(id), output.byte_size(), stream),
+    api_.check(api_.cuMemcpyDtoHAsync_v2(slot.outputs + staging_->output_offset(i), address(id),
+                                         static_cast<size_t>(ir::tensor_bytes(buffer.type)), stream),
                "cuMemcpyDtoHAsync", fmt::format("output '{}'", buffer.name));
   }
   // After the outputs are read, on the same stream: each next.P becomes parameter P.
@@ -471,9 +533,23 @@ std::vector<ir::Tensor> DeviceExecutable::run_at_bounds(const std::vector<ir::Te
                                          static_cast<size_t>(buffer.bytes), stream),
                "cuMemcpyDtoDAsync", fmt::format("state '{}'", buffer.name));
   }
+  api_.check(api_.cuEventRecord(slot.done.get(), stream), "cuEventRecord", "run finished");
+  slot.used = true;
+  return index;
+}
+
+std::vector<ir::Tensor> DeviceExecutable::finish_run(int index) {
+  PinnedStaging::Slot& slot = staging_->slot(index);
+  make_current();
   // Kernel faults surface here (or in the copies above), after the launches that caused them.
-  api_.check(api_.cuStreamSynchronize(stream), "cuStreamSynchronize",
+  api_.check(api_.cuEventSynchronize(slot.done.get()), "cuEventSynchronize",
              fmt::format("running graph '{}'", program_.graph_name));
+  std::vector<ir::Tensor> outputs;
+  outputs.reserve(bindings_.outputs.size());
+  for (size_t i = 0; i < bindings_.outputs.size(); ++i) {
+    ir::Tensor& output = outputs.emplace_back(program_.buffers[bindings_.outputs[i]].type);
+    std::memcpy(output.data(), slot.outputs + staging_->output_offset(i), output.byte_size());
+  }
   return outputs;
 }
 

@@ -79,6 +79,15 @@ class CudaExecutable {
   // between two CUDA events, and their times go there.
   virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs,
                                       RunProfile* profile = nullptr) = 0;
+  // A run in two halves, for a caller that prepares the next inputs while the GPU works:
+  // submit() copies `inputs` into pinned staging memory and enqueues the run (uploads,
+  // launches, downloads) without waiting for it; collect() waits for the oldest submitted run
+  // and returns its outputs. At most two runs are submitted and not collected (two staging
+  // slots); run() needs none. Errors as run(): input errors from submit(), faults of the run
+  // from collect().
+  virtual void submit(const std::vector<ir::Tensor>& inputs) = 0;
+  virtual std::vector<ir::Tensor> collect() = 0;
+  virtual size_t pending() const = 0;
   // The current value of parameter `index` (graph order; downloaded), and replacing it
   // (uploaded; kiln::Error when the type differs). For checkpoints and for evaluation graphs
   // that share a training step's parameters.

@@ -39,6 +39,8 @@
   X(cuMemAlloc_v2, PFN_cuMemAlloc_v3020)                                       \
   X(cuMemFree_v2, PFN_cuMemFree_v3020)                                         \
   X(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020)                                \
+  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                  \
+  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                    \
   X(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020)                         \
   X(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020)                         \
   X(cuMemcpyDtoDAsync_v2, PFN_cuMemcpyDtoDAsync_v3020)                         \

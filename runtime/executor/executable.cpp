@@ -43,6 +43,9 @@ class CudaBacked final : public Executable {
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override {
     return executable_->run(inputs, profile);
   }
+  void submit(const std::vector<ir::Tensor>& inputs) override { executable_->submit(inputs); }
+  std::vector<ir::Tensor> collect() override { return executable_->collect(); }
+  size_t pending() const override { return executable_->pending(); }
   ir::Tensor parameter(int index) override { return executable_->parameter(index); }
   void set_parameter(int index, const ir::Tensor& value) override {
     executable_->set_parameter(index, value);
@@ -63,6 +66,18 @@ std::unique_ptr<Executable> Executable::load(codegen::Program program,
   if (options.backend == Backend::Cuda)
     return std::make_unique<CudaBacked>(std::move(program), parameters, options, binary);
   return std::make_unique<HostBacked>(std::move(program), parameters, options);
+}
+
+void Executable::submit(const std::vector<ir::Tensor>& inputs) {
+  KILN_CHECK(submitted_.size() < 2) << "submit() with two runs not collected";
+  submitted_.push_back(run(inputs));
+}
+
+std::vector<ir::Tensor> Executable::collect() {
+  KILN_CHECK(!submitted_.empty()) << "collect() without a submitted run";
+  std::vector<ir::Tensor> outputs = std::move(submitted_.front());
+  submitted_.pop_front();
+  return outputs;
 }
 
 std::vector<std::string> Executable::parameter_names() const {
@@ -105,8 +120,17 @@ TrainingExecutable::TrainingExecutable(std::unique_ptr<Executable> step,
 }
 
 TrainingExecutable::StepResult TrainingExecutable::train_step(const std::vector<ir::Tensor>& inputs) {
-  std::vector<ir::Tensor> outputs = step_->run(inputs);
+  submit_step(inputs);
+  return collect_step();
+}
+
+void TrainingExecutable::submit_step(const std::vector<ir::Tensor>& inputs) {
+  step_->submit(inputs);
   eval_stale_ = true;
+}
+
+TrainingExecutable::StepResult TrainingExecutable::collect_step() {
+  std::vector<ir::Tensor> outputs = step_->collect();
   KILN_CHECK(!outputs.empty() && outputs[0].num_elements() == 1)
       << "a training step's first output is its scalar loss";
   StepResult result;
@@ -123,11 +147,13 @@ void TrainingExecutable::sync_eval_parameters() {
 
 std::vector<ir::Tensor> TrainingExecutable::evaluate(const std::vector<ir::Tensor>& inputs) {
   KILN_CHECK(eval_ != nullptr) << "this training executable has no inference program";
+  KILN_CHECK(step_->pending() == 0) << "evaluate() with a training step not collected";
   sync_eval_parameters();
   return eval_->run(inputs);
 }
 
 std::map<std::string, ir::Tensor> TrainingExecutable::state() {
+  KILN_CHECK(step_->pending() == 0) << "state() with a training step not collected";
   std::map<std::string, ir::Tensor> state;
   for (const std::string& name : state_names_)
     state.emplace(name, step_->parameter(step_->parameter_index(name)));
@@ -135,6 +161,7 @@ std::map<std::string, ir::Tensor> TrainingExecutable::state() {
 }
 
 void TrainingExecutable::load_state(const std::map<std::string, ir::Tensor>& state) {
+  KILN_CHECK(step_->pending() == 0) << "load_state() with a training step not collected";
   // Check everything first, so a bad checkpoint changes nothing.
   for (const std::string& name : state_names_) {
     auto it = state.find(name);

@@ -6,6 +6,7 @@
 // step with the inference program of the same model, whose parameters it keeps in step.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +57,15 @@ class Executable {
   // `profile`: when given, each kernel's time goes there (runtime/executor/profile.h).
   virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs,
                                       RunProfile* profile = nullptr) = 0;
+  // A run in two halves, so that the caller can prepare the next inputs while this one runs:
+  // submit() starts a run on `inputs`, collect() returns the outputs of the oldest run
+  // submitted and not collected. At most two may be outstanding; run() and the parameter calls
+  // need none (internal error otherwise). The CUDA backend stages the inputs in pinned memory
+  // and returns from submit() once the run is enqueued; this default runs it in submit().
+  virtual void submit(const std::vector<ir::Tensor>& inputs);
+  virtual std::vector<ir::Tensor> collect();
+  virtual size_t pending() const { return submitted_.size(); }
+
   // Parameter `index` (graph order) as it is now, and replacing it.
   virtual ir::Tensor parameter(int index) = 0;
   virtual void set_parameter(int index, const ir::Tensor& value) = 0;
@@ -68,6 +78,9 @@ class Executable {
  protected:
   explicit Executable(codegen::Program program) : program_(std::move(program)) {}
   codegen::Program program_;
+
+ private:
+  std::deque<std::vector<ir::Tensor>> submitted_;  // the default submit()'s outputs
 };
 
 // A training step and the model's inference program, sharing parameters by name.
@@ -84,6 +97,12 @@ class TrainingExecutable {
   };
   // One step of training on `inputs` (the step program's inputs, graph order).
   StepResult train_step(const std::vector<ir::Tensor>& inputs);
+  // The same in two halves (Executable::submit): submit_step() starts a step, collect_step()
+  // returns the result of the oldest one not collected. At most two outstanding; evaluate(),
+  // state() and load_state() need none.
+  void submit_step(const std::vector<ir::Tensor>& inputs);
+  StepResult collect_step();
+  size_t pending_steps() const { return step_->pending(); }
   // Runs the inference program with the current parameters (copied over from the training
   // step when it has run since the last evaluation).
   std::vector<ir::Tensor> evaluate(const std::vector<ir::Tensor>& inputs);

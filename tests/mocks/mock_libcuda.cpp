@@ -62,6 +62,7 @@ struct State {
   std::set<MockModule*> modules;
   std::set<MockStream*> streams;
   std::map<uintptr_t, size_t> allocations;  // start → bytes
+  std::map<uintptr_t, size_t> pinned;       // page-locked host memory: start → bytes
   std::set<std::vector<Launch>*> graphs;
   std::set<std::vector<Launch>*> graph_execs;
   // Streams run their work when it is enqueued, so an event's time is when it was recorded.
@@ -95,11 +96,20 @@ CUresult take_failure(const char* symbol) {
   if (current == nullptr || current->refs == 0) return CUDA_ERROR_INVALID_CONTEXT
 
 // Whether [address, address + bytes) lies inside one live allocation.
-bool in_allocation(uintptr_t address, size_t bytes) {
-  auto it = state().allocations.upper_bound(address);
-  if (it == state().allocations.begin()) return false;
+bool in_range(const std::map<uintptr_t, size_t>& ranges, uintptr_t address, size_t bytes) {
+  auto it = ranges.upper_bound(address);
+  if (it == ranges.begin()) return false;
   --it;
   return address >= it->first && address + bytes <= it->first + it->second;
+}
+
+bool in_allocation(uintptr_t address, size_t bytes) {
+  return in_range(state().allocations, address, bytes);
+}
+
+// Counts a host-side copy operand as pinned or pageable.
+void count_host_copy(const void* host, size_t bytes, int& pinned, int& pageable) {
+  ++(in_range(state().pinned, reinterpret_cast<uintptr_t>(host), bytes) ? pinned : pageable);
 }
 
 MockStream* find_stream(CUstream stream) {
@@ -145,6 +155,8 @@ void kiln_mock_reset(const KilnMockConfig* config) {
   s.streams.clear();
   for (const auto& [address, bytes] : s.allocations) std::free(reinterpret_cast<void*>(address));
   s.allocations.clear();
+  for (const auto& [address, bytes] : s.pinned) std::free(reinterpret_cast<void*>(address));
+  s.pinned.clear();
   for (std::vector<Launch>* graph : s.graphs) delete graph;
   s.graphs.clear();
   for (std::vector<Launch>* exec : s.graph_execs) delete exec;
@@ -341,6 +353,26 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr pointer) {
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuMemHostAlloc(void** pointer, size_t bytes, unsigned int flags) {
+  MOCK_ENTER();
+  MOCK_NEED_CONTEXT();
+  if (pointer == nullptr || bytes == 0 || (flags & ~0x7u) != 0) return CUDA_ERROR_INVALID_VALUE;
+  void* memory = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);  // whole pages
+  if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  state().pinned[reinterpret_cast<uintptr_t>(memory)] = bytes;
+  ++state().stats.pinned_allocations;
+  *pointer = memory;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFreeHost(void* pointer) {
+  MOCK_ENTER();
+  if (state().pinned.erase(reinterpret_cast<uintptr_t>(pointer)) == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::free(pointer);
+  --state().stats.pinned_allocations;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr destination, unsigned char value, size_t count,
                                  CUstream stream) {
   MOCK_ENTER();
@@ -361,6 +393,7 @@ CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr destination, const void* sourc
   if (mock == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (mock->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!in_allocation(destination, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  count_host_copy(source, bytes, state().stats.pinned_uploads, state().stats.pageable_uploads);
   std::memcpy(reinterpret_cast<void*>(destination), source, bytes);
   return CUDA_SUCCESS;
 }
@@ -373,6 +406,7 @@ CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* destination, CUdeviceptr source, siz
   if (mock == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (mock->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!in_allocation(source, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  count_host_copy(destination, bytes, state().stats.pinned_downloads, state().stats.pageable_downloads);
   std::memcpy(destination, reinterpret_cast<const void*>(source), bytes);
   return CUDA_SUCCESS;
 }
@@ -523,7 +557,8 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
 CUresult CUDAAPI cuEventCreate(CUevent* event, unsigned int flags) {
   MOCK_ENTER();
   MOCK_NEED_CONTEXT();
-  if (event == nullptr || flags != CU_EVENT_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  if (event == nullptr || (flags != CU_EVENT_DEFAULT && flags != CU_EVENT_DISABLE_TIMING))
+    return CUDA_ERROR_INVALID_VALUE;
   *event = reinterpret_cast<CUevent>(new int(0));
   state().events.emplace(*event, std::nullopt);
   return CUDA_SUCCESS;

@@ -34,6 +34,11 @@ struct KilnMockStats {
   int kernel_runs = 0;         // kernels executed (directly or by a graph)
   int events = 0;              // live events
   int event_records = 0;
+  int pinned_allocations = 0;  // live cuMemHostAlloc blocks
+  int pinned_uploads = 0;      // host-to-device copies from pinned memory
+  int pageable_uploads = 0;    // ... and from pageable memory
+  int pinned_downloads = 0;    // device-to-host copies into pinned memory
+  int pageable_downloads = 0;
   bool capturing = false;      // some stream is still capturing
   bool loaded_ptx = false;     // the last module loaded was PTX (else a cubin)
 };

@@ -171,6 +171,8 @@ class CudaMockDriver : public ::testing::Test {
     EXPECT_EQ(s.allocations, 0);
     EXPECT_EQ(s.graphs, 0);
     EXPECT_EQ(s.graph_execs, 0);
+    EXPECT_EQ(s.events, 0);
+    EXPECT_EQ(s.pinned_allocations, 0);
   }
 
   // The kiln::Error `body` throws; fails the test when it throws nothing.
@@ -242,8 +244,8 @@ TEST_F(CudaMockDriver, ProfiledRunTimesEveryKernelWithEvents) {
   KilnMockStats s = stats();
   EXPECT_EQ(s.captures, 0);  // not replayed as a graph: events need launches of their own
   EXPECT_EQ(s.kernel_runs, 3);
-  EXPECT_EQ(s.event_records, 4);
-  EXPECT_EQ(s.events, 0);
+  EXPECT_EQ(s.event_records, 6);  // 4 around the kernels, the staging slot's uploaded and done
+  EXPECT_EQ(s.events, 4);         // the kernels' are gone; the two staging slots keep theirs
   expect_correct(*executable, 2.f);  // an unprofiled run afterwards uses the graph
   EXPECT_EQ(stats().captures, 1);
   executable.reset();
@@ -288,6 +290,17 @@ TEST_F(CudaMockDriver, OutOfMemoryReleasesEverything) {
   EXPECT_EQ(error_of([&] { create(true); }).message,
             "CUDA backend: cuMemAlloc failed for the 1536 B arena of graph 'mock': "
             "CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+  expect_all_released();
+}
+
+TEST_F(CudaMockDriver, PinnedMemoryFailureReleasesEverything) {
+  fail_next_("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(error_of([&] { create(true); }).message,
+            "CUDA backend: cuMemHostAlloc failed for 2048 bytes of pinned staging for inputs and "
+            "outputs: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+  expect_all_released();
+  fail_next_("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY);  // after the pinned memory
+  EXPECT_NE(error_of([&] { create(true); }).message.find("cuEventCreate failed"), std::string::npos);
   expect_all_released();
 }
 
@@ -352,12 +365,13 @@ TEST_F(CudaMockDriver, LaunchFailureWithoutGraphNamesTheKernel) {
 
 TEST_F(CudaMockDriver, KernelFaultSaysHowToFindIt) {
   auto executable = create(/*use_graph=*/true);
-  fail_next_("cuStreamSynchronize", CUDA_ERROR_ILLEGAL_ADDRESS);
+  // A run ends waiting for its staging slot's `done` event: that is where a fault surfaces.
+  fail_next_("cuEventSynchronize", CUDA_ERROR_ILLEGAL_ADDRESS);
   Diagnostic diagnostic = error_of([&] {
     executable->run({make_tensor({2, 3}, {1, 2, 3, 4, 5, 6}), make_tensor({3}, {1, 2, 3})});
   });
   EXPECT_EQ(diagnostic.message,
-            "CUDA backend: cuStreamSynchronize failed for running graph 'mock': "
+            "CUDA backend: cuEventSynchronize failed for running graph 'mock': "
             "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)");
   ASSERT_EQ(diagnostic.notes.size(), 1u);
   EXPECT_NE(diagnostic.notes[0].find("compute-sanitizer"), std::string::npos);
@@ -416,6 +430,21 @@ void step_kernel(void* const* args, unsigned long long) {
   for (int i = 0; i < 3; ++i) next[i] = w[i] + 1;
 }
 
+// Inputs and outputs travel through the two pinned staging slots: one page-locked allocation,
+// every run's copies from and to it (only the parameters' one-time upload is pageable).
+TEST_F(CudaMockDriver, RunsCopyThroughPinnedStaging) {
+  auto executable = create(/*use_graph=*/true);
+  for (float seed : {1.f, 2.f, 3.f}) expect_correct(*executable, seed);
+  KilnMockStats s = stats();
+  EXPECT_EQ(s.pinned_allocations, 1);
+  EXPECT_EQ(s.pinned_uploads, 6);    // 2 inputs x 3 runs
+  EXPECT_EQ(s.pageable_uploads, 1);  // the weights, at create()
+  EXPECT_EQ(s.pinned_downloads, 6);  // 2 outputs x 3 runs
+  EXPECT_EQ(s.pageable_downloads, 0);
+  executable.reset();
+  expect_all_released();
+}
+
 // A training step's state: the output next.w becomes parameter w after every run, on the
 // device, and is not returned; parameters can be read and replaced between runs.
 TEST_F(CudaMockDriver, StateUpdatesCarryParametersBetweenRuns) {
@@ -438,6 +467,35 @@ TEST_F(CudaMockDriver, StateUpdatesCarryParametersBetweenRuns) {
     EXPECT_EQ(to_floats(executable->parameter(0)), (std::vector<float>{11, 21, 31}));
     const Diagnostic error = error_of([&] { executable->set_parameter(0, make_tensor({2, 3}, {0, 0, 0, 0, 0, 0})); });
     EXPECT_EQ(error.message, "CUDA backend: parameter 'w': expected f32[3], got f32[2,3]");
+  }
+}
+
+// submit() / collect(): two runs in flight, collected in order, each on the inputs as they
+// were when submitted (staged copies), with the state carried from one to the next; misuse is
+// an internal error, not a wrong result.
+TEST_F(CudaMockDriver, SubmittedRunsAreCollectedInOrder) {
+  register_("step_3", 2, step_kernel);
+  codegen::Program program = make_program();
+  program.buffers.push_back(make_buffer("next.w", {ir::DType::F32, {3}}, BufferRole::Output, 2));
+  program.kernels.push_back(make_kernel("step_3", {1, 6}));
+  program.state_updates = {{6, 1}};
+  for (bool use_graph : {false, true}) {
+    auto executable = create(use_graph, program);
+    ir::Tensor x = make_tensor({2, 3}, {1, 1, 1, 1, 1, 1});
+    const ir::Tensor b = make_tensor({3}, {0, 0, 0});
+    executable->submit({x, b});
+    std::memset(x.data(), 0, x.byte_size());  // the first run has its own copy already
+    executable->submit({x, b});
+    EXPECT_EQ(executable->pending(), 2u);
+    EXPECT_THROW(executable->submit({x, b}), InternalError);
+    EXPECT_THROW(executable->run({x, b}), InternalError);
+    EXPECT_EQ(to_floats(executable->collect()[0]), (std::vector<float>{1, 2, 3, 1, 2, 3}));
+    EXPECT_EQ(to_floats(executable->collect()[0]), (std::vector<float>(6, 0.f)));
+    EXPECT_EQ(executable->pending(), 0u);
+    EXPECT_THROW(executable->collect(), InternalError);
+    EXPECT_EQ(to_floats(executable->parameter(0)), (std::vector<float>{3, 4, 5}));  // two steps
+    executable.reset();
+    expect_all_released();
   }
 }
 
