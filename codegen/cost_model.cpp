@@ -31,7 +31,10 @@ int64_t no_flops(const ir::Node&) { return 0; }
 // Each result element is a dot product over C/groups * R * S weights (weight[1..3]).
 int64_t conv2d_flops(const ir::Node& node) {
   const ir::Shape& w = operand_shape(node, 1);
-  return 2 * result_elements(node) * w[1] * w[2] * w[3] + bias_flops(node);
+  const ir::Shape& y = node.results.at(0)->type.shape;
+  // Split-K partials [S, N, O, OH, OW]: the S chunks share one patch between them.
+  const int64_t results = y.size() == 5 ? ir::num_elements(y, 1, 5) : result_elements(node);
+  return 2 * results * w[1] * w[2] * w[3] + bias_flops(node);
 }
 
 // x [..., K] @ weight[N, K]^T: a K-long dot product per result element.

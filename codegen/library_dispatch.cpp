@@ -150,6 +150,8 @@ bool absorb(Pattern& p, const ir::Node& node, const std::vector<ir::Value*>& ope
 // The anchor's operands: x, weight and an optional bias operand, as kernel operand positions.
 bool read_anchor(Pattern& p, const std::vector<ir::Value*>& operands) {
   const ir::Node& anchor = *p.anchor;
+  if (auto it = anchor.attrs.find("k_chunk"); it != anchor.attrs.end() && std::get<int64_t>(it->second) > 0)
+    return refuse(p, "split-K partial sums (k_chunk): the library computes whole results");
   p.x = operand_position(operands, anchor.inputs[0]);
   p.weight = operand_position(operands, anchor.inputs[1]);
   if (anchor.inputs.size() > 2) p.bias = operand_position(operands, anchor.inputs[2]);

@@ -229,7 +229,10 @@ class Propagation {
       const bool conv = rule == "infer_conv2d";
       require_all_static(node, 1, "a weight");
       if (conv) require_static(node, 0, 1, "the channel axis it contracts");
-      set(result, keep_other_axes(node, {2, 3}, true, "a spatial axis of its window"));
+      DimMap out = keep_other_axes(node, {2, 3}, true, "a spatial axis of its window");
+      // Split-K partials stack a static chunk axis in front of the result's own.
+      if (conv && int_attr(node, "k_chunk") > 0) out.insert(out.begin(), DimMap::value_type{});
+      set(result, out);
     } else if (rule == "infer_reshape" || rule == "infer_flatten") {
       set(result, reshape(node));
     } else if (rule == "infer_transpose") {

@@ -75,6 +75,10 @@ ir::Node* foldable_producer(const ir::Graph& graph, const ir::Node& bn,
                       who(*producer));
     return nullptr;
   }
+  if (auto it = producer->attrs.find("k_chunk"); it != producer->attrs.end() && std::get<int64_t>(it->second) > 0) {
+    why = fmt::format("its input '{}' is split-K partial sums", x->name);
+    return nullptr;
+  }
   // batch_norm normalizes axis 1; dense's features are its last axis, so only rank 2 matches.
   if (producer->op == ir::OpId::Dense && x->type.rank() != 2) {
     why = fmt::format("its input '{}' ({}) is a dense of rank {}: batch_norm's channel axis 1 "

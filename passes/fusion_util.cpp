@@ -168,6 +168,8 @@ int running_channel_axis(const ir::Node& gemm, const ir::Value* running) {
 std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Value* running,
                                             const ir::Node& consumer, bool activations_only) {
   if (consumer.is_kernel()) return consumer.describe() + " is already a fused kernel";
+  if (auto it = gemm.attrs.find("k_chunk"); it != gemm.attrs.end() && std::get<int64_t>(it->second) > 0)
+    return gemm.describe() + " computes split-K partial sums: an epilogue applies after their sum";
   const bool activation = is_activation(consumer);
   const bool bias_add = consumer.op == ir::OpId::BiasAdd;
   const bool binary = is_binary_arithmetic(consumer.op);

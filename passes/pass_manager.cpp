@@ -187,6 +187,8 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       "dce",
       // Attention reads q, k, v and writes its output through the views around it.
       "fuse-attention-views",
+      // Convolutions with too few GEMM tiles for the GPU (small batches) sum K in chunks.
+      "split-k",
       // GEMMs take their bias, residual add and activation into their epilogue...
       "fuse-conv-bias-relu",
       // ...read their rows through the transposes that make them (sequence-first exports)...

@@ -19,9 +19,20 @@
 // the partials (S weights) stay small next to the products (K per weight) and each block's
 // pipeline runs long. Chunks are multiples of kChunkAlign: whole k tiles, 16-byte aligned.
 //
+// A forward conv2d whose GEMM has too few tiles (ResNet-50 at batch 1: 8 tiles of 64 x 64 in
+// its last stage, against K = 512 * 3 * 3 = 4,608) is cut the same way, along its patch
+// (c, kh, kw), in chunks of at least kMinForwardChunk terms; its bias, if any, is added after
+// the sum by a bias_add (partials take none), where fusion puts the activation with it:
+//
+//   %y = conv2d(%x, %w, %b) {pad = [1,1,1,1]} : f32[1,512,7,7]
+// becomes
+//   %y.partials = conv2d(%x, %w) {k_chunk = 128, pad = [1,1,1,1]} : f32[36,1,512,7,7]
+//   %y.sum = reduce_sum(%y.partials) {axes = [0]} : f32[1,512,7,7]
+//   %y = bias_add(%y.sum, %b) : f32[1,512,7,7]
+//
 // Refusals, each logged under --debug-only=split-k: a GEMM that already fills the GPU, a K too
-// short to cut, a non-f32 gradient (the partials would round at the gradient's precision), a
-// node already split.
+// short to cut, a non-f32 result (the partials would round at its precision), a node already
+// split.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -39,36 +50,85 @@ constexpr int64_t kSms = 132;                 // an H100 SXM's SMs
 constexpr int64_t kTile = 64;                 // the GEMM's tile of a small problem
 constexpr int64_t kTargetBlocks = 4 * kSms;   // a few blocks per SM to hide latency
 constexpr int64_t kMinChunk = 1024;
+constexpr int64_t kMinForwardChunk = 128;  // a forward K is hundreds or thousands
+// A forward split adds two launches (the partials' sum, and the bias and activation it can no
+// longer fuse), a few microseconds in a CUDA graph: it must save more than kMinSavedSeconds of
+// GEMM time, estimated at the FMA template's ceiling (half of an H100's 66.9 TFLOP/s) on the
+// share of the SMs its blocks occupy. The seed CNN at batch 1 to 16 stays whole.
+constexpr double kTemplateFlopsPerSecond = 0.5 * 66.9e12;
+constexpr double kMinSavedSeconds = 10e-6;
 constexpr int64_t kChunkAlign = 64;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The GEMM of a node split-k may cut: per group, M x N results summed over K terms.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0, groups = 1;
+  int64_t min_chunk = kMinChunk;
+  const char* k_is = "";
+};
+
+GemmShape gemm_shape(const ir::Node& node) {
+  GemmShape g;
+  g.groups = std::get<int64_t>(node.attrs.at("groups"));
+  if (node.op == ir::OpId::Conv2dGradWeight) {
+    const ir::Shape& dy = node.inputs[0]->type.shape;
+    const ir::Shape& w = node.results[0]->type.shape;
+    g.m = w[0] / g.groups;
+    g.n = w[1] * w[2] * w[3];
+    g.k = dy[0] * dy[2] * dy[3];
+    g.k_is = "N*OH*OW";
+  } else {  // conv2d
+    const ir::Shape& w = node.inputs[1]->type.shape;
+    const ir::Shape& y = node.results[0]->type.shape;
+    g.m = w[0] / g.groups;
+    g.n = y[0] * y[2] * y[3];
+    g.k = w[1] * w[2] * w[3];
+    g.min_chunk = kMinForwardChunk;
+    g.k_is = "C/groups*KH*KW";
+  }
+  return g;
+}
+
 // The chunk size to split `node` by, or 0 with the reason in `why`.
 int64_t choose_chunk(const ir::Node& node, std::string& why) {
-  const ir::Shape& dy = node.inputs[0]->type.shape;
-  const ir::Shape& w = node.results[0]->type.shape;
-  const int64_t groups = std::get<int64_t>(node.attrs.at("groups"));
   if (std::get<int64_t>(node.attrs.at("k_chunk")) > 0) {
     why = "already split";
     return 0;
   }
   if (node.results[0]->type.dtype != ir::DType::F32) {
-    why = fmt::format("the gradient is {}: partial sums would round to it", ir::dtype_name(node.results[0]->type.dtype));
+    why = fmt::format("the {} is {}: partial sums would round to it",
+                      node.op == ir::OpId::Conv2d ? "result" : "gradient",
+                      ir::dtype_name(node.results[0]->type.dtype));
     return 0;
   }
-  const int64_t m = w[0] / groups, n = w[1] * w[2] * w[3], k = dy[0] * dy[2] * dy[3];
-  const int64_t blocks = ceil_div(m, kTile) * ceil_div(n, kTile) * groups;
+  const GemmShape g = gemm_shape(node);
+  const int64_t blocks = ceil_div(g.m, kTile) * ceil_div(g.n, kTile) * g.groups;
   if (blocks >= kSms) {
     why = fmt::format("its GEMM ({}x{} per group, {} groups) has {} tiles of {}x{}: enough for {} SMs",
-                      m, n, groups, blocks, kTile, kTile, kSms);
+                      g.m, g.n, g.groups, blocks, kTile, kTile, kSms);
     return 0;
   }
   const int64_t wanted = ceil_div(kTargetBlocks, blocks);
-  int64_t chunk = ceil_div(ceil_div(k, wanted), kChunkAlign) * kChunkAlign;
-  chunk = std::max(chunk, kMinChunk);
-  if (ceil_div(k, chunk) < 2) {
-    why = fmt::format("K = N*OH*OW = {} is too short to cut into chunks of {} or more", k, kMinChunk);
+  int64_t chunk = ceil_div(ceil_div(g.k, wanted), kChunkAlign) * kChunkAlign;
+  chunk = std::max(chunk, g.min_chunk);
+  if (ceil_div(g.k, chunk) < 2) {
+    why = fmt::format("K = {} = {} is too short to cut into chunks of {} or more", g.k_is, g.k,
+                      g.min_chunk);
     return 0;
+  }
+  if (node.op == ir::OpId::Conv2d) {
+    const double flops = 2.0 * static_cast<double>(g.m * g.n * g.k * g.groups);
+    const auto seconds = [&](int64_t grid) {
+      return flops / (kTemplateFlopsPerSecond * std::min(1.0, static_cast<double>(grid) / kSms));
+    };
+    const double saved = seconds(blocks) - seconds(blocks * ceil_div(g.k, chunk));
+    if (saved < kMinSavedSeconds) {
+      why = fmt::format("splitting would save {:.1f} us of its {:.1f} us, less than the {:.0f} us two "
+                        "more launches are worth", saved * 1e6, seconds(blocks) * 1e6,
+                        kMinSavedSeconds * 1e6);
+      return 0;
+    }
   }
   return chunk;
 }
@@ -78,7 +138,7 @@ int64_t choose_chunk(const ir::Node& node, std::string& why) {
 bool SplitK::run(ir::Graph& graph, PassContext& context) {
   std::vector<std::pair<ir::Node*, int64_t>> splits;
   for (const auto& node : graph.nodes()) {
-    if (node->op != ir::OpId::Conv2dGradWeight) continue;
+    if (node->op != ir::OpId::Conv2dGradWeight && node->op != ir::OpId::Conv2d) continue;
     std::string why;
     const int64_t chunk = choose_chunk(*node, why);
     const std::string who = fmt::format("{} (%{})", node->describe(), node->results[0]->name);
@@ -98,24 +158,37 @@ bool SplitK::run(ir::Graph& graph, PassContext& context) {
     ir::Value* old_out = node->results[0];
     const std::string out_name = old_out->name;
     old_out->name = names.take(out_name + ".unsplit");
-    const ir::Shape& dy = node->inputs[0]->type.shape;
-    const int64_t chunks = ceil_div(dy[0] * dy[2] * dy[3], chunk);
+    const int64_t chunks = ceil_div(gemm_shape(*node).k, chunk);
     ir::Shape partials_shape{chunks};
     partials_shape.insert(partials_shape.end(), old_out->type.shape.begin(), old_out->type.shape.end());
     ir::AttrMap attrs = node->attrs;
     attrs["k_chunk"] = chunk;
+    // A forward conv's bias is added once, after the sum.
+    const bool biased = node->op == ir::OpId::Conv2d && node->inputs.size() > 2;
+    std::vector<ir::Value*> operands = node->inputs;
+    if (biased) operands.pop_back();
     ir::Node* partials = graph.insert_node_before(
-        node, ir::OpId::Conv2dGradWeight, node->name, node->inputs, std::move(attrs),
+        node, node->op, node->name, operands, std::move(attrs),
         {{names.take(out_name + ".partials"), ir::TensorType{old_out->type.dtype, partials_shape}}},
         node->loc);
+    const std::string sum_name = biased ? names.take(out_name + ".sum") : out_name;
     ir::Node* sum = graph.insert_node_before(
         node, ir::OpId::ReduceSum, node->name.empty() ? "" : node->name + ".sum",
         {partials->results[0]}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", false}},
-        {{out_name, old_out->type}}, node->loc);
-    replacements[old_out] = sum->results[0];
+        {{sum_name, old_out->type}}, node->loc);
+    ir::Node* result = sum;
+    if (biased) {
+      result = graph.insert_node_before(
+          node, ir::OpId::BiasAdd, node->name.empty() ? "" : node->name + ".bias",
+          {sum->results[0], node->inputs[2]}, {{"axis", int64_t{1}}}, {{out_name, old_out->type}},
+          node->loc);
+    }
+    replacements[old_out] = result->results[0];
     dead.insert(node);
-    context.debug(kPass, fmt::format("split %{}: {} chunks of {} batch pixels, then reduce_sum",
-                                     out_name, chunks, chunk));
+    context.debug(kPass, fmt::format("split %{}: {} chunks of {} {}, then reduce_sum{}",
+                                     out_name, chunks, chunk,
+                                     node->op == ir::OpId::Conv2d ? "patch terms" : "batch pixels",
+                                     biased ? " and bias_add" : ""));
   }
   replace_and_erase(graph, replacements, dead);
   return true;

@@ -546,6 +546,10 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
                 (split_k ? fmt::format(", split-K: {} chunk{} of {}", splits, splits == 1 ? "" : "s", spec.k_chunk) : "") +
                 spec.note;
   kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
+  // A split-K block's loop bounds are run-time values; without a bound on blocks per SM, ptxas
+  // (sm_80) aimed a gathered-patch conv at 8 blocks (32 registers) and spilled. Two blocks of
+  // 256 threads leave it up to 128.
+  if (split_k) kernel.min_blocks_per_sm = 2;
   return kernel;
 }
 

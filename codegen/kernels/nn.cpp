@@ -204,7 +204,9 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   const ir::Value* weight = node.inputs[1];
   const ir::Shape& xs = x->type.shape;
   const ir::Shape& ws = weight->type.shape;
-  const ir::Shape& os = node.results[0]->type.shape;
+  const int64_t k_chunk = attr<int64_t>(node, "k_chunk");
+  ir::Shape os = node.results[0]->type.shape;
+  if (k_chunk > 0) os.erase(os.begin());  // split-K partials: [S, N, O, OH, OW]
   const auto& stride = attr<std::vector<int64_t>>(node, "stride");
   const auto& pad = attr<std::vector<int64_t>>(node, "pad");  // top, left, bottom, right
   const auto& dilation = attr<std::vector<int64_t>>(node, "dilation");
@@ -264,6 +266,12 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.out_index = "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
   if (node.inputs.size() > 2)
     spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
+  // Split-K (k_chunk): partial results, one after the other; a reduce_sum adds them.
+  spec.k_chunk = k_chunk;
+  if (k_chunk > 0) {
+    spec.constants.push_back({"kOutputs", ir::num_elements(os), "results in one partial"});
+    spec.out_index = "split * kOutputs + " + spec.out_index;
+  }
   spec.what = fmt::format(
       "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . {} "
       "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}",

@@ -3,6 +3,7 @@
 //
 // Index arithmetic is written out per op with the layout spelled in a comment, so each loop nest
 // can be checked against the PyTorch definition by reading it.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -22,7 +23,8 @@ using Results = std::vector<ir::Tensor>;
 Results conv2d(const ir::Node& node, const Inputs& in) {
   const ir::Shape& xs = in[0]->shape();
   const ir::Shape& ws = in[1]->shape();
-  const ir::Shape& os = ref::result_type(node).shape;
+  ir::Shape os = ref::result_type(node).shape;
+  if (ref::attr_int(node, "k_chunk") > 0) os.erase(os.begin());  // split-K partials' leading dim
   const std::vector<double> x = in[0]->to_doubles();
   const std::vector<double> w = in[1]->to_doubles();
   const std::vector<double> bias =
@@ -36,26 +38,30 @@ Results conv2d(const ir::Node& node, const Inputs& in) {
   const int64_t O = ws[0], Cg = ws[1], KH = ws[2], KW = ws[3];
   const int64_t OH = os[2], OW = os[3];
   const int64_t Og = O / groups;
-  std::vector<double> out(static_cast<size_t>(N * O * OH * OW));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t o = 0; o < O; ++o)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t g = o / Og;
-          double sum = bias[o];
-          for (int64_t c = 0; c < Cg; ++c)
-            for (int64_t kh = 0; kh < KH; ++kh) {
+  // k_chunk > 0 (split-K): one partial result per chunk of k_chunk patch terms, where patch
+  // term k = (c * KH + kh) * KW + kw; the partials are stacked along a new first dim.
+  const int64_t patch = Cg * KH * KW;
+  const int64_t chunk = ref::attr_int(node, "k_chunk") > 0 ? ref::attr_int(node, "k_chunk") : patch;
+  const int64_t chunks = (patch + chunk - 1) / chunk;
+  const int64_t outputs = N * O * OH * OW;
+  std::vector<double> out(static_cast<size_t>(chunks * outputs));
+  for (int64_t s = 0; s < chunks; ++s)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < O; ++o)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t g = o / Og;
+            double sum = bias[o];
+            for (int64_t k = s * chunk; k < std::min(patch, (s + 1) * chunk); ++k) {
+              const int64_t c = k / (KH * KW), kh = k / KW % KH, kw = k % KW;
               const int64_t ih = oh * stride[0] - pad[0] + kh * dilation[0];
-              if (ih < 0 || ih >= H) continue;  // zero padding
-              for (int64_t kw = 0; kw < KW; ++kw) {
-                const int64_t iw = ow * stride[1] - pad[1] + kw * dilation[1];
-                if (iw < 0 || iw >= W) continue;
-                const int64_t ic = g * Cg + c;
-                sum += x[((n * C + ic) * H + ih) * W + iw] * w[((o * Cg + c) * KH + kh) * KW + kw];
-              }
+              const int64_t iw = ow * stride[1] - pad[1] + kw * dilation[1];
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;  // zero padding
+              const int64_t ic = g * Cg + c;
+              sum += x[((n * C + ic) * H + ih) * W + iw] * w[((o * Cg + c) * KH + kh) * KW + kw];
             }
-          out[((n * O + o) * OH + oh) * OW + ow] = sum;
-        }
+            out[s * outputs + ((n * O + o) * OH + oh) * OW + ow] = sum;
+          }
   return {ref::make_result(node, out)};
 }
 

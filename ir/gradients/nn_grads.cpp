@@ -75,6 +75,9 @@ AttrMap window_attrs(const Node& n, std::initializer_list<const char*> names, co
 // dy with x summed over the batch, dbias the sum of dy over N, H and W.
 Grads conv2d_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   const auto names = {"stride", "pad", "dilation", "groups"};
+  if (std::get<int64_t>(n.attrs.at("k_chunk")) > 0)
+    throw Error(n.loc.render(), n.describe() + ": a split-K convolution (k_chunk) has no gradient "
+                                               "rule; split after autodiff, as the training pipeline does");
   Value* x = n.inputs[0];
   Value* w = n.inputs[1];
   Grads grads = {b.op(OpId::Conv2dGradInput, {dy[0], w}, window_attrs(n, names, &x->type.shape)),

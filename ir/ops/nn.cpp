@@ -140,7 +140,18 @@ Types infer_conv2d(const InferContext& ctx) {
   w.stride = require_window_list(ctx, "stride", 2, kPairLayout, 1);
   w.dilation = require_window_list(ctx, "dilation", 2, kPairLayout, 1);
   w.pad = require_window_list(ctx, "pad", 4, kPadLayout, 0);
-  return {window_result(ctx, w, weight[0])};
+  const TensorType out = window_result(ctx, w, weight[0]);
+  const int64_t chunk = ctx.get_int("k_chunk");
+  if (chunk < 0) throw OpError{"attribute 'k_chunk' must be >= 0, got " + str(chunk), -1, "k_chunk"};
+  if (chunk == 0) return {out};
+  // Split-K: one partial result per chunk of the patch's C/groups * KH * KW terms.
+  if (ctx.inputs.size() == 3)
+    throw OpError{"a split-K convolution (k_chunk " + str(chunk) +
+                      ") makes partial sums and takes no bias: add it after their sum",
+                  2};
+  Shape partials{(weight[1] * weight[2] * weight[3] + chunk - 1) / chunk};
+  partials.insert(partials.end(), out.shape.begin(), out.shape.end());
+  return {checked_result(out.dtype, partials)};
 }
 
 Types infer_matmul(const InferContext& ctx) {

@@ -125,6 +125,23 @@ TEST(OpsConv2d, ChannelErrors) {
                   "bias must have shape [4] (one per output channel), got f32[5]", 2, "");
 }
 
+// Split-K partials (k_chunk): one per chunk of the C/groups * KH * KW patch terms, no bias.
+TEST(OpsConv2d, SplitKPartials) {
+  EXPECT_EQ(infer("conv2d", {f32({2, 8, 9, 9}), f32({6, 4, 3, 3})},
+                  {{"groups", int64_t{2}}, {"k_chunk", int64_t{16}}}),
+            "f32[3,2,6,7,7]");
+  EXPECT_EQ(infer("conv2d", {f32({1, 3, 8, 8}), f32({4, 3, 3, 3})}, {{"k_chunk", int64_t{27}}}),
+            "f32[1,1,4,6,6]");
+  EXPECT_OP_ERROR(infer_error("conv2d", {f32({1, 3, 8, 8}), f32({4, 3, 3, 3}), f32({4})},
+                              {{"k_chunk", int64_t{9}}}),
+                  "a split-K convolution (k_chunk 9) makes partial sums and takes no bias: add it "
+                  "after their sum",
+                  2, "");
+  EXPECT_OP_ERROR(infer_error("conv2d", {f32({1, 3, 8, 8}), f32({4, 3, 3, 3})},
+                              {{"k_chunk", int64_t{-1}}}),
+                  "attribute 'k_chunk' must be >= 0, got -1", -1, "k_chunk");
+}
+
 TEST(OpsConv2d, OperandErrors) {
   EXPECT_OP_ERROR(infer_error("conv2d", {f32({3, 8, 8}), f32({4, 3, 3, 3})}),
                   "input must have rank 4, got f32[3,8,8]", 0, "");
