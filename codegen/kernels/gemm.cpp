@@ -547,9 +547,10 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
                 spec.note;
   kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
   // A split-K block's loop bounds are run-time values; without a bound on blocks per SM, ptxas
-  // (sm_80) aimed a gathered-patch conv at 8 blocks (32 registers) and spilled. Two blocks of
-  // 256 threads leave it up to 128.
-  if (split_k) kernel.min_blocks_per_sm = 2;
+  // (sm_80) aimed a gathered-patch conv on the FMA template at 8 blocks (32 registers) and
+  // spilled. Two blocks of 256 threads leave it up to 128. (The tensor-core template sizes its
+  // own registers well; bounding it cost modeled time.)
+  if (split_k && !mma) kernel.min_blocks_per_sm = 2;
   return kernel;
 }
 
