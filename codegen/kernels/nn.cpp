@@ -115,6 +115,15 @@ std::string tap_fetch(const std::string& element, bool padded) {
          "  value = " + element + ";\n}\n";
 }
 
+// Split-K (k_chunk, from the split-k pass): each chunk's partial result is stored after the
+// previous chunk's, `per_partial` values apart; a reduce_sum adds them in order.
+void stack_split_partials(GemmSpec& spec, int64_t k_chunk, int64_t per_partial) {
+  spec.k_chunk = k_chunk;
+  if (k_chunk == 0) return;
+  spec.constants.push_back({"kPartial", per_partial, "values in one partial result"});
+  spec.out_index = "split * kPartial + " + spec.out_index;
+}
+
 }  // namespace
 
 GemmSpec matmul_gemm(const KernelRequest& request) {
@@ -266,12 +275,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.out_index = "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
   if (node.inputs.size() > 2)
     spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
-  // Split-K (k_chunk): partial results, one after the other; a reduce_sum adds them.
-  spec.k_chunk = k_chunk;
-  if (k_chunk > 0) {
-    spec.constants.push_back({"kOutputs", ir::num_elements(os), "results in one partial"});
-    spec.out_index = "split * kOutputs + " + spec.out_index;
-  }
+  stack_split_partials(spec, k_chunk, ir::num_elements(os));
   spec.what = fmt::format(
       "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . {} "
       "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}",
@@ -335,12 +339,7 @@ GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
   spec.b.fetch = fetch;
   spec.channel = "static_cast<int>(col)";
   spec.out_index = "(group * kM + row) * kN + col";
-  // Split-K (k_chunk): partial weights, one after the other.
-  spec.k_chunk = attr<int64_t>(node, "k_chunk");
-  if (spec.k_chunk > 0) {
-    spec.constants.push_back({"kWeights", ir::num_elements(ws), "weights in one partial"});
-    spec.out_index = "split * kWeights + " + spec.out_index;
-  }
+  stack_split_partials(spec, attr<int64_t>(node, "k_chunk"), ir::num_elements(ws));
   spec.what = fmt::format(
       "weight gradient of a {}x{} convolution as a GEMM per group: dW[o][c,kh,kw] = dy[o][n,oh,ow] "
       ". gathered patches (M = O/groups = {}, N = C/groups*KH*KW = {}, K = N*OH*OW = {})",

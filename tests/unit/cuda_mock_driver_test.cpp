@@ -445,14 +445,20 @@ TEST_F(CudaMockDriver, RunsCopyThroughPinnedStaging) {
   expect_all_released();
 }
 
-// A training step's state: the output next.w becomes parameter w after every run, on the
-// device, and is not returned; parameters can be read and replaced between runs.
-TEST_F(CudaMockDriver, StateUpdatesCarryParametersBetweenRuns) {
-  register_("step_3", 2, step_kernel);
+// make_program() plus a state output: step_3 writes next.w = w + 1, which becomes w.
+codegen::Program make_step_program() {
   codegen::Program program = make_program();
   program.buffers.push_back(make_buffer("next.w", {ir::DType::F32, {3}}, BufferRole::Output, 2));
   program.kernels.push_back(make_kernel("step_3", {1, 6}));
   program.state_updates = {{6, 1}};
+  return program;
+}
+
+// A training step's state: the output next.w becomes parameter w after every run, on the
+// device, and is not returned; parameters can be read and replaced between runs.
+TEST_F(CudaMockDriver, StateUpdatesCarryParametersBetweenRuns) {
+  register_("step_3", 2, step_kernel);
+  const codegen::Program program = make_step_program();
   for (bool use_graph : {false, true}) {
     auto executable = create(use_graph, program);
     const ir::Tensor x = make_tensor({2, 3}, {1, 1, 1, 1, 1, 1});
@@ -475,10 +481,7 @@ TEST_F(CudaMockDriver, StateUpdatesCarryParametersBetweenRuns) {
 // an internal error, not a wrong result.
 TEST_F(CudaMockDriver, SubmittedRunsAreCollectedInOrder) {
   register_("step_3", 2, step_kernel);
-  codegen::Program program = make_program();
-  program.buffers.push_back(make_buffer("next.w", {ir::DType::F32, {3}}, BufferRole::Output, 2));
-  program.kernels.push_back(make_kernel("step_3", {1, 6}));
-  program.state_updates = {{6, 1}};
+  const codegen::Program program = make_step_program();
   for (bool use_graph : {false, true}) {
     auto executable = create(use_graph, program);
     ir::Tensor x = make_tensor({2, 3}, {1, 1, 1, 1, 1, 1});
