@@ -31,7 +31,9 @@
 #include "runtime/package/package.h"
 
 namespace kiln::cli {
-namespace {
+// Named rather than anonymous: the command files are compiled as one unity batch
+// (compiler/CMakeLists.txt), where every file's Options and run() must stay apart.
+namespace bench_command {
 
 struct Options {
   std::string model;
@@ -333,9 +335,10 @@ int bench(Options options) {
   return kExitOk;
 }
 
-}  // namespace
+}  // namespace bench_command
 
 Command add_bench_command(CLI::App& app) {
+  using namespace bench_command;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time a model or package: preparation, latency percentiles, throughput, memory");

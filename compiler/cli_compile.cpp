@@ -17,7 +17,7 @@
 #include "runtime/package/package.h"
 
 namespace kiln::cli {
-namespace {
+namespace compile_command {
 
 struct Options {
   std::string model;
@@ -123,9 +123,10 @@ int run(const Options& options, const CLI::App& command) {
   return kExitOk;
 }
 
-}  // namespace
+}  // namespace compile_command
 
 Command add_compile_command(CLI::App& app) {
+  using namespace compile_command;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "compile", "Compile a model ahead of time into a package (.kiln) that run, train and "

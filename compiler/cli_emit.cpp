@@ -13,7 +13,7 @@
 
 namespace kiln::cli {
 
-namespace {
+namespace emit_command {
 
 struct Options {
   std::string model;
@@ -55,9 +55,10 @@ int run(const Options& options) {
   return kExitOk;
 }
 
-}  // namespace
+}  // namespace emit_command
 
 Command add_emit_command(CLI::App& app) {
+  using namespace emit_command;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("emit", "Generate CUDA C++ for a model, its PTX, or its kernel table");
   cmd->add_option("FILE", options->model, "model file: .json, .onnx, Keras (.json, .h5), textual IR, or - for stdin")->required();

@@ -7,7 +7,7 @@
 #include "compiler/generator.h"
 
 namespace kiln::cli {
-namespace {
+namespace generate_command {
 
 struct Options {
   compiler::GenerateOptions generate;
@@ -22,9 +22,10 @@ int run(Options& options) {
   return kExitOk;
 }
 
-}  // namespace
+}  // namespace generate_command
 
 Command add_generate_command(CLI::App& app) {
+  using namespace generate_command;
   auto options = std::make_shared<Options>();
   compiler::GenerateOptions& g = options->generate;
   CLI::App* cmd = app.add_subcommand(

@@ -12,7 +12,7 @@
 
 namespace kiln::cli {
 
-namespace {
+namespace import_command {
 
 struct Options {
   std::string model;
@@ -35,9 +35,10 @@ int run(const Options& options) {
   return kExitOk;
 }
 
-}  // namespace
+}  // namespace import_command
 
 Command add_import_command(CLI::App& app) {
+  using namespace import_command;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "import", "Convert an ONNX or Keras model to kiln JSON with its weights in a safetensors file");

@@ -17,7 +17,7 @@
 
 namespace kiln::cli {
 
-namespace {
+namespace inspect_command {
 
 struct Options {
   std::string model;
@@ -89,9 +89,10 @@ int run(const Options& options, const CLI::App& command) {
         decisions);
   return kExitOk;
 }
-}  // namespace
+}  // namespace inspect_command
 
 Command add_inspect_command(CLI::App& app) {
+  using namespace inspect_command;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Per kernel: source nodes, launch, modeled FLOPs and bytes, registers, occupancy "

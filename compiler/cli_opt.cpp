@@ -20,7 +20,7 @@
 
 namespace kiln::cli {
 
-namespace {
+namespace opt_command {
 
 struct Options {
   std::string input;
@@ -153,9 +153,10 @@ int run(const Options& options) {
   return status;
 }
 
-}  // namespace
+}  // namespace opt_command
 
 Command add_opt_command(CLI::App& app) {
+  using namespace opt_command;
   auto options = std::make_shared<Options>();
   CLI::App* opt = app.add_subcommand(
       "opt", "Parse and verify a model (.json, .onnx, Keras (.json, .h5), textual IR, or - for stdin), run passes, print it as textual IR");

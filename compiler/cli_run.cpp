@@ -24,7 +24,7 @@
 
 namespace kiln::cli {
 
-namespace {
+namespace run_command {
 
 struct Options {
   std::string model;
@@ -311,9 +311,10 @@ int run(const Options& options, const CLI::App& command) {
   return kExitOk;
 }
 
-}  // namespace
+}  // namespace run_command
 
 Command add_run_command(CLI::App& app) {
+  using namespace run_command;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model on inputs from .npy files");
   cmd->add_option("FILE", options->model,

@@ -9,7 +9,7 @@
 #include "compiler/trainer.h"
 
 namespace kiln::cli {
-namespace {
+namespace train_command {
 
 struct Options {
   compiler::TrainOptions train;
@@ -43,9 +43,10 @@ int run(Options& options, const CLI::App& command) {
   return kExitOk;
 }
 
-}  // namespace
+}  // namespace train_command
 
 Command add_train_command(CLI::App& app) {
+  using namespace train_command;
   auto options = std::make_shared<Options>();
   compiler::TrainOptions& t = options->train;
   CLI::App* cmd = app.add_subcommand(
