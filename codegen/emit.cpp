@@ -3,6 +3,8 @@
 #include "codegen/emit.h"
 
 #include <fmt/format.h>
+
+#include <cctype>
 #include <unordered_map>
 
 #include "codegen/cost_model.h"
@@ -52,6 +54,52 @@ std::string fused_nodes_comment(const ir::Node& kernel) {
   for (const auto& inner : kernel.body->nodes())
     text += fmt::format("//   {} -> {}\n", inner->describe(), inner->results[0]->type.to_string());
   return text;
+}
+
+// What makes two kernel functions the same code: their text without comments, with each name
+// taken from the graph (`graph_names`: the parameters, and a fused kernel's v_/f_ names of its
+// body's values), or derived from one by a suffix (`in_x_index`), spelled by its position in
+// `graph_names` instead. A fused kernel names these and its comments after the nodes it
+// computes, so the kernels of a model's repeated layers differ in nothing else. The renaming is
+// one to one within a kernel (the longest matching name wins, and positions are spelled with a
+// byte C++ never contains), so equal keys mean the same program up to those names.
+std::string code_key(std::string_view text, const std::vector<std::string>& graph_names) {
+  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string key;
+  key.reserve(text.size());
+  char quote = 0;
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (quote != 0) {  // inside a string or character literal: copied as it is
+      key += c;
+      if (c == '\\' && i + 1 < text.size()) key += text[++i];
+      else if (c == quote) quote = 0;
+      ++i;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      key += text[i++];
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (is_word(c) && !std::isdigit(static_cast<unsigned char>(c)) &&
+               (i == 0 || !is_word(text[i - 1]))) {
+      size_t end = i;
+      while (end < text.size() && is_word(text[end])) ++end;
+      const std::string_view word = text.substr(i, end - i);
+      size_t best = graph_names.size();
+      for (size_t p = 0; p < graph_names.size(); ++p) {
+        const std::string& name = graph_names[p];
+        const bool derived = word == name || (word.starts_with(name) && word[name.size()] == '_');
+        if (derived && (best == graph_names.size() || name.size() > graph_names[best].size()))
+          best = p;
+      }
+      if (best == graph_names.size()) key += word;
+      else key += fmt::format("\x01{}\x01{}", best, word.substr(graph_names[best].size()));
+      i = end;
+    } else {
+      key += text[i++];
+    }
+  }
+  return key;
 }
 
 class ProgramBuilder {
@@ -345,13 +393,30 @@ class ProgramBuilder {
     const std::string bounds = spec.min_blocks_per_sm > 0
                                    ? fmt::format("{}, {}", spec.block.count(), spec.min_blocks_per_sm)
                                    : fmt::format("{}", spec.block.count());
-    kernels_text += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n    {}) {{\n",
-                                bounds, kernel.name, fmt::join(params, ",\n    "));
-    kernels_text += spec.body;
-    if (!spec.body.empty() && spec.body.back() != '\n') kernels_text += "\n";
-    kernels_text += "}\n\n";
-    entries_text += fmt::format("extern \"C\" void kiln_host_entry_{}(void* const* args) {{\n  {}({});\n}}\n",
-                                kernel.name, kernel.name, fmt::join(casts, ", "));
+    std::string definition = fmt::format("(\n    {}) {{\n", fmt::join(params, ",\n    "));
+    definition += spec.body;
+    if (!spec.body.empty() && spec.body.back() != '\n') definition += "\n";
+    definition += "}\n\n";
+    // A kernel whose code is an earlier one's up to names (code_key; ResNet-50: 36 of 112, the
+    // repeated blocks of a stage) launches that function: NVRTC and the host compiler compile
+    // each body once.
+    std::vector<std::string> graph_names = request.input_params;
+    graph_names.insert(graph_names.end(), request.output_params.begin(), request.output_params.end());
+    if (node.is_kernel()) {
+      const std::vector<std::string> locals = fused_kernel_locals(node);
+      graph_names.insert(graph_names.end(), locals.begin(), locals.end());
+    }
+    const auto [same, first] =
+        entry_of_code_.try_emplace(bounds + code_key(definition, graph_names), kernel.name);
+    if (!first) {
+      kernel.entry = same->second;
+      kernels_text += fmt::format("// {}: the same code as {}, which it launches\n\n", kernel.name, kernel.entry);
+    } else {
+      kernels_text += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}{}", bounds,
+                                  kernel.name, definition);
+      entries_text += fmt::format("extern \"C\" void kiln_host_entry_{}(void* const* args) {{\n  {}({});\n}}\n",
+                                  kernel.name, kernel.name, fmt::join(casts, ", "));
+    }
     program_.kernels.push_back(std::move(kernel));
   }
 
@@ -361,6 +426,7 @@ class ProgramBuilder {
   Program program_;
   std::unordered_map<const ir::Value*, int> buffer_of_;
   std::unordered_map<const ir::Node*, DynamicRows> dynamic_rows_;
+  std::unordered_map<std::string, std::string> entry_of_code_;  // launch bounds + code -> kernel
   int kernel_index_ = 0;
 };
 

@@ -8,13 +8,14 @@
 
 namespace kiln::codegen {
 
-// Emits one kernel per node, all in one translation unit, in node order. Throws kiln::Error
-// (located at the node) when an op has no kernel emitter.
+// Emits one kernel per node, all in one translation unit, in node order; a kernel whose code
+// matches an earlier one's launches that function (Kernel::entry) instead of repeating it.
+// Throws kiln::Error (located at the node) when an op has no kernel emitter.
 //
 // The translation unit compiles both with NVRTC (for sm_80/sm_90) and with the host C++
 // compiler: when __CUDACC__ is not defined it includes "kiln_host_prelude.h"
 // (runtime/host/), which defines the CUDA built-ins on the CPU, and it ends with one
-// `extern "C" void kiln_host_entry_<kernel>(void* const* args)` per kernel so the host backend
+// `extern "C" void kiln_host_entry_<entry>(void* const* args)` per function so the host backend
 // can call any kernel through one signature.
 //
 // `libraries` says which vendor routines the CUDA backend may use: a conv/dense/matmul kernel

@@ -110,6 +110,9 @@ std::string operand_name(const ir::Node& node, size_t i);
 
 // The parameter names of a fused kernel's operands, after its body's inputs: "in_conv1_weight".
 std::vector<std::string> fused_kernel_params(const ir::Node& kernel);
+// The names a fused kernel's code derives from the values of its body, in body order: each
+// value's variable and its node's function (v_NAME, f_NAME).
+std::vector<std::string> fused_kernel_locals(const ir::Node& kernel);
 
 // --- helpers for emitters ------------------------------------------------------------------------
 

@@ -51,6 +51,10 @@ struct GemmGeometry {
 // One kernel launch, in program order.
 struct Kernel {
   std::string name;                       // "conv2d_3": what it computes, plus an index
+  // The name of an earlier kernel whose __global__ function it launches, their code being
+  // identical (codegen emits each distinct body once); empty: its own function, `name`.
+  std::string entry;
+  const std::string& function() const { return entry.empty() ? name : entry; }
   std::vector<std::string> source_nodes;  // names of the IR nodes it implements
   std::vector<std::string> source_ops;    // the op of each source node ("conv2d", ...)
   std::string op_kind;                    // the registry's op kind of its main node

@@ -75,10 +75,10 @@ std::string main_source(const codegen::Program& program, const std::string& proj
     if (k.dynamic_symbol >= 0) args.push_back(std::to_string(program.symbols.at(static_cast<size_t>(k.dynamic_symbol)).bound));
     if (k.dynamic_shared_bytes > 48 * 1024)
       launches += fmt::format("  check(cudaFuncSetAttribute({}, cudaFuncAttributeMaxDynamicSharedMemorySize, {}), \"{}\");\n",
-                              k.name, k.dynamic_shared_bytes, k.name);
+                              k.function(), k.dynamic_shared_bytes, k.name);
     launches += fmt::format("  // {}\n  {}<<<dim3({}, {}, {}), dim3({}, {}, {}), {}>>>(\n      {});\n"
                             "  check(cudaGetLastError(), \"{}\");\n",
-                            fmt::join(k.source_nodes, ", "), k.name, k.grid.x, k.grid.y, k.grid.z,
+                            fmt::join(k.source_nodes, ", "), k.function(), k.grid.x, k.grid.y, k.grid.z,
                             k.block.x, k.block.y, k.block.z, k.dynamic_shared_bytes,
                             fmt::join(args, ",\n      "), k.name);
   }

@@ -258,6 +258,7 @@ std::string format_inspection_json(const Inspection& in) {
     const codegen::Kernel& k = f.kernel;
     Json kernel;
     kernel["name"] = k.name;
+    kernel["function"] = k.function();  // shared by kernels of identical code
     if (k.library) {
       kernel["implementation"] = {{"kind", "library"},
                                   {"library", k.library->library},

@@ -8,7 +8,7 @@ std::optional<KernelArchFigures> kernel_arch_figures(const codegen::Kernel& kern
                                                      const runtime::CudaBinary& binary,
                                                      const std::string& arch) {
   for (const runtime::KernelResources& r : binary.resources) {
-    if (r.kernel != kernel.name || r.arch != arch) continue;
+    if (r.kernel != kernel.function() || r.arch != arch) continue;
     KernelArchFigures figures;
     figures.registers = r.registers;
     figures.spill_bytes = r.spill_store_bytes + r.spill_load_bytes;
@@ -53,6 +53,7 @@ std::string format_kernel_table(const codegen::Program& program, const runtime::
     }
     out += fmt::format("    nodes: {}; kind: {}\n    args: {}\n",
                        fmt::join(kernel.source_nodes, ", "), kernel.op_kind, args);
+    if (!kernel.entry.empty()) out += fmt::format("    launches: {} (the same code)\n", kernel.entry);
     // On the CUDA backend a library call replaces the generated kernel when the library loads.
     if (kernel.library)
       out += fmt::format("    library call: {} {} ({}), workspace {} B\n", kernel.library->library,

@@ -612,6 +612,16 @@ std::vector<std::string> fused_kernel_params(const ir::Node& kernel) {
   return params;
 }
 
+std::vector<std::string> fused_kernel_locals(const ir::Node& kernel) {
+  const Names names(kernel, fused_kernel_params(kernel));
+  std::vector<std::string> locals;
+  for (const auto& node : kernel.body->nodes()) {
+    locals.push_back(names.function(*node));
+    for (const ir::Value* result : node->results) locals.push_back(names.variable(result));
+  }
+  return locals;
+}
+
 void add_fused_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::Kernel, emit_fused_kernel);
 }

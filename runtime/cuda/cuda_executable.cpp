@@ -273,8 +273,10 @@ void DeviceExecutable::load_functions(CUdevice device, CUmodule module) {
   for (const codegen::Kernel& kernel : program_.kernels) {
     Launch launch;
     launch.kernel = &kernel;
-    api_.check(api_.cuModuleGetFunction(&launch.function, module, kernel.name.c_str()),
-               "cuModuleGetFunction", fmt::format("kernel '{}'", kernel.name));
+    api_.check(api_.cuModuleGetFunction(&launch.function, module, kernel.function().c_str()),
+               "cuModuleGetFunction",
+               kernel.entry.empty() ? fmt::format("kernel '{}'", kernel.name)
+                                    : fmt::format("kernel '{}' (function '{}')", kernel.name, kernel.entry));
     if (kernel.dynamic_shared_bytes > kDefaultDynamicSharedBytes) {
       if (!shared_limit) {
         shared_limit = device_attribute(api_, device,

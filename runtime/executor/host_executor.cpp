@@ -112,7 +112,7 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
       args.push_back(&dim_size);
     }
     const Clock::time_point start = Clock::now();
-    module_.launch(kernel.name, args.data(), codegen::launch_grid(kernel, program_.symbols, sizes), kernel.block,
+    module_.launch(kernel.function(), args.data(), codegen::launch_grid(kernel, program_.symbols, sizes), kernel.block,
                    kernel.dynamic_shared_bytes, kernel.uses_barriers, options_);
     if (profile)
       profile->kernels.push_back({static_cast<int>(k), microseconds(start - first),

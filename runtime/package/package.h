@@ -29,7 +29,8 @@ namespace kiln::runtime {
 
 // The newest format this kiln reads and the one it writes. Bump on any change of layout or
 // meaning; readers refuse newer versions with a message that says so.
-inline constexpr uint32_t kPackageFormatVersion = 1;
+// 2: a kernel may launch an earlier kernel's function (its "entry").
+inline constexpr uint32_t kPackageFormatVersion = 2;
 
 inline constexpr std::string_view kInferenceProgram = "inference";
 inline constexpr std::string_view kTrainStepProgram = "train_step";

@@ -209,6 +209,7 @@ Json kernel_to_json(const codegen::Kernel& k) {
                     {"tile_m", k.gemm.tile_m}, {"tile_n", k.gemm.tile_n}, {"tile_k", k.gemm.tile_k},
                     {"async_copies", k.gemm.async_copies}};
   if (k.library) json["library"] = library_to_json(*k.library);
+  if (!k.entry.empty()) json["entry"] = k.entry;
   if (k.dynamic_symbol >= 0) json["dynamic_rows"] = {{"symbol", k.dynamic_symbol}, {"grid_axis", k.dynamic_grid_axis}};
   return json;
 }
@@ -216,6 +217,7 @@ Json kernel_to_json(const codegen::Kernel& k) {
 codegen::Kernel kernel_from_json(const JsonAt& at) {
   codegen::Kernel k;
   k.name = at["name"].string();
+  if (at.has("entry")) k.entry = at["entry"].string();  // absent: its own function
   k.source_nodes = at["source_nodes"].strings();
   k.source_ops = at["source_ops"].strings();
   k.op_kind = at["op_kind"].string();
@@ -443,7 +445,11 @@ void validate_program(const codegen::Program& program, const std::string& path,
     if (!indices.empty() && *indices.rbegin() != static_cast<int>(indices.size()) - 1)
       fail(fmt::format("the {} indices have gaps", codegen::buffer_role_name(role)));
   }
+  std::set<std::string> functions;  // the entries defined so far: kernels that launch their own
   for (const codegen::Kernel& k : program.kernels) {
+    if (k.function() == k.name) functions.insert(k.name);
+    else if (!functions.count(k.function()))
+      fail(fmt::format("kernel '{}' launches function '{}', which no earlier kernel defines", k.name, k.function()));
     for (int id : k.args) check_id(id, "kernel '" + k.name + "'");
     if (k.num_outputs < 1 || k.num_outputs > static_cast<int>(k.args.size()))
       fail(fmt::format("kernel '{}' writes {} of its {} arguments", k.name, k.num_outputs, k.args.size()));

@@ -131,7 +131,7 @@ void check_nvrtc() {
     for (const std::string& arch : options.archs) {
       bool found = false;
       for (const runtime::KernelResources& r : binary.resources) {
-        if (r.kernel != kernel.name || r.arch != arch) continue;
+        if (r.kernel != kernel.function() || r.arch != arch) continue;
         found = true;
         EXPECT_EQ(r.spill_store_bytes + r.spill_load_bytes, 0)
             << kernel.name << " (" << kernel.source_nodes.at(0) << ") spills on " << arch;

@@ -187,11 +187,14 @@ def kiln(args, env, what):
 
 
 def kernel_names(kiln_path, model, env, extra=()):
-    """The kernels of MODEL after kiln's default pipeline, from its CUDA translation unit: one
-    `extern "C" __global__ void [__launch_bounds__(...)] NAME(` per kernel, as `kiln inspect` counts them, without
-    running NVRTC (bench/fusion_report.sh's figure)."""
+    """The kernels of MODEL after kiln's default pipeline, from its CUDA translation unit, as
+    `kiln inspect` counts them, without running NVRTC (bench/fusion_report.sh's figure): one
+    `extern "C" __global__ void [__launch_bounds__(...)] NAME(` per function, and one
+    `// NAME: the same code as OTHER, which it launches` per kernel that shares an earlier one's."""
     source = kiln([kiln_path, "emit", model, "--emit=cuda", *extra], env, f"kiln emit {model}")
-    return re.findall(r'^extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', source, re.MULTILINE)
+    pattern = (r'^extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(|'
+               r'^// (\w+): the same code as \w+, which it launches$')
+    return [own or shared for own, shared in re.findall(pattern, source, re.MULTILINE)]
 
 
 def fused_count(names):

@@ -183,6 +183,38 @@ TEST(Package, InconsistentKernelTableIsTheFilesError) {
       << error;
 }
 
+// Kernels of identical code share one function (Kernel::entry): it survives the round trip, and a
+// kernel that launches a function no earlier kernel defines is the file's error.
+TEST(Package, SharedFunctionsRoundTripAndAreChecked) {
+  ir::Graph graph = ir::parse_graph(R"(graph @g(%x: f32[4,16], %a: f32[16,16], %b: f32[16,16]) -> (f32[4,16]) {
+  %h = matmul(%x, %a) : f32[4,16]
+  %y = matmul(%h, %b) : f32[4,16]
+  return %y
+})", "twice.ir");
+  const codegen::Program program = codegen::emit_program(graph);
+  ASSERT_EQ(program.kernels.size(), 2u);
+  EXPECT_EQ(program.kernels[0].function(), "matmul_0");
+  EXPECT_EQ(program.kernels[1].entry, "matmul_0");
+  EXPECT_EQ(program.source.find("matmul_1("), std::string::npos) << "the second body is not emitted";
+  const std::string path = "twice.kiln";
+  const codegen::Program read = program_from_json(JsonAt(program_to_json(program), "", path));
+  validate_program(read, path, "program");
+  EXPECT_EQ(read.kernels[1].function(), "matmul_0");
+
+  Json json = program_to_json(program);
+  json["kernels"][0]["entry"] = "matmul_1";  // the first kernel launches one defined after it
+  const codegen::Program damaged = program_from_json(JsonAt(json, "", path));
+  try {
+    validate_program(damaged, path, "program");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("kernel 'matmul_0' launches function 'matmul_1', which no earlier "
+                                             "kernel defines"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(Package, MissingWeightsAreNamed) {
   Package package = make_package();
   package.weights.erase(package.weights.begin());

@@ -42,9 +42,18 @@ check(roofline["dram_bytes_per_second"] == 3.35e12 and roofline["flops_per_secon
 
 kernels = report["kernels"]
 check(kernels, "no kernels")
+defined = {}  # function -> the kernel that defines it
 for kernel in kernels:
     where = f"kernel {kernel.get('name')}"
-    keys(kernel, ["name", "implementation", "op_kind", "source_nodes", "grid", "block",
+    # A kernel launches its own function or an earlier kernel's of identical code, whose ptxas
+    # figures it shares.
+    if kernel.get("function") == kernel.get("name"):
+        defined[kernel["name"]] = kernel
+    else:
+        check(kernel.get("function") in defined, f"{where}: launches {kernel.get('function')}, undefined")
+        check(kernel.get("resources") == defined[kernel["function"]].get("resources"),
+              f"{where}: resources differ from those of {kernel['function']}")
+    keys(kernel, ["name", "function", "implementation", "op_kind", "source_nodes", "grid", "block",
                   "dynamic_shared_bytes", "flops", "bytes_read", "bytes_written", "unfused_bytes",
                   "arithmetic_intensity", "modeled_seconds", "bound", "unit", "efficiency",
                   "resources"], where)
