@@ -137,9 +137,16 @@ void Tensor::set(int64_t index, double value) {
   }
 }
 
+// Weights pass through these (fold-batch-norm, constant folding): f32 gets a loop of its own.
 std::vector<double> Tensor::to_doubles() const {
-  std::vector<double> values(static_cast<size_t>(num_elements()));
-  for (int64_t i = 0; i < num_elements(); ++i) values[i] = get(i);
+  const int64_t count = num_elements();
+  std::vector<double> values(static_cast<size_t>(count));
+  if (type_.dtype == DType::F32) {
+    const std::byte* base = bytes_.data();
+    for (int64_t i = 0; i < count; ++i) values[i] = load<float>(base, i);
+    return values;
+  }
+  for (int64_t i = 0; i < count; ++i) values[i] = get(i);
   return values;
 }
 
@@ -147,7 +154,13 @@ Tensor Tensor::from_doubles(TensorType type, const std::vector<double>& values) 
   Tensor tensor(std::move(type));
   KILN_CHECK(static_cast<int64_t>(values.size()) == tensor.num_elements())
       << values.size() << " values for " << tensor.type().to_string();
-  for (int64_t i = 0; i < tensor.num_elements(); ++i) tensor.set(i, values[i]);
+  const int64_t count = tensor.num_elements();
+  if (tensor.dtype() == DType::F32) {
+    std::byte* base = tensor.bytes_.data();
+    for (int64_t i = 0; i < count; ++i) store<float>(base, i, static_cast<float>(values[i]));
+    return tensor;
+  }
+  for (int64_t i = 0; i < count; ++i) tensor.set(i, values[i]);
   return tensor;
 }
 
