@@ -17,12 +17,19 @@
 // format is documented for users in docs/packages.md.
 #include "runtime/package/package.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 
 #include "ir/diagnostic.h"
 #include "runtime/cuda/plan.h"
@@ -331,9 +338,35 @@ Package parse_package(std::string_view bytes, const std::string& path) {
 }
 
 Package read_package(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (!error && std::filesystem::is_directory(status)) throw Error(path, "cannot read: it is a directory");
+  if (!error && std::filesystem::is_regular_file(status)) {
+    // Mapped, not read: parsing copies what it keeps (the weights into their tensors), so a read
+    // would copy ResNet-50's 106 MB twice (load 235 ms with a character iterator, 123 ms with
+    // one read, 65 ms mapped). kiln writes packages by renaming a new file into place, so a
+    // mapped package does not change under the reader.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(path, "cannot open: " + std::string(std::strerror(errno)));
+    struct stat info {};
+    if (::fstat(fd, &info) != 0) {
+      const int saved = errno;
+      ::close(fd);
+      throw Error(path, "cannot read: " + std::string(std::strerror(saved)));
+    }
+    const size_t size = static_cast<size_t>(info.st_size);
+    void* mapped = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int saved = errno;
+    ::close(fd);
+    if (mapped == MAP_FAILED) throw Error(path, "cannot map: " + std::string(std::strerror(saved)));
+    const std::unique_ptr<void, std::function<void(void*)>> unmap(
+        mapped, [size](void* p) { if (p != nullptr) ::munmap(p, size); });
+    return parse_package(std::string_view(static_cast<const char*>(mapped), size), path);
+  }
+  // A pipe or a device: read to its end.
   std::ifstream file(path, std::ios::binary);
   if (!file) throw Error(path, "cannot open: " + std::string(std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   if (file.bad()) throw Error(path, "cannot read: " + std::string(std::strerror(errno)));
   return parse_package(bytes, path);
 }
