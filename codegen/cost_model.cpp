@@ -39,7 +39,9 @@ int64_t conv2d_flops(const ir::Node& node) {
 
 // x [..., K] @ weight[N, K]^T: a K-long dot product per result element.
 int64_t dense_flops(const ir::Node& node) {
-  return 2 * result_elements(node) * operand_shape(node, 0).back() + bias_flops(node);
+  // Split-K partials [S, ..., N]: the S chunks share one K between them.
+  const int64_t chunks = attr<int64_t>(node, "k_chunk") > 0 ? node.results.at(0)->type.shape[0] : 1;
+  return 2 * (result_elements(node) / chunks) * operand_shape(node, 0).back() + bias_flops(node);
 }
 
 int64_t matmul_flops(const ir::Node& node) {

@@ -69,9 +69,9 @@ int run(const Options& options, const CLI::App& command) {
         options.seed};
   }
   request.opt_level = options.pipeline.opt_level;
-  request.pipeline = options.pipeline.pass_names();
+  request.pipeline = options.pipeline.pass_names(options.library.selection());
   request.run_pipeline = [&](ir::Graph& graph, compiler::PassDecisions* decisions) {
-    options.pipeline.run(graph, decisions);
+    options.pipeline.run(graph, decisions, options.library.selection());
   };
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   request.cache = cache.get();

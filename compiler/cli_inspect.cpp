@@ -81,11 +81,11 @@ int run(const Options& options, const CLI::App& command) {
     throw Error("--program", "chooses a program of a package; this is a model");
   ir::Graph graph = compiler::load_model(options.model, options.input_shapes.options(options.model));
   std::vector<std::pair<std::string, std::string>> decisions;
-  options.pipeline.run(graph, &decisions);
+  options.pipeline.run(graph, &decisions, options.library.selection());
   const codegen::Program program =
       codegen::emit_program(graph, options.library.selection(), options.precision.value());
   const runtime::CudaBinary binary = options.cache.compile(program.source, graph.name + ".cu", options.archs);
-  print(options, compiler::Inspection{program, binary, options.archs, options.pipeline.pass_names()},
+  print(options, compiler::Inspection{program, binary, options.archs, options.pipeline.pass_names(options.library.selection())},
         decisions);
   return kExitOk;
 }

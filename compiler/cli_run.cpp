@@ -277,7 +277,7 @@ int run(const Options& options, const CLI::App& command) {
       }
     ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, import); });
     timer.time("weights", [&] { compiler::load_parameter_data(graph); });
-    timer.time("passes", [&] { options.pipeline.run(graph); });
+    timer.time("passes", [&] { options.pipeline.run(graph, nullptr, options.library.selection()); });
     conform_inputs(inputs, options, input_slots(graph));
     if (options.backend == "reference") {
       if (!options.profile.empty())

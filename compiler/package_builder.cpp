@@ -70,15 +70,15 @@ nlohmann::ordered_json decisions_json(const PassDecisions& decisions) {
 
 }  // namespace
 
-std::function<void(ir::Graph&, PassDecisions*)> default_pipeline(int opt_level) {
-  return [opt_level](ir::Graph& graph, PassDecisions* decisions) {
+std::function<void(ir::Graph&, PassDecisions*)> pipeline_runner(std::vector<std::string> pipeline) {
+  return [pipeline = std::move(pipeline)](ir::Graph& graph, PassDecisions* decisions) {
     passes::PassManagerOptions options;
     if (decisions) {
       options.decisions = decisions;
       options.record_decisions = {"fuse-conv-bias-relu", "fuse-elementwise"};
     }
     passes::PassManager manager(options, std::cerr);
-    manager.add_all(passes::inference_pipeline(opt_level));
+    manager.add_all(pipeline);
     manager.run(graph);
   };
 }
@@ -104,7 +104,8 @@ runtime::Package build_package(const PackageRequest& request) {
     TrainingPrograms programs = build_training_programs(request.model, request.train->batch_size,
                                                         request.train->seed, request.train->optimizer,
                                                         libraries, request.precision);
-    m.pipeline = passes::training_pipeline(request.train->optimizer);
+    m.pipeline = passes::keep_vendor_gemms_whole(passes::training_pipeline(request.train->optimizer),
+                                                 libraries.cudnn, libraries.cublaslt);
     m.options["train"] = training_options_json(programs);
     m.report["fusion_decisions"] = {{std::string(runtime::kTrainStepProgram), decisions_json(programs.step_decisions)}};
     package.programs.push_back(compile_program(request, std::string(runtime::kInferenceProgram),

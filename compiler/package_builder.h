@@ -46,7 +46,7 @@ struct PackageRequest {
 // Loads, optimizes, emits and compiles (NVRTC for every arch) the model. Throws kiln::Error.
 runtime::Package build_package(const PackageRequest& request);
 
-// The default -O pipeline, for callers without the CLI's flags.
-std::function<void(ir::Graph&, PassDecisions*)> default_pipeline(int opt_level);
+// Runs `pipeline` (pass names), for callers without the CLI's flags.
+std::function<void(ir::Graph&, PassDecisions*)> pipeline_runner(std::vector<std::string> pipeline);
 
 }  // namespace kiln::compiler

@@ -31,16 +31,18 @@ void PipelineFlags::add_to(CLI::App& command, int default_level) {
       ->check(CLI::NonNegativeNumber);
 }
 
-std::vector<std::string> PipelineFlags::pass_names() const {
-  return passes.empty() ? passes::inference_pipeline(opt_level) : passes;
+std::vector<std::string> PipelineFlags::pass_names(const codegen::LibrarySelection& libraries) const {
+  if (!passes.empty()) return passes;
+  return passes::keep_vendor_gemms_whole(passes::inference_pipeline(opt_level), libraries.cudnn,
+                                         libraries.cublaslt);
 }
 
 bool PipelineFlags::given(const CLI::App& command) const {
   return command.count("-O") > 0 || command.count("--passes") > 0;
 }
 
-void PipelineFlags::run(ir::Graph& graph,
-                        std::vector<std::pair<std::string, std::string>>* decisions) const {
+void PipelineFlags::run(ir::Graph& graph, std::vector<std::pair<std::string, std::string>>* decisions,
+                        const codegen::LibrarySelection& libraries) const {
   passes::PassManagerOptions options = manager;
   if (decisions) {
     options.decisions = decisions;
@@ -52,7 +54,7 @@ void PipelineFlags::run(ir::Graph& graph,
   // Names are checked before anything runs, so a typo never half-optimizes a graph.
   for (const std::string& name : print_after)
     if (!passes::find_pass(name)) manager_instance.add(name);  // throws with a did-you-mean
-  manager_instance.add_all(pass_names());
+  manager_instance.add_all(pass_names(libraries));
   if (manager_instance.passes().empty()) return;
   // Folding passes compute with parameter values, so every parameter needs its data first.
   compiler::load_parameter_data(graph);

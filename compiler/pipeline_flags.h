@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/library_call.h"
 #include "ir/graph.h"
 #include "passes/pass_manager.h"
 
@@ -20,12 +21,14 @@ struct PipelineFlags {
 
   // `default_level`: -O when not given (opt prints the graph as written unless asked).
   void add_to(CLI::App& command, int default_level);
-  // The passes run() runs, in order: --passes, or the default pipeline for -O.
-  std::vector<std::string> pass_names() const;
+  // The passes run() runs, in order: --passes as given, or the default pipeline for -O, whose
+  // split-k leaves whole the forward GEMMs `libraries` (--library) may compute
+  // (passes::keep_vendor_gemms_whole).
+  std::vector<std::string> pass_names(const codegen::LibrarySelection& libraries = {}) const;
   // Runs --passes, or the default pipeline for -O. Dumps and logs go to stderr. `decisions`:
   // where to keep the fusion passes' decisions (every refusal, with its reason), if anywhere.
-  void run(ir::Graph& graph,
-           std::vector<std::pair<std::string, std::string>>* decisions = nullptr) const;
+  void run(ir::Graph& graph, std::vector<std::pair<std::string, std::string>>* decisions = nullptr,
+           const codegen::LibrarySelection& libraries = {}) const;
   // Whether -O or --passes was given (a package is already compiled: they cannot apply).
   bool given(const CLI::App& command) const;
 };

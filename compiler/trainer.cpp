@@ -325,7 +325,10 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
   programs.optimizer = optimizer;
   programs.seed = seed;
   programs.info = make_training_graph(step_graph, TrainingGraphOptions{batch_size, seed});
-  run_pipeline(step_graph, passes::training_pipeline(optimizer), &programs.step_decisions);
+  run_pipeline(step_graph,
+               passes::keep_vendor_gemms_whole(passes::training_pipeline(optimizer), libraries.cudnn,
+                                               libraries.cublaslt),
+               &programs.step_decisions);
   set_batch_size(eval_graph, batch_size);
   run_pipeline(eval_graph, kEvalPipeline);
   add_weights(step_graph, programs.weights);

@@ -221,7 +221,10 @@ class Propagation {
       set(result, keep_other_axes(node, axes, true, "an axis it normalizes over"));
     } else if (rule == "infer_dense") {
       require_all_static(node, 1, "a weight");
-      set(result, keep_other_axes(node, {rank - 1}, true, "the axis it contracts"));
+      DimMap out = keep_other_axes(node, {rank - 1}, true, "the axis it contracts");
+      // Split-K partials stack a static chunk axis in front of the result's own.
+      if (int_attr(node, "k_chunk") > 0) out.insert(out.begin(), DimMap::value_type{});
+      set(result, out);
     } else if (rule == "infer_matmul") {
       visit_matmul(node);
     } else if (rule == "infer_conv2d" || rule == "infer_max_pool2d" ||

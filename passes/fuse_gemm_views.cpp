@@ -77,6 +77,11 @@ bool FuseGemmViews::run(ir::Graph& graph, PassContext& context) {
   for (const auto& node : graph.nodes()) {
     const ir::Value* rows = rows_operand(*node);
     if (rows == nullptr) continue;
+    if (const ir::Node* gemm = fusion::rows_gemm_of(*node); gemm != nullptr && fusion::is_split_k(*gemm)) {
+      context.debug(kPass, fmt::format("{}: it computes split-K partial sums; its rows stay stored",
+                                       fusion::ref(*node)));
+      continue;
+    }
     std::vector<ir::Node*> chain = row_chain(graph, users, *node, rows, context);
     if (chain.empty()) continue;
     // Reshapes alone move nothing: fuse-elementwise folds them into their producer, and a GEMM

@@ -46,6 +46,7 @@ std::optional<std::string> residual_refusal(const ir::Node& reader, const ir::Va
     return fusion::ref(reader) + " is no GEMM epilogue kernel";
   const ir::Node* gemm = fusion::rows_gemm_of(reader);
   if (!gemm) return fusion::ref(reader) + " does not compute a dense or a matmul of rows by one matrix";
+  if (fusion::is_split_k(*gemm)) return fusion::ref(*gemm) + " computes split-K partial sums";
   const ir::Graph& body = *reader.body;
   const ir::Value* operand = nullptr;
   for (size_t i = 0; i < reader.inputs.size(); ++i)

@@ -92,6 +92,11 @@ bool is_gemm(const ir::Node& node) {
   return !node.is_kernel() && (node.op == ir::OpId::Conv2d || node.op == ir::OpId::Dense || node.op == ir::OpId::Matmul);
 }
 
+bool is_split_k(const ir::Node& gemm) {
+  const auto it = gemm.attrs.find("k_chunk");
+  return it != gemm.attrs.end() && std::get<int64_t>(it->second) > 0;
+}
+
 bool is_rows_gemm(const ir::Node& node) {
   if (node.op == ir::OpId::Dense) return true;
   if (node.op != ir::OpId::Matmul || std::get<bool>(node.attrs.at("transpose_a"))) return false;
@@ -125,6 +130,7 @@ std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir:
   const ir::Node* dense = rows_gemm_of(consumer);
   if (!dense)
     return ref(consumer) + " is not a dense or a matmul of rows by one matrix (or such a GEMM's epilogue kernel)";
+  if (is_split_k(*dense)) return ref(*dense) + " computes split-K partial sums, each over part of a row";
   // Inside an epilogue kernel the dense reads the body input that stands for y, or reads it
   // through view ops (fuse-gemm-views) that keep each row of A one whole row of y: a row-wise
   // norm then commutes with them.
@@ -168,7 +174,7 @@ int running_channel_axis(const ir::Node& gemm, const ir::Value* running) {
 std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Value* running,
                                             const ir::Node& consumer, bool activations_only) {
   if (consumer.is_kernel()) return consumer.describe() + " is already a fused kernel";
-  if (auto it = gemm.attrs.find("k_chunk"); it != gemm.attrs.end() && std::get<int64_t>(it->second) > 0)
+  if (is_split_k(gemm))
     return gemm.describe() + " computes split-K partial sums: an epilogue applies after their sum";
   const bool activation = is_activation(consumer);
   const bool bias_add = consumer.op == ir::OpId::BiasAdd;

@@ -66,6 +66,10 @@ std::optional<std::string> recomputed_norm_refusal(const ir::Node& norm);
 // for dense and matmul. What the GEMM template calls the channel.
 int channel_axis(const ir::Node& gemm);
 
+// Whether `gemm` computes split-K partial sums (k_chunk > 0, the split-k pass): [S, ...] partial
+// results that a reduce_sum adds, which no epilogue, prologue or view may join.
+bool is_split_k(const ir::Node& gemm);
+
 // Why the epilogue of `gemm` (a conv2d, dense or matmul, whose value so far is `running`) cannot
 // apply `consumer`: only float elementwise ops of the running value whose other operand is a
 // per-channel vector, a scalar or a tensor of the result's shape (a residual). With

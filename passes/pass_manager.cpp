@@ -187,7 +187,8 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       "dce",
       // Attention reads q, k, v and writes its output through the views around it.
       "fuse-attention-views",
-      // Convolutions with too few GEMM tiles for the GPU (small batches) sum K in chunks.
+      // Convolutions and dense layers with too few GEMM tiles for the GPU (small batches) sum K
+      // in chunks.
       "split-k",
       // GEMMs take their bias, residual add and activation into their epilogue...
       "fuse-conv-bias-relu",
@@ -203,6 +204,15 @@ std::vector<std::string> inference_pipeline(int opt_level) {
       // Last, on the final schedule: intermediates get offsets in one arena, dead ones reused.
       "plan-memory",
   };
+}
+
+std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeline, bool conv2d,
+                                                 bool dense) {
+  if (!conv2d && !dense) return pipeline;
+  const std::string whole = conv2d && dense ? "conv2d+dense" : conv2d ? "conv2d" : "dense";
+  for (std::string& pass : pipeline)
+    if (pass == "split-k") pass = "split-k{whole=" + whole + "}";
+  return pipeline;
 }
 
 std::vector<std::string> training_pipeline(const std::string& optimizer) {

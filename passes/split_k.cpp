@@ -30,14 +30,25 @@
 //   %y.sum = reduce_sum(%y.partials) {axes = [0]} : f32[1,512,7,7]
 //   %y = bias_add(%y.sum, %b) : f32[1,512,7,7]
 //
+// A dense with too few tiles (a classifier at batch 1: one row of 1000 features, 16 tiles,
+// reading a 2048 x 1000 weight) is cut along its input features the same way; its bias is
+// added along the last axis after the sum. The estimate of what a forward split saves takes
+// the larger of the GEMM's FLOP time and its DRAM time on its share of the SMs.
+//
+// With the option whole=conv2d, whole=dense or whole=conv2d+dense (passes::keep_vendor_gemms_whole,
+// from --library), forward GEMMs of those ops stay whole: cuDNN and cuBLASLt choose their own
+// split-K, and partial sums would take the GEMM off the library.
+//
 // Refusals, each logged under --debug-only=split-k: a GEMM that already fills the GPU, a K too
 // short to cut, a non-f32 result (the partials would round at its precision), a node already
 // split.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 #include <unordered_set>
 
+#include "ir/diagnostic.h"
 #include "passes/pass.h"
 #include "passes/rewrite_util.h"
 
@@ -56,6 +67,7 @@ constexpr int64_t kMinForwardChunk = 128;  // a forward K is hundreds or thousan
 // GEMM time, estimated at the FMA template's ceiling (half of an H100's 66.9 TFLOP/s) on the
 // share of the SMs its blocks occupy. The seed CNN at batch 1 to 16 stays whole.
 constexpr double kTemplateFlopsPerSecond = 0.5 * 66.9e12;
+constexpr double kDramBytesPerSecond = 3.35e12;
 constexpr double kMinSavedSeconds = 10e-6;
 constexpr int64_t kChunkAlign = 64;
 
@@ -70,6 +82,15 @@ struct GemmShape {
 
 GemmShape gemm_shape(const ir::Node& node) {
   GemmShape g;
+  if (node.op == ir::OpId::Dense) {  // x [..., K] @ weight[N, K]^T
+    const ir::Shape& w = node.inputs[1]->type.shape;
+    g.m = ir::num_elements(node.inputs[0]->type.shape) / w[1];
+    g.n = w[0];
+    g.k = w[1];
+    g.min_chunk = kMinForwardChunk;
+    g.k_is = "input features";
+    return g;
+  }
   g.groups = std::get<int64_t>(node.attrs.at("groups"));
   if (node.op == ir::OpId::Conv2dGradWeight) {
     const ir::Shape& dy = node.inputs[0]->type.shape;
@@ -90,15 +111,21 @@ GemmShape gemm_shape(const ir::Node& node) {
   return g;
 }
 
-// The chunk size to split `node` by, or 0 with the reason in `why`.
-int64_t choose_chunk(const ir::Node& node, std::string& why) {
+// The chunk size to split `node` by, or 0 with the reason in `why`. `whole`: the forward ops a
+// vendor library computes (option whole=conv2d+dense).
+int64_t choose_chunk(const ir::Node& node, const std::set<std::string>& whole, std::string& why) {
   if (std::get<int64_t>(node.attrs.at("k_chunk")) > 0) {
     why = "already split";
     return 0;
   }
+  const bool forward = node.op != ir::OpId::Conv2dGradWeight;
+  if (forward && whole.count(std::string(ir::to_string(node.op)))) {
+    why = fmt::format("a vendor library computes {} (--library), with a split-K of its own",
+                      ir::to_string(node.op));
+    return 0;
+  }
   if (node.results[0]->type.dtype != ir::DType::F32) {
-    why = fmt::format("the {} is {}: partial sums would round to it",
-                      node.op == ir::OpId::Conv2d ? "result" : "gradient",
+    why = fmt::format("the {} is {}: partial sums would round to it", forward ? "result" : "gradient",
                       ir::dtype_name(node.results[0]->type.dtype));
     return 0;
   }
@@ -117,10 +144,17 @@ int64_t choose_chunk(const ir::Node& node, std::string& why) {
                       g.min_chunk);
     return 0;
   }
-  if (node.op == ir::OpId::Conv2d) {
+  if (forward) {
+    // The GEMM's time on the share of the SMs its grid occupies: its FLOPs at the template's
+    // ceiling, or its operands and result at the DRAM bandwidth (a 1-row dense reads a whole
+    // weight matrix for a few FLOPs per byte).
     const double flops = 2.0 * static_cast<double>(g.m * g.n * g.k * g.groups);
+    double bytes = static_cast<double>(ir::num_elements(node.results[0]->type.shape));
+    for (const ir::Value* operand : node.inputs) bytes += static_cast<double>(ir::num_elements(operand->type.shape));
+    bytes *= static_cast<double>(ir::dtype_size(node.results[0]->type.dtype));
     const auto seconds = [&](int64_t grid) {
-      return flops / (kTemplateFlopsPerSecond * std::min(1.0, static_cast<double>(grid) / kSms));
+      const double share = std::min(1.0, static_cast<double>(grid) / kSms);
+      return std::max(flops / (kTemplateFlopsPerSecond * share), bytes / (kDramBytesPerSecond * share));
     };
     const double saved = seconds(blocks) - seconds(blocks * ceil_div(g.k, chunk));
     if (saved < kMinSavedSeconds) {
@@ -136,11 +170,24 @@ int64_t choose_chunk(const ir::Node& node, std::string& why) {
 }  // namespace
 
 bool SplitK::run(ir::Graph& graph, PassContext& context) {
+  context.check_options(kPass, {"whole"});
+  std::set<std::string> whole;
+  const std::string whole_option = context.option("whole", "");
+  for (size_t begin = 0; begin < whole_option.size();) {
+    const size_t end = std::min(whole_option.find('+', begin), whole_option.size());
+    const std::string op = whole_option.substr(begin, end - begin);
+    if (op != "conv2d" && op != "dense")
+      throw Error("", fmt::format("pass '{}': option whole: '{}' is not conv2d or dense", kPass, op));
+    whole.insert(op);
+    begin = end + 1;
+  }
   std::vector<std::pair<ir::Node*, int64_t>> splits;
   for (const auto& node : graph.nodes()) {
-    if (node->op != ir::OpId::Conv2dGradWeight && node->op != ir::OpId::Conv2d) continue;
+    if (node->op != ir::OpId::Conv2dGradWeight && node->op != ir::OpId::Conv2d &&
+        node->op != ir::OpId::Dense)
+      continue;
     std::string why;
-    const int64_t chunk = choose_chunk(*node, why);
+    const int64_t chunk = choose_chunk(*node, whole, why);
     const std::string who = fmt::format("{} (%{})", node->describe(), node->results[0]->name);
     if (chunk == 0) {
       context.debug(kPass, fmt::format("not split: {}: {}", who, why));
@@ -163,8 +210,10 @@ bool SplitK::run(ir::Graph& graph, PassContext& context) {
     partials_shape.insert(partials_shape.end(), old_out->type.shape.begin(), old_out->type.shape.end());
     ir::AttrMap attrs = node->attrs;
     attrs["k_chunk"] = chunk;
-    // A forward conv's bias is added once, after the sum.
-    const bool biased = node->op == ir::OpId::Conv2d && node->inputs.size() > 2;
+    // A forward GEMM's bias is added once, after the sum: along a conv's channels (axis 1), a
+    // dense's features (its last axis).
+    const bool biased = node->op != ir::OpId::Conv2dGradWeight && node->inputs.size() > 2;
+    const int64_t bias_axis = node->op == ir::OpId::Dense ? old_out->type.rank() - 1 : 1;
     std::vector<ir::Value*> operands = node->inputs;
     if (biased) operands.pop_back();
     ir::Node* partials = graph.insert_node_before(
@@ -180,14 +229,16 @@ bool SplitK::run(ir::Graph& graph, PassContext& context) {
     if (biased) {
       result = graph.insert_node_before(
           node, ir::OpId::BiasAdd, node->name.empty() ? "" : node->name + ".bias",
-          {sum->results[0], node->inputs[2]}, {{"axis", int64_t{1}}}, {{out_name, old_out->type}},
+          {sum->results[0], node->inputs[2]}, {{"axis", bias_axis}}, {{out_name, old_out->type}},
           node->loc);
     }
     replacements[old_out] = result->results[0];
     dead.insert(node);
     context.debug(kPass, fmt::format("split %{}: {} chunks of {} {}, then reduce_sum{}",
                                      out_name, chunks, chunk,
-                                     node->op == ir::OpId::Conv2d ? "patch terms" : "batch pixels",
+                                     node->op == ir::OpId::Conv2d  ? "patch terms"
+                                     : node->op == ir::OpId::Dense ? "input features"
+                                                                   : "batch pixels",
                                      biased ? " and bias_add" : ""));
   }
   replace_and_erase(graph, replacements, dead);

@@ -202,6 +202,7 @@ GemmSpec dense_gemm(const KernelRequest& request) {
   spec.out_index = "row * kN + col";
   if (node.inputs.size() > 2)
     spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
+  stack_split_partials(spec, attr<int64_t>(node, "k_chunk"), spec.m * n);
   spec.what = fmt::format("x * weight^T as tiled GEMM{}",
                           node.inputs.size() > 2 ? " + bias in the epilogue" : "");
   return spec;

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "codegen/library_dispatch.h"
 #include "compiler/api/api_internal.h"
 #include "compiler/package_builder.h"
 #include "compiler/trainer.h"
@@ -23,8 +24,11 @@ Model Model::load(const std::string& path, const Options& options) {
   request.model = path;
   request.archs = options.archs;
   request.opt_level = options.opt_level;
-  request.pipeline = passes::inference_pipeline(options.opt_level);
-  request.run_pipeline = compiler::default_pipeline(options.opt_level);
+  // The default --library (auto): split-k leaves the GEMMs cuDNN and cuBLASLt compute whole.
+  const codegen::LibrarySelection libraries = codegen::parse_library_flag(request.library);
+  request.pipeline = passes::keep_vendor_gemms_whole(passes::inference_pipeline(options.opt_level),
+                                                     libraries.cudnn, libraries.cublaslt);
+  request.run_pipeline = compiler::pipeline_runner(request.pipeline);
   if (options.train_batch_size > 0)
     request.train = compiler::PackageRequest::Training{options.train_batch_size, options.optimizer, 0};
   std::unique_ptr<runtime::KernelCache> cache;

@@ -116,13 +116,18 @@ Results dense(const ir::Node& node, const Inputs& in) {
       in.size() > 2 ? in[2]->to_doubles() : std::vector<double>(ws[0], 0.0);
   const int64_t N = ws[0], K = ws[1];
   const int64_t rows = in[0]->num_elements() / K;
-  std::vector<double> out(static_cast<size_t>(rows * N));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t n = 0; n < N; ++n) {
-      double sum = bias[n];
-      for (int64_t k = 0; k < K; ++k) sum += x[r * K + k] * w[n * K + k];
-      out[r * N + n] = sum;
-    }
+  // k_chunk > 0 (split-K): one partial result per chunk of k_chunk input features, stacked
+  // along a new first dim.
+  const int64_t chunk = ref::attr_int(node, "k_chunk") > 0 ? ref::attr_int(node, "k_chunk") : K;
+  const int64_t chunks = (K + chunk - 1) / chunk;
+  std::vector<double> out(static_cast<size_t>(chunks * rows * N));
+  for (int64_t s = 0; s < chunks; ++s)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = bias[n];
+        for (int64_t k = s * chunk; k < std::min(K, (s + 1) * chunk); ++k) sum += x[r * K + k] * w[n * K + k];
+        out[(s * rows + r) * N + n] = sum;
+      }
   return {ref::make_result(node, out)};
 }
 

@@ -31,6 +31,9 @@ Ints axes_except(int rank, int keep) {
 // dense: y = x W^T + b over x [..., K], W [N, K]. With the leading dims flattened to M rows:
 // dx = dy W, dW = dy^T x, db = column sums of dy.
 Grads dense_rule(GradBuilder& b, const Node& n, const Grads& dy) {
+  if (std::get<int64_t>(n.attrs.at("k_chunk")) > 0)
+    throw Error(n.loc.render(), n.describe() + ": a split-K dense (k_chunk) has no gradient rule; "
+                                               "split after autodiff, as the training pipeline does");
   const Shape& x_shape = n.inputs[0]->type.shape;
   const Shape& w_shape = n.inputs[1]->type.shape;
   const int64_t rows = num_elements(x_shape) / x_shape.back();

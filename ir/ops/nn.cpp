@@ -198,6 +198,16 @@ Types infer_dense(const InferContext& ctx) {
                   1};
   if (ctx.inputs.size() == 3) require_vector(ctx, 2, "bias", weight[0], "one per output feature");
   out.back() = weight[0];
+  const int64_t chunk = ctx.get_int("k_chunk");
+  if (chunk < 0) throw OpError{"attribute 'k_chunk' must be >= 0, got " + str(chunk), -1, "k_chunk"};
+  if (chunk > 0) {
+    // Split-K: one partial result per chunk of the K input features.
+    if (ctx.inputs.size() == 3)
+      throw OpError{"a split-K dense (k_chunk " + str(chunk) +
+                        ") makes partial sums and takes no bias: add it after their sum",
+                    2};
+    out.insert(out.begin(), (weight[1] + chunk - 1) / chunk);
+  }
   return {checked_result(ctx.inputs[0].dtype, std::move(out))};
 }
 

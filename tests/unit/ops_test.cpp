@@ -142,6 +142,16 @@ TEST(OpsConv2d, SplitKPartials) {
                   "attribute 'k_chunk' must be >= 0, got -1", -1, "k_chunk");
 }
 
+TEST(OpsDense, SplitKPartials) {
+  EXPECT_EQ(infer("dense", {f32({2, 5, 100}), f32({7, 100})}, {{"k_chunk", int64_t{48}}}), "f32[3,2,5,7]");
+  EXPECT_EQ(infer("dense", {f32({1, 64}), f32({10, 64})}, {{"k_chunk", int64_t{64}}}), "f32[1,1,10]");
+  EXPECT_OP_ERROR(infer_error("dense", {f32({1, 64}), f32({10, 64}), f32({10})}, {{"k_chunk", int64_t{32}}}),
+                  "a split-K dense (k_chunk 32) makes partial sums and takes no bias: add it after their sum",
+                  2, "");
+  EXPECT_OP_ERROR(infer_error("dense", {f32({1, 64}), f32({10, 64})}, {{"k_chunk", int64_t{-2}}}),
+                  "attribute 'k_chunk' must be >= 0, got -2", -1, "k_chunk");
+}
+
 TEST(OpsConv2d, OperandErrors) {
   EXPECT_OP_ERROR(infer_error("conv2d", {f32({3, 8, 8}), f32({4, 3, 3, 3})}),
                   "input must have rank 4, got f32[3,8,8]", 0, "");
