@@ -406,8 +406,11 @@ class ProgramBuilder {
       const std::vector<std::string> locals = fused_kernel_locals(node);
       graph_names.insert(graph_names.end(), locals.begin(), locals.end());
     }
+    // The key holds what the runtime reads off the kernel too: identical code carves the same
+    // shared memory and cooperates the same way, but a launch takes these from the table.
+    const std::string launch = fmt::format("{} {} {}|", bounds, spec.shared_bytes, spec.uses_barriers);
     const auto [same, first] =
-        entry_of_code_.try_emplace(bounds + code_key(definition, graph_names), kernel.name);
+        entry_of_code_.try_emplace(launch + code_key(definition, graph_names), kernel.name);
     if (!first) {
       kernel.entry = same->second;
       kernels_text += fmt::format("// {}: the same code as {}, which it launches\n\n", kernel.name, kernel.entry);
@@ -426,7 +429,7 @@ class ProgramBuilder {
   Program program_;
   std::unordered_map<const ir::Value*, int> buffer_of_;
   std::unordered_map<const ir::Node*, DynamicRows> dynamic_rows_;
-  std::unordered_map<std::string, std::string> entry_of_code_;  // launch bounds + code -> kernel
+  std::unordered_map<std::string, std::string> entry_of_code_;  // launch figures + code -> kernel
   int kernel_index_ = 0;
 };
 

@@ -15,6 +15,7 @@ struct Options {
   compiler::TrainOptions train;
   CacheFlags cache;
   PrecisionFlag precision;
+  LibraryFlag library;
 };
 
 int run(Options& options, const CLI::App& command) {
@@ -23,7 +24,9 @@ int run(Options& options, const CLI::App& command) {
   for (const char* flag : compiler::StepScalarFlags::kFlags)
     if (command.count(flag) > 0) options.train.compile_time_flags.push_back(flag);
   if (command.count("--precision") > 0) options.train.compile_time_flags.push_back("--precision");
+  if (command.count("--library") > 0) options.train.compile_time_flags.push_back("--library");
   options.train.precision = options.precision.value();
+  options.train.libraries = options.library.selection();
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   options.train.cache = cache.get();
   options.train.verbose = options.cache.verbose;
@@ -106,6 +109,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--print-plan", t.print_plan,
                 "print the training step's kernel count and activation arena");
   options->precision.add_to(*cmd);
+  options->library.add_to(*cmd);
   options->cache.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};
 }

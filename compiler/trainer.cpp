@@ -474,8 +474,8 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   check_sample_shape(input_name, input_shape, test_set);
   TrainingPrograms programs =
       packaged ? std::move(*packaged)
-               : build_training_programs(options.model, batch_size, options.seed, optimizer, {},
-                                         options.precision);
+               : build_training_programs(options.model, batch_size, options.seed, optimizer,
+                                         options.libraries, options.precision);
 
   if (!options.quiet)
     out << fmt::format("kiln train: {} on {} ({} train / {} test samples), batch {}, {}, "
@@ -488,6 +488,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   exe_options.backend = backend;
   exe_options.cache = options.cache;
   exe_options.verbose = options.verbose;
+  exe_options.cuda.libraries = options.libraries;
   const int kernels_per_step = static_cast<int>(programs.step.kernels.size());
   if (options.print_plan) print_plan(programs.step, programs.info, out);
   const runtime::CudaBinary* step_binary = nullptr;

@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "codegen/library_call.h"
 #include "codegen/precision.h"
 #include "compiler/training_graph.h"
 #include "runtime/executor/executable.h"
@@ -39,6 +40,9 @@ struct TrainOptions {
   StepScalarFlags step_scalars;
   std::string backend = "auto";    // auto, host, cuda
   codegen::Precision precision = codegen::Precision::F32;  // --precision: the GEMMs' arithmetic
+  // --library: the vendor libraries the CUDA backend may call (as kiln compile --train; split-k
+  // leaves the forward GEMMs they compute whole).
+  codegen::LibrarySelection libraries{true, true};
   std::string checkpoint;          // written after every epoch (and at the end)
   std::string resume;              // a checkpoint to continue from
   int64_t train_samples = 0;       // 0: the whole split

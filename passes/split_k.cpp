@@ -177,7 +177,9 @@ bool SplitK::run(ir::Graph& graph, PassContext& context) {
     const size_t end = std::min(whole_option.find('+', begin), whole_option.size());
     const std::string op = whole_option.substr(begin, end - begin);
     if (op != "conv2d" && op != "dense")
-      throw Error("", fmt::format("pass '{}': option whole: '{}' is not conv2d or dense", kPass, op));
+      throw Error("--passes", fmt::format("pass '{}': option whole={}: '{}' is not conv2d or dense "
+                                          "(expected conv2d, dense or conv2d+dense)",
+                                          kPass, whole_option, op));
     whole.insert(op);
     begin = end + 1;
   }
