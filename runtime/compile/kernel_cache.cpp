@@ -1,10 +1,12 @@
 // The on-disk cache of compiled code.
 //
 // Layout: an entry is two files in the cache directory,
-//   <digest>.meta             "kiln-cache-entry 1", the payload's size and checksum, the key
-//   <digest>.<checksum>.bin   the payload, byte for byte: a cubin, PTX text, or a host .so that
-//                             dlopen loads straight from the cache, so it carries nothing of ours
-// where <digest> is CacheKey::digest() and <checksum> the FNV-1a hash of the payload.
+//   <digest>.meta             "kiln-cache-entry 2", the payload's size and checksum, the key
+//   <digest>.<checksum>.bin   the payload, byte for byte: a cubin, PTX text, a host .so that
+//                             dlopen loads straight from the cache (so it carries nothing of
+//                             ours), or a package
+// where <digest> is CacheKey::digest() and <checksum> the payload's hash_bytes (XXH3: a cached
+// package is 100 MB, checked on every lookup). Version 1 entries (FNV-1a checksums) are misses.
 //
 // Writers write each file to a unique temporary name in the same directory and rename it into
 // place (atomic within a file system): first the payload, then the metadata that names it.
@@ -34,14 +36,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
 
 #include <fmt/format.h>
+// Header-only: XXH3 inlined here, nothing to link (Debian's libxxhash-dev).
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "ir/diagnostic.h"
+#include "runtime/compile/mapped_file.h"
 
 namespace kiln::runtime {
 
@@ -49,7 +56,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view kMetaMagic = "kiln-cache-entry 1";
+constexpr std::string_view kMetaMagic = "kiln-cache-entry 2";
+constexpr std::string_view kOldMetaMagic = "kiln-cache-entry 1\n";  // FNV-1a checksums
 constexpr std::string_view kPayloadSuffix = ".bin";
 constexpr std::string_view kMetaSuffix = ".meta";
 constexpr std::string_view kTempMarker = ".tmp.";
@@ -216,6 +224,8 @@ fs::path payload_path(const std::string& dir, const std::string& digest,
 
 std::string hash_text(std::string_view text) { return hex16(fnv1a(text)); }
 
+std::string hash_bytes(std::string_view bytes) { return hex16(XXH3_64bits(bytes.data(), bytes.size())); }
+
 std::string CacheKey::digest() const {
   // Length-prefixed fields: ("ab", "c") and ("a", "bc") must not collide.
   uint64_t hash = fnv1a("kiln-cache-key");
@@ -267,7 +277,7 @@ std::string KernelCache::default_directory() {
 namespace {
 
 struct Verified {
-  std::optional<std::string> bytes;
+  std::unique_ptr<MappedFile> mapped;  // the verified payload
   fs::path payload;
   std::string why;      // on a miss
   std::string corrupt;  // non-empty: the entry exists but is damaged
@@ -281,6 +291,11 @@ Verified verify(const std::string& dir, const CacheKey& key) {
     return result;
   }
   const std::optional<Meta> meta = parse_meta(*meta_text);
+  if (!meta && starts_with(*meta_text, kOldMetaMagic)) {
+    // Not damage: an older kiln's entry, with another checksum. store() replaces it.
+    result.why = "an entry in an older format";
+    return result;
+  }
   if (!meta) {
     result.corrupt = "unreadable metadata";
     return result;
@@ -291,27 +306,35 @@ Verified verify(const std::string& dir, const CacheKey& key) {
     return result;
   }
   result.payload = payload_path(dir, key.digest(), meta->checksum);
-  std::optional<std::string> bytes = read_file(result.payload);
-  if (!bytes) {
+  std::error_code error;
+  if (!fs::is_regular_file(result.payload, error)) {
     result.why = "incomplete entry (payload missing)";
     return result;
   }
-  if (bytes->size() != meta->size) {
-    result.corrupt = fmt::format("truncated: {} of {} bytes", bytes->size(), meta->size);
+  std::unique_ptr<MappedFile> mapped;
+  try {
+    mapped = std::make_unique<MappedFile>(result.payload.string());
+  } catch (const Error&) {
+    result.why = "incomplete entry (payload unreadable)";
     return result;
   }
-  if (hash_text(*bytes) != meta->checksum) {
+  const std::string_view bytes = mapped->bytes();
+  if (bytes.size() != meta->size) {
+    result.corrupt = fmt::format("truncated: {} of {} bytes", bytes.size(), meta->size);
+    return result;
+  }
+  if (hash_bytes(bytes) != meta->checksum) {
     result.corrupt = "checksum mismatch";
     return result;
   }
-  result.bytes = std::move(bytes);
+  result.mapped = std::move(mapped);
   return result;
 }
 
 // verify(), plus what a damaged entry calls for: one report, and removal so that it is rebuilt.
 Verified fetch(const std::string& dir, const CacheKey& key, std::string* why) {
   Verified result = verify(dir, key);
-  if (result.bytes) return result;
+  if (result.mapped) return result;
   if (!result.corrupt.empty()) {
     const std::string digest = key.digest();
     report_corrupt_once(digest, result.corrupt);
@@ -328,18 +351,20 @@ Verified fetch(const std::string& dir, const CacheKey& key, std::string* why) {
 }  // namespace
 
 std::optional<std::string> KernelCache::read(const CacheKey& key, std::string* why) const {
-  return fetch(directory_, key, why).bytes;
+  const Verified result = fetch(directory_, key, why);
+  if (!result.mapped) return std::nullopt;
+  return std::string(result.mapped->bytes());
 }
 
 std::optional<std::string> KernelCache::lookup(const CacheKey& key, std::string* why) const {
-  Verified result = fetch(directory_, key, why);
-  if (!result.bytes) return std::nullopt;
+  const Verified result = fetch(directory_, key, why);
+  if (!result.mapped) return std::nullopt;
   return result.payload.string();
 }
 
 std::string KernelCache::store(const CacheKey& key, std::string_view bytes) const {
   const std::string digest = key.digest();
-  const Meta meta{bytes.size(), hash_text(bytes), key.describe()};
+  const Meta meta{bytes.size(), hash_bytes(bytes), key.describe()};
   const fs::path payload = payload_path(directory_, digest, meta.checksum);
 
   // The payload this entry named before, if its bytes differ: deleted below once stale.

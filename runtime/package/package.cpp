@@ -17,21 +17,16 @@
 // format is documented for users in docs/packages.md.
 #include "runtime/package/package.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <memory>
 
 #include "ir/diagnostic.h"
+#include "runtime/compile/mapped_file.h"
 #include "runtime/cuda/plan.h"
 #include "runtime/package/program_json.h"
 
@@ -344,24 +339,9 @@ Package read_package(const std::string& path) {
   if (!error && std::filesystem::is_regular_file(status)) {
     // Mapped, not read: parsing copies what it keeps (the weights into their tensors), so a read
     // would copy ResNet-50's 106 MB twice (load 235 ms with a character iterator, 123 ms with
-    // one read, 65 ms mapped). kiln writes packages by renaming a new file into place, so a
-    // mapped package does not change under the reader.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(path, "cannot open: " + std::string(std::strerror(errno)));
-    struct stat info {};
-    if (::fstat(fd, &info) != 0) {
-      const int saved = errno;
-      ::close(fd);
-      throw Error(path, "cannot read: " + std::string(std::strerror(saved)));
-    }
-    const size_t size = static_cast<size_t>(info.st_size);
-    void* mapped = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int saved = errno;
-    ::close(fd);
-    if (mapped == MAP_FAILED) throw Error(path, "cannot map: " + std::string(std::strerror(saved)));
-    const std::unique_ptr<void, std::function<void(void*)>> unmap(
-        mapped, [size](void* p) { if (p != nullptr) ::munmap(p, size); });
-    return parse_package(std::string_view(static_cast<const char*>(mapped), size), path);
+    // one read, 65 ms mapped).
+    const MappedFile mapped(path);
+    return parse_package(mapped.bytes(), path);
   }
   // A pipe or a device: read to its end.
   std::ifstream file(path, std::ios::binary);

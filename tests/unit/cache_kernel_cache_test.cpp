@@ -69,6 +69,29 @@ TEST(CacheKeyTest, HashAndDigestAreStable) {
   EXPECT_NE(key.describe().find("kind=cubin target=sm_90"), std::string::npos);
 }
 
+TEST(CacheKeyTest, ContentHashIsXxh3) {
+  // XXH3-64's published value for no input: the hash is stable across runs, builds and machines.
+  EXPECT_EQ(hash_bytes(""), "2d06800538d394c2");
+  EXPECT_NE(hash_bytes(std::string(1 << 20, 'a')), hash_bytes(std::string((1 << 20) + 1, 'a')));
+}
+
+TEST(CacheTest, OlderFormatEntryIsAQuietMiss) {
+  const fs::path dir = fresh_test_dir();
+  KernelCache cache(dir.string());
+  const std::string digest = sample_key().digest();
+  // What kiln wrote before its checksums became XXH3: not damage, so nothing is reported.
+  write_raw(dir / (digest + "." + hash_text("old") + ".bin"), "old");
+  write_raw(dir / (digest + ".meta"), "kiln-cache-entry 1\nsize 3\nchecksum " + hash_text("old") +
+                                          "\nkey " + sample_key().describe() + "\n");
+  ::testing::internal::CaptureStderr();
+  std::string why;
+  EXPECT_FALSE(cache.lookup(sample_key(), &why));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(why, "an entry in an older format");
+  cache.store(sample_key(), "new");
+  EXPECT_EQ(cache.read(sample_key()), "new");
+}
+
 TEST(CacheTest, StoreThenHit) {
   const fs::path dir = fresh_test_dir();
   KernelCache cache(dir.string());
