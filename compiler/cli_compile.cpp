@@ -3,6 +3,7 @@
 // `kiln train` and `kiln inspect` take in place of the model (runtime/package/package.h).
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "compiler/cli.h"
@@ -80,9 +81,12 @@ int run(const Options& options, const CLI::App& command) {
   // whole build as one phase.
   if (!options.train)
     request.record_phase = [&timer](const std::string& phase, double ms) { timer.add(phase, ms); };
-  const runtime::Package package = options.train
+  // Inspecting the passes (dumps, logs, fuel) means running them: no package from the cache.
+  request.reuse_package = !options.pipeline.observes();
+  const compiler::BuiltPackage built = options.train
       ? timer.time("compile", [&] { return compiler::build_package(request); })
       : compiler::build_package(request);
+  const runtime::Package& package = built.package;
 
   if (options.emit == "cuda-project") {
     compiler::write_cuda_project(package, options.output);
@@ -104,10 +108,15 @@ int run(const Options& options, const CLI::App& command) {
     if (options.timings) timer.print();
     return kExitOk;
   }
-  const std::string bytes = timer.time("write", [&] {
-    std::string serialized = runtime::serialize_package(package);
+  // The package cache's entry is this package, byte for byte: copied, not serialized again.
+  const size_t written_bytes = timer.time("write", [&] {
+    if (!built.cache_entry.empty()) {
+      compiler::copy_file_atomically(built.cache_entry, options.output);
+      return static_cast<size_t>(std::filesystem::file_size(built.cache_entry));
+    }
+    const std::string serialized = runtime::serialize_package(package);
     compiler::write_file_atomically(options.output, serialized);
-    return serialized;
+    return serialized.size();
   });
 
   int64_t weight_bytes = 0;
@@ -116,7 +125,7 @@ int run(const Options& options, const CLI::App& command) {
   for (const runtime::PackageProgram& p : package.programs)
     programs += fmt::format("{}{} {} kernels", programs.empty() ? "" : ", ", p.role, p.program.kernels.size());
   std::cout << fmt::format("wrote {}: {} bytes ({}; {} weights, {} bytes; cubins {}{})\n", options.output,
-                           bytes.size(), programs, package.weights.size(), weight_bytes,
+                           written_bytes, programs, package.weights.size(), weight_bytes,
                            fmt::join(options.archs, ", "),
                            options.no_ptx ? ", no PTX" : ", PTX " + package.programs[0].binary.ptx_arch);
   if (options.timings) timer.print();

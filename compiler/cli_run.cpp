@@ -11,6 +11,7 @@
 #include "compiler/model_loader.h"
 #include "compiler/pipeline_flags.h"
 #include "compiler/npy.h"
+#include "compiler/package_builder.h"
 #include "compiler/output_file.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
@@ -214,8 +215,15 @@ std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
   return outputs;
 }
 
-// A package: its inference program, with the code it carries (no NVRTC on the GPU; the host
-// backend compiles the packaged source once into the kernel cache).
+// A package's inference program, with the code it carries (no NVRTC on the GPU; the host
+// backend compiles the packaged source once into the kernel cache). `path`: the package file,
+// or the model it was just built from.
+std::vector<ir::Tensor> run_inference_program(Options options, const runtime::Package& package,
+                                              const std::string& path,
+                                              std::map<std::string, ir::Tensor>& inputs,
+                                              std::vector<std::string>& output_names, PhaseTimer& timer);
+
+// A package file.
 std::vector<ir::Tensor> run_package(Options options, const CLI::App& command,
                                     std::map<std::string, ir::Tensor>& inputs,
                                     std::vector<std::string>& output_names, PhaseTimer& timer) {
@@ -228,8 +236,45 @@ std::vector<ir::Tensor> run_package(Options options, const CLI::App& command,
     throw Error("--precision", "a package is already compiled (kiln compile --precision chooses "
                                "it); pass the model to choose the precision here");
   const runtime::Package package = timer.time("load", [&] { return runtime::read_package(options.model); });
+  return run_inference_program(options, package, options.model, inputs, output_names, timer);
+}
+
+// A model file on the host or CUDA backend: built into a package as kiln compile builds one, so
+// that a second run finds it in the package cache (compiler/package_cache.h). For the host
+// backend the package holds no device code: nothing runs NVRTC.
+std::vector<ir::Tensor> run_model(Options options, const compiler::ImportOptions& import,
+                                  std::map<std::string, ir::Tensor>& inputs,
+                                  std::vector<std::string>& output_names, PhaseTimer& timer) {
+  options.backend = resolve_backend(options);
+  compiler::PackageRequest request;
+  request.model = options.model;
+  request.import = import;
+  if (options.backend == "host") {
+    request.archs.clear();
+    request.ptx = false;
+  }
+  request.library = options.library.text;
+  request.precision = options.precision.value();
+  request.opt_level = options.pipeline.opt_level;
+  request.pipeline = options.pipeline.pass_names(options.library.selection());
+  request.run_pipeline = [&](ir::Graph& graph, compiler::PassDecisions* decisions) {
+    options.pipeline.run(graph, decisions, options.library.selection());
+  };
+  std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
+  request.cache = cache.get();
+  request.reuse_package = !options.pipeline.observes();
+  request.verbose = options.cache.verbose;
+  request.record_phase = [&timer](const std::string& phase, double ms) { timer.add(phase, ms); };
+  const runtime::Package package = compiler::build_package(request).package;
+  return run_inference_program(options, package, options.model, inputs, output_names, timer);
+}
+
+std::vector<ir::Tensor> run_inference_program(Options options, const runtime::Package& package,
+                                              const std::string& path,
+                                              std::map<std::string, ir::Tensor>& inputs,
+                                              std::vector<std::string>& output_names, PhaseTimer& timer) {
   const runtime::PackageProgram* program = package.find(runtime::kInferenceProgram);
-  if (!program) throw Error(options.model, "the package has no inference program");
+  if (!program) throw Error(path, "the package has no inference program");
   output_names = program->program.output_names;
   options.backend = resolve_backend(options);
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
@@ -244,12 +289,12 @@ std::vector<ir::Tensor> run_package(Options options, const CLI::App& command,
     std::string why;
     if (!runtime::cuda::cuda_available(&why))
       throw Error("--backend=cuda", why + "; use --backend=host to run the same kernels on the CPU");
-    runtime::require_code_for(program->binary, runtime::cuda::cuda_device_info(0).sm, options.model);
+    runtime::require_code_for(program->binary, runtime::cuda::cuda_device_info(0).sm, path);
   }
   conform_inputs(inputs, options, input_slots(program->program));
   const std::vector<ir::Tensor> ordered = ordered_inputs(input_slots(program->program), inputs);
   auto executable = timer.time("compile", [&] {
-    return runtime::Executable::create(program->program, package.parameters(program->program, options.model),
+    return runtime::Executable::create(program->program, package.parameters(program->program, path),
                                        exe, &program->binary);
   });
   runtime::RunProfile profile;
@@ -275,21 +320,26 @@ int run(const Options& options, const CLI::App& command) {
         import.input_shapes.emplace(name, tensor.shape());
         import.input_values.emplace(name, tensor);
       }
-    ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, import); });
-    timer.time("weights", [&] { compiler::load_parameter_data(graph); });
-    timer.time("passes", [&] { options.pipeline.run(graph, nullptr, options.library.selection()); });
-    conform_inputs(inputs, options, input_slots(graph));
-    if (options.backend == "reference") {
-      if (!options.profile.empty())
-        throw Error("--profile", "times generated kernels; the reference interpreter runs none "
-                                 "(use --backend=host or cuda)");
-      outputs = timer.time("run", [&] { return run_reference(graph, inputs); });
+    if (options.backend != "reference" && options.model != "-") {
+      outputs = run_model(options, import, inputs, output_names, timer);
     } else {
-      outputs = run_compiled(options, graph, ordered_inputs(input_slots(graph), inputs), timer);
+      // The reference interpreter runs the graph; a model from stdin has no file to key the
+      // package cache by, so it is compiled here.
+      ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, import); });
+      timer.time("weights", [&] { compiler::load_parameter_data(graph); });
+      timer.time("passes", [&] { options.pipeline.run(graph, nullptr, options.library.selection()); });
+      conform_inputs(inputs, options, input_slots(graph));
+      if (options.backend == "reference") {
+        if (!options.profile.empty())
+          throw Error("--profile", "times generated kernels; the reference interpreter runs none "
+                                   "(use --backend=host or cuda)");
+        outputs = timer.time("run", [&] { return run_reference(graph, inputs); });
+      } else {
+        outputs = run_compiled(options, graph, ordered_inputs(input_slots(graph), inputs), timer);
+      }
+      for (size_t i = 0; i < outputs.size(); ++i) output_names.push_back(graph.output_name(i));
     }
-    for (size_t i = 0; i < outputs.size(); ++i) output_names.push_back(graph.output_name(i));
   }
-
 
   if (!options.output_dir.empty()) {
     std::error_code ec;
@@ -328,7 +378,8 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("-i,--input", options->inputs, "graph input as NAME=FILE.npy (repeatable)");
   cmd->add_option("-o,--output-dir", options->output_dir, "write each output as NAME.npy in this directory");
   cmd->add_flag("--timings", options->timings,
-                "print the time of each phase (parse, weights, codegen, compile, load, run) on stderr");
+                "print the time of each phase on stderr (parse, cache; on a miss weights, passes, codegen, "
+                "nvrtc, store; load, compile, run)");
   cmd->add_option("--profile", options->profile,
                   "write a Chrome trace (chrome://tracing, Perfetto) of the run to this file: one "
                   "event per kernel (host: wall time; cuda: CUDA events)");

@@ -10,4 +10,7 @@ namespace kiln::compiler {
 // Throws kiln::Error naming the path on failure; the temporary file is removed.
 void write_file_atomically(const std::string& path, std::string_view contents);
 
+// The same for a copy of the file `from`.
+void copy_file_atomically(const std::string& from, const std::string& path);
+
 }  // namespace kiln::compiler

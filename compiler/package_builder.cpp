@@ -9,6 +9,7 @@
 #include "codegen/emit.h"
 #include "codegen/library_dispatch.h"
 #include "compiler/model_loader.h"
+#include "compiler/package_cache.h"
 #include "compiler/parameters.h"
 #include "compiler/trainer.h"
 #include "ir/diagnostic.h"
@@ -48,6 +49,8 @@ auto timed(const PackageRequest& request, const char* phase, F&& work) {
 
 runtime::PackageProgram compile_program(const PackageRequest& request, std::string role,
                                         codegen::Program program) {
+  // No arch and no PTX: a package for the host backend (kiln run), which compiles the source.
+  if (request.archs.empty() && !request.ptx) return {std::move(role), std::move(program), {}};
   runtime::NvrtcOptions nvrtc;
   nvrtc.archs = request.archs;
   nvrtc.cache = request.cache;
@@ -83,7 +86,7 @@ std::function<void(ir::Graph&, PassDecisions*)> pipeline_runner(std::vector<std:
   };
 }
 
-runtime::Package build_package(const PackageRequest& request) {
+BuiltPackage build_package(const PackageRequest& request) {
   if (runtime::is_package_file(request.model))
     throw Error(request.model, "this is already a package; kiln compile takes a model (.json or IR)");
   const std::string model_bytes = read_model_bytes(request.model);
@@ -93,7 +96,7 @@ runtime::Package build_package(const PackageRequest& request) {
   runtime::PackageManifest& m = package.manifest;
   m.kiln_version = KILN_VERSION;
   m.model = std::filesystem::path(request.model).filename().string();
-  m.model_hash = runtime::hash_text(model_bytes);
+  m.model_hash = runtime::hash_bytes(model_bytes);
   m.archs = request.archs;
   m.options = {{"library", request.library},
                {"precision", std::string(codegen::precision_name(request.precision))},
@@ -113,9 +116,22 @@ runtime::Package build_package(const PackageRequest& request) {
     package.programs.push_back(compile_program(request, std::string(runtime::kTrainStepProgram),
                                                std::move(programs.step)));
     package.weights = std::move(programs.weights);
-    return package;
+    return {std::move(package), ""};
   }
   ir::Graph graph = timed(request, "parse", [&] { return load_model(request.model, request.import); });
+  std::optional<runtime::CacheKey> key;
+  if (request.cache && request.reuse_package) {
+    std::string why = "kiln has no build ID";
+    const std::optional<std::string> entry = timed(request, "cache", [&]() -> std::optional<std::string> {
+      key = package_cache_key(request, model_bytes, graph);
+      return key ? request.cache->lookup(*key, &why) : std::nullopt;
+    });
+    if (entry) {
+      if (request.verbose) std::cerr << "kiln: package cache hit: " << *entry << "\n";
+      return {timed(request, "load", [&] { return runtime::read_package(*entry); }), *entry};
+    }
+    if (request.verbose) std::cerr << "kiln: package cache miss (" << why << ")\n";
+  }
   timed(request, "weights", [&] { load_parameter_data(graph); });
   PassDecisions decisions;
   if (request.run_pipeline) timed(request, "passes", [&] { request.run_pipeline(graph, &decisions); });
@@ -127,7 +143,11 @@ runtime::Package build_package(const PackageRequest& request) {
   package.programs.push_back(
       compile_program(request, std::string(runtime::kInferenceProgram), std::move(program)));
   for (const ir::Value* param : graph.parameters) package.weights.emplace(param->name, *param->data);
-  return package;
+  if (!key) return {std::move(package), ""};
+  const std::string entry = timed(request, "store", [&] {
+    return request.cache->store(*key, runtime::serialize_package(package));
+  });
+  return {std::move(package), entry};
 }
 
 }  // namespace kiln::compiler

@@ -21,6 +21,7 @@ using PassDecisions = std::vector<std::pair<std::string, std::string>>;
 struct PackageRequest {
   std::string model;  // a model file (.json, .onnx or textual IR)
   ImportOptions import;  // --input-shape for an ONNX model's symbolic dims
+  // No arch and no PTX: no device code at all (kiln run on the host backend; no NVRTC).
   std::vector<std::string> archs = {"sm_80", "sm_90"};
   bool ptx = true;                  // false: cubins only (--no-ptx)
   std::string library = "auto";     // --library
@@ -38,13 +39,25 @@ struct PackageRequest {
   };
   std::optional<Training> train;
   runtime::KernelCache* cache = nullptr;
+  // With a cache: whether the package itself may come from it (compiler/package_cache.h).
+  // false when the passes must run (IR dumps, pass logs, --pass-fuel).
+  bool reuse_package = true;
   bool verbose = false;
-  // Called with each phase's wall time (parse, weights, passes, codegen, nvrtc), for --timings.
+  // Called with each phase's wall time (parse, weights, passes, codegen, nvrtc; on a package
+  // cache hit: parse, cache, load), for --timings.
   std::function<void(const std::string& phase, double milliseconds)> record_phase;
 };
 
-// Loads, optimizes, emits and compiles (NVRTC for every arch) the model. Throws kiln::Error.
-runtime::Package build_package(const PackageRequest& request);
+struct BuiltPackage {
+  runtime::Package package;
+  // The package cache's entry that holds this package byte for byte (a hit, or the entry just
+  // stored), or "" when the package was not cached: kiln compile copies it.
+  std::string cache_entry;
+};
+
+// Loads, optimizes, emits and compiles (NVRTC for every arch) the model, or finds the package
+// in the package cache (compiler/package_cache.h). Throws kiln::Error.
+BuiltPackage build_package(const PackageRequest& request);
 
 // Runs `pipeline` (pass names), for callers without the CLI's flags.
 std::function<void(ir::Graph&, PassDecisions*)> pipeline_runner(std::vector<std::string> pipeline);

@@ -188,11 +188,15 @@ void check_parameter_sources(ir::Graph& graph) {
   for (ir::Value* param : graph.parameters) check_source(*param, cache, onnx);
 }
 
-void load_parameter_data(ir::Graph& graph) {
+namespace {
+
+// Materializes Value::data for the parameters without data for which `wanted` holds.
+template <typename Wanted>
+void load_data_where(ir::Graph& graph, Wanted wanted) {
   FileCache cache;
   OnnxCache onnx;
   for (ir::Value* param : graph.parameters) {
-    if (param->data) continue;
+    if (param->data || !wanted(*param)) continue;
     if (const auto* external = std::get_if<ir::ExternalData>(&*param->source))
       if (const OnnxInitializers* model = onnx_source(*param, *external, onnx)) {
         param->data = std::make_shared<const ir::Tensor>(read_onnx_initializer(*param, *external, *model));
@@ -211,6 +215,18 @@ void load_parameter_data(ir::Graph& graph) {
         << "' of type " << param->type.to_string();
     param->data = std::make_shared<const ir::Tensor>(std::move(tensor));
   }
+}
+
+}  // namespace
+
+void load_parameter_data(ir::Graph& graph) {
+  load_data_where(graph, [](const ir::Value&) { return true; });
+}
+
+void load_file_parameter_data(ir::Graph& graph) {
+  load_data_where(graph, [](const ir::Value& param) {
+    return param.source && std::holds_alternative<ir::ExternalData>(*param.source);
+  });
 }
 
 }  // namespace kiln::compiler

@@ -16,4 +16,8 @@ void check_parameter_sources(ir::Graph& graph);
 // Materializes Value::data for every parameter that has none yet.
 void load_parameter_data(ir::Graph& graph);
 
+// Materializes Value::data only for the parameters read from files (safetensors, ONNX
+// initializers, their external data): what a content hash of the model must read.
+void load_file_parameter_data(ir::Graph& graph);
+
 }  // namespace kiln::compiler

@@ -41,6 +41,11 @@ bool PipelineFlags::given(const CLI::App& command) const {
   return command.count("-O") > 0 || command.count("--passes") > 0;
 }
 
+bool PipelineFlags::observes() const {
+  return manager.print_ir_after_all || manager.print_ir_after_change || !print_after.empty() ||
+         !debug_only.empty() || manager.time_passes || manager.fuel >= 0;
+}
+
 void PipelineFlags::run(ir::Graph& graph, std::vector<std::pair<std::string, std::string>>* decisions,
                         const codegen::LibrarySelection& libraries) const {
   passes::PassManagerOptions options = manager;

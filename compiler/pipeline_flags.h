@@ -31,6 +31,9 @@ struct PipelineFlags {
            const codegen::LibrarySelection& libraries = {}) const;
   // Whether -O or --passes was given (a package is already compiled: they cannot apply).
   bool given(const CLI::App& command) const;
+  // Whether a flag watches or limits the passes (IR dumps, pass logs and times, --pass-fuel):
+  // then they must run, and the package cannot come from the package cache.
+  bool observes() const;
 };
 
 }  // namespace kiln::cli

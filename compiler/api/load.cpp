@@ -34,7 +34,7 @@ Model Model::load(const std::string& path, const Options& options) {
   std::unique_ptr<runtime::KernelCache> cache;
   if (options.use_cache) cache = std::make_unique<runtime::KernelCache>(runtime::KernelCache::default_directory());
   request.cache = cache.get();
-  return api::ModelFactory::from_package(compiler::build_package(request), path, options);
+  return api::ModelFactory::from_package(compiler::build_package(request).package, path, options);
 }
 
 }  // namespace kiln

@@ -45,7 +45,7 @@ struct PackageManifest {
   uint32_t format_version = kPackageFormatVersion;
   std::string kiln_version;            // of the kiln that wrote it
   std::string model;                   // the model's file name, as given to kiln compile
-  std::string model_hash;              // FNV-1a 64 of the model file's bytes (16 hex digits)
+  std::string model_hash;              // XXH3-64 of the model file's bytes (16 hex digits)
   std::vector<std::string> archs;      // cubins present, "sm_80", ...
   std::vector<std::string> pipeline;   // the passes that ran, in order
   nlohmann::ordered_json options;      // how it was compiled (-O, --library, training options)

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "ir/diagnostic.h"
+#include "runtime/compile/build_identity.h"
 #include "runtime/compile/kernel_cache.h"
 #include "tests/unit/io_test_util.h"
 
@@ -73,6 +74,15 @@ TEST(CacheKeyTest, ContentHashIsXxh3) {
   // XXH3-64's published value for no input: the hash is stable across runs, builds and machines.
   EXPECT_EQ(hash_bytes(""), "2d06800538d394c2");
   EXPECT_NE(hash_bytes(std::string(1 << 20, 'a')), hash_bytes(std::string((1 << 20) + 1, 'a')));
+}
+
+TEST(BuildIdentityTest, IsTheLinkersBuildId) {
+  // The package cache keys by it; Debian's linker writes a SHA-1 build ID (20 bytes) by default.
+  const std::string& identity = build_identity();
+  ASSERT_EQ(identity.size(), 40u) << identity;
+  EXPECT_EQ(identity.find_first_not_of("0123456789abcdef"), std::string::npos) << identity;
+  EXPECT_NE(identity, std::string(40, '0'));
+  EXPECT_EQ(&build_identity(), &identity);
 }
 
 TEST(CacheTest, OlderFormatEntryIsAQuietMiss) {

@@ -69,7 +69,7 @@ enum class Backend {
 
 struct Options {
   Backend backend = Backend::Auto;
-  bool use_cache = true;  // the kernel cache ($KILN_CACHE_DIR, else ~/.cache/kiln)
+  bool use_cache = true;  // the kernel and package caches ($KILN_CACHE_DIR, else ~/.cache/kiln)
   // Compiling a model file (not a package):
   int opt_level = 1;                                    // 0: no passes
   std::vector<std::string> archs = {"sm_80", "sm_90"};  // cubins to build
