@@ -17,7 +17,10 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 fi
 mkdir -p "$dir"
-if ! cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_root[@]}" \
+# The build type is CMakeLists.txt's default (RelWithDebInfo) unless the arguments, now or at an
+# earlier configure of this directory, chose another: scripts/main.sh after scripts/test.sh
+# reuses test.sh's build as it is.
+if ! cmake -S . -B "$dir" -G Ninja "${cuda_root[@]}" \
      "${launcher[@]}" "$@" \
      >"$dir/configure.log" 2>&1; then
   cat "$dir/configure.log" >&2
