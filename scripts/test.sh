@@ -63,9 +63,10 @@ grep -E 'tests passed|tests failed' build-asan/ctest.log
 
 # Every parser under libFuzzer (clang-14, ASan + UBSan) for a bounded time; any finding fails.
 # Builds only the libraries the harnesses need (build-fuzz/). tests/fuzz/README.md.
-# One harness per core at a time.
-phase "fuzz (${KILN_FUZZ_SECONDS:-30} s per harness)"
-KILN_FUZZ_JOBS=$jobs scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-30}"
+# One harness per core at a time, 20 s each: 80 s on 2 cores, within CI's 12 minutes (issue 20);
+# scripts/fuzz.sh run by hand defaults to 30 s, and longer runs are how findings are hunted.
+phase "fuzz (${KILN_FUZZ_SECONDS:-20} s per harness)"
+KILN_FUZZ_JOBS=$jobs scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-20}"
 
 phase "every other test"
 cd build
