@@ -22,8 +22,11 @@ Command add_cache_command(CLI::App& app) {
               return kExitOk;
             }
             const runtime::CacheInfo info = cache.info();
-            std::cout << fmt::format("directory: {}\nentries:   {}\nsize:      {:.1f} KiB\n",
-                                     info.directory, info.entries, info.bytes / 1024.0);
+            const int64_t limit = runtime::KernelCache::max_bytes_from_environment();
+            std::cout << fmt::format("directory: {}\nentries:   {}\nsize:      {:.1f} KiB\nlimit:     {}\n",
+                                     info.directory, info.entries, info.bytes / 1024.0,
+                                     limit > 0 ? fmt::format("{:.1f} MiB (KILN_CACHE_MAX_SIZE)", limit / 1048576.0)
+                                               : std::string("none (KILN_CACHE_MAX_SIZE=0)"));
             return kExitOk;
           }};
 }

@@ -141,6 +141,7 @@ codegen::LibrarySelection LibraryFlag::selection() const {
 
 std::unique_ptr<runtime::KernelCache> CacheFlags::open() const {
   if (no_cache) return nullptr;
+  runtime::KernelCache::max_bytes_from_environment();  // a bad limit fails now, not after a build
   return std::make_unique<runtime::KernelCache>(runtime::KernelCache::default_directory());
 }
 

@@ -145,7 +145,13 @@ BuiltPackage build_package(const PackageRequest& request) {
   for (const ir::Value* param : graph.parameters) package.weights.emplace(param->name, *param->data);
   if (!key) return {std::move(package), ""};
   const std::string entry = timed(request, "store", [&] {
-    return request.cache->store(*key, runtime::serialize_package(package));
+    std::string stored = request.cache->store(*key, runtime::serialize_package(package));
+    // Packages are large (ResNet-50: 105 MB): each store may take the cache over its limit.
+    if (const int64_t removed = request.cache->trim(runtime::KernelCache::max_bytes_from_environment(), &*key);
+        removed > 0 && request.verbose)
+      std::cerr << "kiln: the cache was over its size limit (KILN_CACHE_MAX_SIZE): removed the "
+                << removed << " least recently used entries\n";
+    return stored;
   });
   return {std::move(package), entry};
 }

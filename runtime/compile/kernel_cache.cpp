@@ -26,9 +26,12 @@
 
 #include <fcntl.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -36,6 +39,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -348,17 +352,23 @@ Verified fetch(const std::string& dir, const CacheKey& key, std::string* why) {
   return result;
 }
 
+// A hit sets the payload's modification time: trim() removes the least recently used first.
+// Best effort (a read-only cache still serves hits).
+void mark_used(const fs::path& payload) { ::utimensat(AT_FDCWD, payload.c_str(), nullptr, 0); }
+
 }  // namespace
 
 std::optional<std::string> KernelCache::read(const CacheKey& key, std::string* why) const {
   const Verified result = fetch(directory_, key, why);
   if (!result.mapped) return std::nullopt;
+  mark_used(result.payload);
   return std::string(result.mapped->bytes());
 }
 
 std::optional<std::string> KernelCache::lookup(const CacheKey& key, std::string* why) const {
   const Verified result = fetch(directory_, key, why);
   if (!result.mapped) return std::nullopt;
+  mark_used(result.payload);
   return result.payload.string();
 }
 
@@ -422,6 +432,68 @@ int64_t KernelCache::clear() const {
     if (gone && classify(path.filename().string()) == FileKind::Meta) ++removed;
   }
   return removed;
+}
+
+int64_t KernelCache::trim(int64_t max_bytes, const CacheKey* keep) const {
+  struct Entry {
+    // file_clock's epoch is in the future: today's times are negative, so not {}.
+    fs::file_time_type used = fs::file_time_type::min();
+    int64_t bytes = 0;
+    std::vector<fs::path> files;
+  };
+  std::map<std::string, Entry> entries;  // by digest
+  int64_t total = 0;
+  std::error_code error;
+  for (const fs::directory_entry& file : fs::directory_iterator(directory_, error)) {
+    std::string digest;
+    const FileKind kind = classify(file.path().filename().string(), &digest);
+    std::error_code file_error;
+    if ((kind != FileKind::Payload && kind != FileKind::Meta) || !file.is_regular_file(file_error))
+      continue;
+    Entry& entry = entries[digest];
+    const auto size = file.file_size(file_error);
+    if (!file_error) {
+      entry.bytes += int64_t(size);
+      total += int64_t(size);
+    }
+    if (kind == FileKind::Payload) entry.used = std::max(entry.used, file.last_write_time(file_error));
+    entry.files.push_back(file.path());
+  }
+  if (max_bytes <= 0 || total <= max_bytes) return 0;
+  const std::string kept = keep ? keep->digest() : "";
+  std::vector<const Entry*> oldest_first;
+  for (const auto& [digest, entry] : entries)
+    if (digest != kept) oldest_first.push_back(&entry);
+  std::sort(oldest_first.begin(), oldest_first.end(),
+            [](const Entry* a, const Entry* b) { return a->used < b->used; });
+  if (!keep && !oldest_first.empty()) oldest_first.pop_back();  // the most recent stays
+  int64_t removed = 0;
+  for (const Entry* entry : oldest_first) {
+    if (total <= max_bytes) break;
+    // The metadata first: a reader then misses instead of finding it without its payload.
+    std::vector<fs::path> files = entry->files;
+    std::stable_partition(files.begin(), files.end(),
+                          [](const fs::path& p) { return p.extension() == kMetaSuffix; });
+    for (const fs::path& file : files) fs::remove(file, error);
+    total -= entry->bytes;
+    ++removed;
+  }
+  return removed;
+}
+
+int64_t KernelCache::max_bytes_from_environment() {
+  constexpr int64_t kDefault = int64_t{10} << 30;
+  const char* value = std::getenv("KILN_CACHE_MAX_SIZE");
+  if (value == nullptr || *value == '\0') return kDefault;
+  const std::string text = value;
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string suffix = text.substr(digits);
+  const int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  if (digits == 0 || digits > 15 || shift < 0 || std::stoll(text.substr(0, digits)) > (INT64_MAX >> shift))
+    throw Error("KILN_CACHE_MAX_SIZE", "'" + text + "' is not a size: bytes, or a number with K, M or G "
+                                       "(10G); 0 for no limit");
+  return std::stoll(text.substr(0, digits)) << shift;
 }
 
 }  // namespace kiln::runtime

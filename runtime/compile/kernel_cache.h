@@ -64,6 +64,15 @@ class KernelCache {
   CacheInfo info() const;
   // Removes every entry (and stray temporary files). Returns how many entries were removed.
   int64_t clear() const;
+  // Removes the least recently used entries (a hit counts as a use) until the entries take at
+  // most `max_bytes` (0: no limit). `keep`'s entry (the one just stored), else the most recent,
+  // always stays. Returns how many were removed. Cheap enough after each large store (a
+  // directory listing), not after every small one.
+  int64_t trim(int64_t max_bytes, const CacheKey* keep = nullptr) const;
+
+  // The size limit: $KILN_CACHE_MAX_SIZE ("10G", "500M", "64K" or bytes; 0: no limit), else
+  // 10 GiB. A kiln::Error names the variable when its value does not parse.
+  static int64_t max_bytes_from_environment();
 
  private:
   std::string directory_;

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -100,6 +101,60 @@ TEST(CacheTest, OlderFormatEntryIsAQuietMiss) {
   EXPECT_EQ(why, "an entry in an older format");
   cache.store(sample_key(), "new");
   EXPECT_EQ(cache.read(sample_key()), "new");
+}
+
+CacheKey key_for(const std::string& source) {
+  CacheKey key = sample_key();
+  key.source_hash = hash_text(source);
+  return key;
+}
+
+TEST(CacheTest, TrimRemovesTheLeastRecentlyUsed) {
+  const fs::path dir = fresh_test_dir();
+  KernelCache cache(dir.string());
+  const std::string bytes(4096, 'x');
+  std::vector<fs::path> payloads;
+  for (const char* source : {"a", "b", "c"}) payloads.push_back(cache.store(key_for(source), bytes));
+  // Stored a, b, c an hour, two and three hours ago; then a hit on a makes it the most recent.
+  const auto now = fs::file_time_type::clock::now();
+  for (size_t i = 0; i < payloads.size(); ++i)
+    fs::last_write_time(payloads[i], now - std::chrono::hours(3 - i));
+  ASSERT_TRUE(cache.lookup(key_for("a")));
+
+  EXPECT_EQ(cache.trim(0), 0) << "0: no limit";
+  EXPECT_EQ(cache.trim(cache.info().bytes), 0);
+  EXPECT_EQ(cache.trim(cache.info().bytes - 1), 1);
+  EXPECT_FALSE(cache.lookup(key_for("b"))) << "b was the least recently used";
+  EXPECT_TRUE(cache.lookup(key_for("c")));
+  fs::last_write_time(payloads[2], now - std::chrono::hours(1));  // c: used before a again
+  // The most recent entry stays even when it alone is over the limit.
+  EXPECT_EQ(cache.trim(1), 1);
+  EXPECT_EQ(cache.info().entries, 1);
+  EXPECT_TRUE(cache.lookup(key_for("a")));
+  // The entry named stays, however recently the others were used.
+  cache.store(key_for("d"), bytes);
+  fs::last_write_time(cache.store(key_for("e"), bytes), now - std::chrono::hours(5));
+  const CacheKey newest = key_for("e");
+  EXPECT_EQ(cache.trim(1, &newest), 2);
+  EXPECT_TRUE(cache.lookup(key_for("e")));
+  EXPECT_EQ(cache.info().entries, 1);
+}
+
+TEST(CacheTest, SizeLimitFromTheEnvironment) {
+  {
+    ScopedEnv unset("KILN_CACHE_MAX_SIZE", nullptr);
+    EXPECT_EQ(KernelCache::max_bytes_from_environment(), int64_t{10} << 30);
+  }
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"0", 0}, {"4096", 4096}, {"64K", 64 << 10}, {"500M", int64_t{500} << 20}, {"20G", int64_t{20} << 30}};
+  for (const auto& [text, bytes] : sizes) {
+    ScopedEnv set("KILN_CACHE_MAX_SIZE", text);
+    EXPECT_EQ(KernelCache::max_bytes_from_environment(), bytes) << text;
+  }
+  for (const char* bad : {"ten", "10GB", "-1", "G", "99999999999999G"}) {
+    ScopedEnv set("KILN_CACHE_MAX_SIZE", bad);
+    EXPECT_THROW(KernelCache::max_bytes_from_environment(), Error) << bad;
+  }
 }
 
 TEST(CacheTest, StoreThenHit) {
