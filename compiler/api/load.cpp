@@ -1,8 +1,5 @@
 // Model::load: a package read from a file, or a model file compiled here into a package first
-// (the same build as `kiln compile`).
-#include <fstream>
-#include <sstream>
-
+// (the same build as `kiln compile`, through the package cache).
 #include "codegen/library_dispatch.h"
 #include "compiler/api/api_internal.h"
 #include "compiler/package_builder.h"
@@ -13,13 +10,9 @@
 namespace kiln {
 
 Model Model::load(const std::string& path, const Options& options) {
-  if (runtime::is_package_file(path)) {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw Error(path, "cannot open the package");
-    std::ostringstream bytes;
-    bytes << file.rdbuf();
-    return load_package(bytes.str(), path, options);
-  }
+  // A package file is mapped, not read (runtime::read_package: a pipe is read to its end).
+  if (runtime::is_package_file(path))
+    return api::ModelFactory::from_package(runtime::read_package(path), path, options);
   compiler::PackageRequest request;
   request.model = path;
   request.archs = options.archs;
