@@ -69,11 +69,7 @@ int run(const Options& options, const CLI::App& command) {
                                  options.weight_decay, options.step_scalars),
         options.seed};
   }
-  request.opt_level = options.pipeline.opt_level;
-  request.pipeline = options.pipeline.pass_names(options.library.selection());
-  request.run_pipeline = [&](ir::Graph& graph, compiler::PassDecisions* decisions) {
-    options.pipeline.run(graph, decisions, options.library.selection());
-  };
+  options.pipeline.apply_to(request, options.library.selection());
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   request.cache = cache.get();
   request.verbose = options.cache.verbose;
@@ -81,8 +77,6 @@ int run(const Options& options, const CLI::App& command) {
   // whole build as one phase.
   if (!options.train)
     request.record_phase = [&timer](const std::string& phase, double ms) { timer.add(phase, ms); };
-  // Inspecting the passes (dumps, logs, fuel) means running them: no package from the cache.
-  request.reuse_package = !options.pipeline.observes();
   const compiler::BuiltPackage built = options.train
       ? timer.time("compile", [&] { return compiler::build_package(request); })
       : compiler::build_package(request);

@@ -255,14 +255,9 @@ std::vector<ir::Tensor> run_model(Options options, const compiler::ImportOptions
   }
   request.library = options.library.text;
   request.precision = options.precision.value();
-  request.opt_level = options.pipeline.opt_level;
-  request.pipeline = options.pipeline.pass_names(options.library.selection());
-  request.run_pipeline = [&](ir::Graph& graph, compiler::PassDecisions* decisions) {
-    options.pipeline.run(graph, decisions, options.library.selection());
-  };
+  options.pipeline.apply_to(request, options.library.selection());
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   request.cache = cache.get();
-  request.reuse_package = !options.pipeline.observes();
   request.verbose = options.cache.verbose;
   request.record_phase = [&timer](const std::string& phase, double ms) { timer.add(phase, ms); };
   const runtime::Package package = compiler::build_package(request).package;

@@ -46,6 +46,16 @@ bool PipelineFlags::observes() const {
          !debug_only.empty() || manager.time_passes || manager.fuel >= 0;
 }
 
+void PipelineFlags::apply_to(compiler::PackageRequest& request,
+                             const codegen::LibrarySelection& libraries) const {
+  request.opt_level = opt_level;
+  request.pipeline = pass_names(libraries);
+  request.run_pipeline = [this, libraries](ir::Graph& graph, compiler::PassDecisions* decisions) {
+    run(graph, decisions, libraries);
+  };
+  request.reuse_package = !observes();
+}
+
 void PipelineFlags::run(ir::Graph& graph, std::vector<std::pair<std::string, std::string>>* decisions,
                         const codegen::LibrarySelection& libraries) const {
   passes::PassManagerOptions options = manager;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codegen/library_call.h"
+#include "compiler/package_builder.h"
 #include "ir/graph.h"
 #include "passes/pass_manager.h"
 
@@ -34,6 +35,9 @@ struct PipelineFlags {
   // Whether a flag watches or limits the passes (IR dumps, pass logs and times, --pass-fuel):
   // then they must run, and the package cannot come from the package cache.
   bool observes() const;
+  // Sets `request`'s pipeline from these flags: -O, the pass names, how to run them (this
+  // object must outlive the request), and whether the package may come from the package cache.
+  void apply_to(compiler::PackageRequest& request, const codegen::LibrarySelection& libraries) const;
 };
 
 }  // namespace kiln::cli
