@@ -246,6 +246,9 @@ std::vector<ir::Tensor> run_model(Options options, const compiler::ImportOptions
                                   std::map<std::string, ir::Tensor>& inputs,
                                   std::vector<std::string>& output_names, PhaseTimer& timer) {
   options.backend = resolve_backend(options);
+  std::string why;
+  if (options.backend == "cuda" && !runtime::cuda::cuda_available(&why))  // before any compile
+    throw Error("--backend=cuda", why + "; use --backend=host to run the same kernels on the CPU");
   compiler::PackageRequest request;
   request.model = options.model;
   request.import = import;
