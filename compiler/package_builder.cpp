@@ -123,7 +123,7 @@ BuiltPackage build_package(const PackageRequest& request) {
   if (request.cache && request.reuse_package) {
     std::string why = "kiln has no build ID";
     const std::optional<std::string> entry = timed(request, "cache", [&]() -> std::optional<std::string> {
-      key = package_cache_key(request, model_bytes, graph);
+      key = package_cache_key(request, m.model_hash, graph);
       return key ? request.cache->lookup(*key, &why) : std::nullopt;
     });
     if (entry) {

@@ -14,7 +14,7 @@
 namespace kiln::compiler {
 
 std::optional<runtime::CacheKey> package_cache_key(const PackageRequest& request,
-                                                   std::string_view model_bytes, ir::Graph& graph) {
+                                                   std::string_view model_hash, ir::Graph& graph) {
   const std::string& identity = runtime::build_identity();
   if (identity.empty()) return std::nullopt;
   load_file_parameter_data(graph);
@@ -28,7 +28,7 @@ std::optional<runtime::CacheKey> package_cache_key(const PackageRequest& request
     content += '\n';
   };
   add("model-name", std::filesystem::path(request.model).filename().string());
-  add("model-bytes", runtime::hash_bytes(model_bytes));
+  add("model-bytes", model_hash);
   add("graph", ir::print_graph(graph));
   for (const ir::Value* param : graph.parameters) {
     if (!param->data) continue;

@@ -24,8 +24,9 @@
 namespace kiln::compiler {
 
 // The key of the package that `request` builds from `graph`, the model as load_model returns it
-// (this loads its file parameters). nullopt when this build of kiln has no build identity.
+// (this loads its file parameters); `model_hash` is the manifest's hash of the model file's
+// bytes. nullopt when this build of kiln has no build identity.
 std::optional<runtime::CacheKey> package_cache_key(const PackageRequest& request,
-                                                   std::string_view model_bytes, ir::Graph& graph);
+                                                   std::string_view model_hash, ir::Graph& graph);
 
 }  // namespace kiln::compiler
