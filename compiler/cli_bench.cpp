@@ -107,7 +107,9 @@ std::vector<ir::Tensor> bench_inputs(const Options& options, Prepared& prepared)
   std::vector<std::pair<std::string, ir::TensorType>> types;
   for (const Slot& slot : slots) types.emplace_back(slot.name, slot.type);
   conform_input_flags(given, options.inputs, types);
-  for (const auto& [name, tensor] : given) {
+  for (const auto& entry : given) {
+    // Not a structured binding: clang 14 (the sanitizer build's compiler) cannot capture one.
+    const std::string& name = entry.first;
     const bool known = std::any_of(slots.begin(), slots.end(),
                                    [&](const Slot& slot) { return slot.name == name; });
     if (!known) throw Error("--input " + name, "the model has no input '" + name + "'");

@@ -2,7 +2,7 @@
 # Configures and builds kiln (the tool is BUILD_DIR/kiln, build/kiln by default). The compiler's
 # output goes to BUILD_DIR/build.log; on failure its end is printed.
 # Usage: scripts/build.sh [BUILD_DIR] [extra cmake arguments...]
-#   KILN_BUILD_TARGET=T builds target T only (default: everything).
+#   KILN_BUILD_TARGET="T..." builds those targets only (default: everything).
 # With ccache installed (scripts/setup.sh installs it) compiles go through it, keyed on paths
 # relative to the checkout, so a second clone on the same machine reuses the first one's objects.
 set -euo pipefail
@@ -28,7 +28,8 @@ if ! cmake -S . -B "$dir" -G Ninja "${cuda_root[@]}" \
 fi
 start=$(date +%s)
 target=()
-[ -n "${KILN_BUILD_TARGET:-}" ] && target=(--target "$KILN_BUILD_TARGET")
+# shellcheck disable=SC2206  # several targets are separated by spaces
+[ -n "${KILN_BUILD_TARGET:-}" ] && target=(--target ${KILN_BUILD_TARGET})
 if ! cmake --build "$dir" "${target[@]}" -- -j"$(nproc)" >"$dir/build.log" 2>&1; then
   tail -n 80 "$dir/build.log" >&2
   echo "build failed in $dir (full log: $dir/build.log)" >&2
