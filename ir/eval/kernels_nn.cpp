@@ -52,13 +52,22 @@ Results conv2d(const ir::Node& node, const Inputs& in) {
           for (int64_t ow = 0; ow < OW; ++ow) {
             const int64_t g = o / Og;
             double sum = bias[o];
-            for (int64_t k = s * chunk; k < std::min(patch, (s + 1) * chunk); ++k) {
-              const int64_t c = k / (KH * KW), kh = k / KW % KH, kw = k % KW;
+            const int64_t k_begin = s * chunk, k_end = std::min(patch, (s + 1) * chunk);
+            // The patch terms in order, k = (c * KH + kh) * KW + kw: (c, kh, kw) is stepped
+            // along with k, not divided out of it for every term (three divisions per product
+            // made VGG-11's reference run take 41 s instead of 13).
+            int64_t c = k_begin / (KH * KW), kh = k_begin / KW % KH, kw = k_begin % KW;
+            for (int64_t k = k_begin; k < k_end; ++k) {
               const int64_t ih = oh * stride[0] - pad[0] + kh * dilation[0];
               const int64_t iw = ow * stride[1] - pad[1] + kw * dilation[1];
-              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;  // zero padding
-              const int64_t ic = g * Cg + c;
-              sum += x[((n * C + ic) * H + ih) * W + iw] * w[((o * Cg + c) * KH + kh) * KW + kw];
+              if (ih >= 0 && ih < H && iw >= 0 && iw < W) {  // else zero padding
+                const int64_t ic = g * Cg + c;
+                sum += x[((n * C + ic) * H + ih) * W + iw] * w[((o * Cg + c) * KH + kh) * KW + kw];
+              }
+              if (++kw == KW) {
+                kw = 0;
+                if (++kh == KH) kh = 0, ++c;
+              }
             }
             out[s * outputs + ((n * O + o) * OH + oh) * OW + ow] = sum;
           }
