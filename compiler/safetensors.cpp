@@ -23,7 +23,7 @@ using json = nlohmann::json;
 
 constexpr uint64_t kLengthSize = 8;                     // the little-endian u64 header length
 constexpr uint64_t kMaxHeaderSize = 100'000'000;        // same limit as the reference reader
-constexpr uint64_t kHeaderAlignment = 8;                // so the data section starts aligned
+constexpr uint64_t kSafetensorsHeaderAlignment = 8;                // so the data section starts aligned
 
 struct StoredDType {
   std::string_view name;
@@ -224,8 +224,8 @@ void write_safetensors(const std::string& path, const std::map<std::string, ir::
   }
   // The format allows trailing spaces in the header; they align the data section.
   std::string header_text = header.dump();
-  header_text.append((kHeaderAlignment - header_text.size() % kHeaderAlignment) % kHeaderAlignment,
-                     ' ');
+  const uint64_t align = kSafetensorsHeaderAlignment;
+  header_text.append((align - header_text.size() % align) % align, ' ');
   std::string length(kLengthSize, '\0');
   for (uint64_t i = 0; i < kLengthSize; ++i)
     length[i] = static_cast<char>((header_text.size() >> (8 * i)) & 0xFF);

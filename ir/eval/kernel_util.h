@@ -116,5 +116,21 @@ inline int64_t broadcast_source(const std::vector<int64_t>& out_index, const ir:
   throw Error(node.loc.render(), node.describe() + ": " + message);
 }
 
+// A pooling window: kernel, stride ([] -> kernel), pad [top,left,bottom,right] and dilation
+// (1 when the op has none, as avg_pool2d).
+struct Window {
+  int64_t kh, kw, sh, sw, top, left, dh, dw;
+};
+
+inline Window pool_window(const ir::Node& node) {
+  const std::vector<int64_t>& kernel = attr_ints(node, "kernel");
+  std::vector<int64_t> stride = attr_ints(node, "stride");
+  if (stride.empty()) stride = kernel;
+  const std::vector<int64_t>& pad = attr_ints(node, "pad");
+  std::vector<int64_t> dilation{1, 1};
+  if (node.attrs.count("dilation")) dilation = attr_ints(node, "dilation");
+  return {kernel[0], kernel[1], stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1]};
+}
+
 }  // namespace ref
 }  // namespace kiln::eval

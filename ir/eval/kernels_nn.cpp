@@ -154,20 +154,8 @@ Results bias_add(const ir::Node& node, const Inputs& in) {
 
 // --- pooling ----------------------------------------------------------------------------------
 
-struct Window {
-  int64_t kh, kw, sh, sw, top, left, dh, dw;
-};
-
-// kernel, stride ([] -> kernel), pad [top,left,bottom,right] and dilation (when the op has it).
-Window pool_window(const ir::Node& node) {
-  const std::vector<int64_t>& kernel = ref::attr_ints(node, "kernel");
-  std::vector<int64_t> stride = ref::attr_ints(node, "stride");
-  if (stride.empty()) stride = kernel;
-  const std::vector<int64_t>& pad = ref::attr_ints(node, "pad");
-  std::vector<int64_t> dilation{1, 1};
-  if (node.attrs.count("dilation")) dilation = ref::attr_ints(node, "dilation");
-  return {kernel[0], kernel[1], stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1]};
-}
+using ref::pool_window;
+using ref::Window;
 
 // Calls visit(value, inside) for every tap of the window of output (oh, ow) over one H x W
 // plane; `inside` is false for taps in the padding (value 0 there).

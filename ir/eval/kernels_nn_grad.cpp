@@ -71,20 +71,8 @@ Results conv2d_grad_weight(const ir::Node& node, const Inputs& in) {
   return {ref::make_result(node, dw)};
 }
 
-struct Window {
-  int64_t kh, kw, sh, sw, top, left, dh, dw;
-};
-
-// As kernels_nn.cpp's pool_window: stride [] means stride = kernel; avg_pool2d has no dilation.
-Window pool_window(const ir::Node& node) {
-  const std::vector<int64_t>& kernel = ref::attr_ints(node, "kernel");
-  std::vector<int64_t> stride = ref::attr_ints(node, "stride");
-  if (stride.empty()) stride = kernel;
-  const std::vector<int64_t>& pad = ref::attr_ints(node, "pad");
-  std::vector<int64_t> dilation{1, 1};
-  if (node.attrs.count("dilation")) dilation = ref::attr_ints(node, "dilation");
-  return {kernel[0], kernel[1], stride[0], stride[1], pad[0], pad[1], dilation[0], dilation[1]};
-}
+using ref::pool_window;
+using ref::Window;
 
 // For every output (plane, oh, ow) of a pool over planes of H x W: visit(y_index, taps), where
 // taps holds the in-plane offsets (ih * W + iw) of the window's taps inside the input, in

@@ -24,8 +24,7 @@ namespace {
 
 using ops::require_float;
 using ops::require_same_dtype;
-
-std::string str(int64_t value) { return std::to_string(value); }
+using ops::str;
 
 Shape batch_dims(const Shape& shape) { return Shape(shape.begin(), shape.end() - 2); }
 

@@ -18,21 +18,16 @@ using ops::require_axis;
 using ops::require_float;
 using ops::require_rank;
 using ops::require_same_dtype;
+using ops::require_epsilon;
+using ops::require_float_operands;
+using ops::str;
 using Ints = std::vector<int64_t>;
-
-std::string str(int64_t value) { return std::to_string(value); }
 
 void require_min_rank(const InferContext& ctx, int input, int rank, const char* role) {
   if (ctx.inputs[input].rank() < rank)
     throw OpError{std::string(role) + " must have rank >= " + str(rank) + ", got " +
                       ctx.inputs[input].to_string(),
                   input};
-}
-
-// Every operand is float and combines with operand 0, so all must share its dtype.
-void require_float_operands(const InferContext& ctx) {
-  require_float(ctx, 0);
-  for (int i = 1; i < static_cast<int>(ctx.inputs.size()); ++i) require_same_dtype(ctx, 0, i);
 }
 
 // A per-channel (or per-feature) vector operand such as a bias must be exactly [size].
@@ -42,13 +37,6 @@ void require_vector(const InferContext& ctx, int input, const char* role, int64_
     throw OpError{std::string(role) + " must have shape [" + str(size) + "] (" + why + "), got " +
                       ctx.inputs[input].to_string(),
                   input};
-}
-
-void require_epsilon(const InferContext& ctx) {
-  const double epsilon = ctx.get_float("epsilon");
-  if (!(epsilon >= 0.0))  // also rejects NaN
-    throw OpError{"attribute 'epsilon' must be >= 0, got " + float_to_string(epsilon), -1,
-                  "epsilon"};
 }
 
 // ---- windows (conv2d, max_pool2d, avg_pool2d) ----

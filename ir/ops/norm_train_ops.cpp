@@ -22,20 +22,9 @@ namespace {
 using ops::require_axis;
 using ops::require_float;
 using ops::require_same_dtype;
-
-std::string str(int64_t value) { return std::to_string(value); }
-
-void require_float_operands(const InferContext& ctx) {
-  require_float(ctx, 0);
-  for (int i = 1; i < static_cast<int>(ctx.inputs.size()); ++i) require_same_dtype(ctx, 0, i);
-}
-
-void require_epsilon(const InferContext& ctx) {
-  const double epsilon = ctx.get_float("epsilon");
-  if (!(epsilon >= 0.0))  // also rejects NaN
-    throw OpError{"attribute 'epsilon' must be >= 0, got " + float_to_string(epsilon), -1,
-                  "epsilon"};
-}
+using ops::require_epsilon;
+using ops::require_float_operands;
+using ops::str;
 
 void require_shape(const InferContext& ctx, int input, const char* role, const Shape& shape,
                    const std::string& why) {

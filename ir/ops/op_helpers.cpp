@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ir/attribute.h"  // float_to_string
+
 namespace kiln::ir::ops {
 
 namespace {
@@ -37,6 +39,20 @@ void require_same_dtype(const InferContext& ctx, int a, int b) {
                       type_text(ctx, b),
                   b};
 }
+
+void require_float_operands(const InferContext& ctx) {
+  require_float(ctx, 0);
+  for (int i = 1; i < static_cast<int>(ctx.inputs.size()); ++i) require_same_dtype(ctx, 0, i);
+}
+
+void require_epsilon(const InferContext& ctx) {
+  const double epsilon = ctx.get_float("epsilon");
+  if (!(epsilon >= 0.0))  // also rejects NaN
+    throw OpError{"attribute 'epsilon' must be >= 0, got " + float_to_string(epsilon), -1,
+                  "epsilon"};
+}
+
+std::string str(int64_t value) { return std::to_string(value); }
 
 std::string operand_name(const OpDef& def, int input) {
   if (def.input_names.empty()) return "operand " + std::to_string(input);

@@ -16,6 +16,12 @@ void require_numeric(const InferContext& ctx, int input);
 void require_rank(const InferContext& ctx, int input, int rank, const char* role);
 // Throws unless operands a and b have the same dtype.
 void require_same_dtype(const InferContext& ctx, int a, int b);
+// Every operand is float and combines with operand 0, so all must share its dtype.
+void require_float_operands(const InferContext& ctx);
+// Throws unless the attribute 'epsilon' is >= 0 (NaN is rejected too).
+void require_epsilon(const InferContext& ctx);
+// A dim or count as message text.
+std::string str(int64_t value);
 // "operand 1 ('weight')" style name of an operand, from the op's input_names.
 std::string operand_name(const OpDef& def, int input);
 

@@ -16,7 +16,7 @@ using ops::require_axis;
 using ops::require_same_dtype;
 using Ints = std::vector<int64_t>;
 
-std::string str(int64_t value) { return std::to_string(value); }
+using ops::str;
 
 std::string count_text(const Shape& shape) {
   std::optional<int64_t> count = checked_num_elements(shape);

@@ -69,7 +69,7 @@ CudaDeviceInfo query_device(const DriverApi& api, CUdevice device) {
   return CudaDeviceInfo{name, sm_number(major, minor)};
 }
 
-std::string kernel_context(const codegen::Kernel& kernel) {
+std::string kernel_launch_context(const codegen::Kernel& kernel) {
   return fmt::format("kernel '{}' (grid [{},{},{}], block [{},{},{}], {} B dynamic shared memory)",
                      kernel.name, kernel.grid.x, kernel.grid.y, kernel.grid.z, kernel.block.x,
                      kernel.block.y, kernel.block.z, kernel.dynamic_shared_bytes);
@@ -292,7 +292,7 @@ void DeviceExecutable::load_functions(CUdevice device, CUmodule module) {
       api_.check(api_.cuFuncSetAttribute(launch.function,
                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                          static_cast<int>(kernel.dynamic_shared_bytes)),
-                 "cuFuncSetAttribute", kernel_context(kernel));
+                 "cuFuncSetAttribute", kernel_launch_context(kernel));
     }
     launches_.push_back(std::move(launch));
   }
@@ -386,7 +386,7 @@ void DeviceExecutable::enqueue(Launch& launch) {
                                  kernel.block.x, kernel.block.y, kernel.block.z,
                                  kernel.dynamic_shared_bytes, stream_.get(),
                                  launch.params.data(), nullptr),
-             "cuLaunchKernel", kernel_context(kernel));
+             "cuLaunchKernel", kernel_launch_context(kernel));
 }
 
 void DeviceExecutable::enqueue_all() {

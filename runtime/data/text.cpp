@@ -21,7 +21,7 @@ constexpr int64_t kTestEvery = 10;  // window i is a test sample when i % 10 == 
 
 std::string fmt_bytes(size_t bytes) { return std::to_string(bytes) + " bytes"; }
 
-std::string read_file(const fs::path& path) {
+std::string read_text_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path.string(), std::string("cannot read: ") + std::strerror(errno));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -40,7 +40,7 @@ std::string read_corpus(const std::string& path, std::string& what) {
     throw Error("--data", "text:" + path + ": no such file or directory");
   }
   if (!fs::is_directory(fs::status(path, ec))) {
-    std::string bytes = read_file(path);
+    std::string bytes = read_text_file(path);
     what = fmt_bytes(bytes.size()) + " of " + path;
     return bytes;
   }
@@ -52,7 +52,7 @@ std::string read_corpus(const std::string& path, std::string& what) {
   std::string corpus;
   int used = 0;
   for (const fs::path& file : files) {
-    std::string bytes = read_file(file);
+    std::string bytes = read_text_file(file);
     if (bytes.find('\0') != std::string::npos) continue;  // binary (fortune's .dat indexes)
     corpus += bytes;
     ++used;
