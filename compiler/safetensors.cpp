@@ -23,7 +23,7 @@ using json = nlohmann::json;
 
 constexpr uint64_t kLengthSize = 8;                     // the little-endian u64 header length
 constexpr uint64_t kMaxHeaderSize = 100'000'000;        // same limit as the reference reader
-constexpr uint64_t kSafetensorsHeaderAlignment = 8;                // so the data section starts aligned
+constexpr uint64_t kSafetensorsHeaderAlignment = 8;  // so the data section starts aligned
 
 struct StoredDType {
   std::string_view name;

@@ -15,11 +15,11 @@ namespace {
 using ops::checked_result;
 using ops::ints_to_string;
 using ops::require_axis;
+using ops::require_epsilon;
 using ops::require_float;
+using ops::require_float_operands;
 using ops::require_rank;
 using ops::require_same_dtype;
-using ops::require_epsilon;
-using ops::require_float_operands;
 using ops::str;
 using Ints = std::vector<int64_t>;
 

@@ -20,10 +20,10 @@ namespace kiln::ir::type_rules {
 namespace {
 
 using ops::require_axis;
-using ops::require_float;
-using ops::require_same_dtype;
 using ops::require_epsilon;
+using ops::require_float;
 using ops::require_float_operands;
+using ops::require_same_dtype;
 using ops::str;
 
 void require_shape(const InferContext& ctx, int input, const char* role, const Shape& shape,
