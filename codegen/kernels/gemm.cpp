@@ -228,10 +228,13 @@ void async_copies(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operan
 
 // Blocks that fill an H100 SXM (132 SMs) once: below that, tensor-core GEMMs take 64x64 tiles.
 constexpr int64_t kFillingBlocks = 132;
-// cp.async pipelines are at most this deep, within this much shared memory per block (what a
-// launch may take without opting in on every arch).
+// cp.async pipelines are at most this deep, within this much shared memory per block. Past the
+// 48 KB a launch takes by default the runtime opts in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES);
+// 64 KB still lets 2 blocks share an sm_80 SM (164 KB) and 3 an sm_90 one (228 KB), as many as
+// the 128-tile kernels' registers allow. On sm_86 and sm_89 (100 KB per SM) a 60 KB block runs
+// alone: its third stage then hides the latency a second block used to.
 constexpr int kMaxStages = 3;
-constexpr uint32_t kSharedBudget = 48 * 1024;
+constexpr uint32_t kSharedBudget = 64 * 1024;
 
 // The shared memory of the kernel for `spec` with `tiling`: its stages of A and B tiles (a
 // cp.async operand with k contiguous is outer-major, [outer][kTileK + 4]; the others k-major,
@@ -267,7 +270,8 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   tiling.async_a = copyable(spec.a, spec.a.k_contiguous ? spec.k : spec.m);
   tiling.async_b = copyable(spec.b, spec.b.k_contiguous ? spec.k : spec.n);
   // cp.async operands: as many stages (up to kMaxStages) as keep the block's shared memory
-  // within the 48 KB any launch may take: 3 at 64 tiles (30 KB), 2 at 128 (40 KB).
+  // within kSharedBudget: 3 at 64 tiles (30 KB) and at 128 (60 KB with both operands by
+  // cp.async, plus the row statistics of fused norms).
   if (tiling.async_a || tiling.async_b) {
     tiling.stages = kMaxStages;
     while (tiling.stages > 2 && gemm_shared_bytes(spec, tiling) > kSharedBudget) --tiling.stages;

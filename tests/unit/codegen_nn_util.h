@@ -181,7 +181,8 @@ struct CheckResult {
 };
 
 // Emits the cases' graph; compiles it with NVRTC for sm_80 and sm_90 and expects no spills and
-// at most 48 KB of shared memory; runs it on the host backend under each schedule (strict
+// at most 64 KB of shared memory (the GEMM template's 3 stages at 128 tiles; the CUDA runtime
+// opts in past 48 KB); runs it on the host backend under each schedule (strict
 // mode, poisoned shared memory) and compares every result with the reference interpreter.
 inline CheckResult check_cases(const std::string& name, const std::vector<OpCase>& cases,
                                const CheckOptions& options = {}) {
@@ -193,7 +194,7 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
   if (const char* dir = std::getenv("KILN_CODEGEN_DUMP"))
     std::ofstream(std::string(dir) + "/" + name + ".cu") << program.source;
   for (const Kernel& kernel : program.kernels)
-    EXPECT_LE(kernel.dynamic_shared_bytes, 48u * 1024) << kernel.name;
+    EXPECT_LE(kernel.dynamic_shared_bytes, 64u * 1024) << kernel.name;
 
   if (options.nvrtc) {
     runtime::NvrtcOptions nvrtc;
