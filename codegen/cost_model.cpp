@@ -47,7 +47,9 @@ int64_t dense_flops(const ir::Node& node) {
 int64_t matmul_flops(const ir::Node& node) {
   const ir::Shape& a = operand_shape(node, 0);
   const int64_t k = attr<bool>(node, "transpose_a") ? a[a.size() - 2] : a.back();
-  return 2 * result_elements(node) * k;
+  // Split-K partials [S, ..., M, N]: the S chunks share one K between them.
+  const int64_t chunks = attr<int64_t>(node, "k_chunk") > 0 ? node.results.at(0)->type.shape[0] : 1;
+  return 2 * (result_elements(node) / chunks) * k;
 }
 
 // A comparison (max) or an add (avg, whose divide takes the place of the first add) per

@@ -298,6 +298,8 @@ class Propagation {
     }
     out.push_back(m);
     out.push_back(n);
+    // Split-K partials stack a static chunk axis in front of the result's own.
+    if (int_attr(node, "k_chunk") > 0) out.insert(out.begin(), DimMap::value_type{});
     set(node.results[0], out);
   }
 

@@ -207,9 +207,11 @@ std::vector<std::string> inference_pipeline(int opt_level) {
 }
 
 std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeline, bool conv2d,
-                                                 bool dense) {
-  if (!conv2d && !dense) return pipeline;
-  const std::string whole = conv2d && dense ? "conv2d+dense" : conv2d ? "conv2d" : "dense";
+                                                 bool matrix_products) {
+  if (!conv2d && !matrix_products) return pipeline;
+  const std::string whole = conv2d && matrix_products ? "conv2d+dense+matmul"
+                            : conv2d                  ? "conv2d"
+                                                      : "dense+matmul";
   for (std::string& pass : pipeline)
     if (pass == "split-k") pass = "split-k{whole=" + whole + "}";
   return pipeline;

@@ -67,9 +67,10 @@ std::vector<std::string> inference_pipeline(int opt_level);
 std::vector<std::string> training_pipeline(const std::string& optimizer);
 
 // `pipeline` with split-k told which forward GEMMs a vendor library may compute (--library:
-// cuDNN for conv2d, cuBLASLt for dense): split-k leaves those whole (`split-k{whole=conv2d+dense}`),
-// since the library picks its own split-K, and its partial sums would end the library call.
+// cuDNN for conv2d, cuBLASLt for dense and matmul): split-k leaves those whole
+// (`split-k{whole=conv2d+dense+matmul}`), since the library picks its own split-K, and its
+// partial sums would end the library call.
 std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeline, bool conv2d,
-                                                 bool dense);
+                                                 bool matrix_products);
 
 }  // namespace kiln::passes

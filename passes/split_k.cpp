@@ -35,7 +35,11 @@
 // added along the last axis after the sum. The estimate of what a forward split saves takes
 // the larger of the GEMM's FLOP time and its DRAM time on its share of the SMs.
 //
-// With the option whole=conv2d, whole=dense or whole=conv2d+dense (passes::keep_vendor_gemms_whole,
+// A matmul with too few tiles (a transformer's projection at batch 1: 8 rows of 3072 columns,
+// 48 tiles, over K = 768) is cut along its inner dim K the same way; its partials stack in
+// front of the batch dims, [S, ..., M, N], and the GEMM's grid z runs over batch and chunk.
+//
+// With the option whole=OP[+OP...] over conv2d, dense and matmul (passes::keep_vendor_gemms_whole,
 // from --library), forward GEMMs of those ops stay whole: cuDNN and cuBLASLt choose their own
 // split-K, and partial sums would take the GEMM off the library.
 //
@@ -82,6 +86,25 @@ struct GemmShape {
 
 GemmShape gemm_shape(const ir::Node& node) {
   GemmShape g;
+  if (node.op == ir::OpId::Matmul) {  // a [..., M, K] @ b [..., K, N], either transposed
+    const ir::Shape& a = node.inputs[0]->type.shape;
+    const ir::Shape& b = node.inputs[1]->type.shape;
+    const ir::Shape& y = node.results[0]->type.shape;
+    const bool transpose_a = std::get<bool>(node.attrs.at("transpose_a"));
+    g.m = y[y.size() - 2];
+    g.n = y.back();
+    g.k = transpose_a ? a[a.size() - 2] : a.back();
+    // The batches are more blocks along grid z; the template folds them into the rows when b
+    // is one matrix and a is not transposed, which tiles the same or better.
+    g.groups = g.m * g.n > 0 ? ir::num_elements(y) / (g.m * g.n) : 0;
+    if (ir::num_elements(b) == b[b.size() - 2] * b.back() && !transpose_a) {
+      g.m *= g.groups;
+      g.groups = 1;
+    }
+    g.min_chunk = kMinForwardChunk;
+    g.k_is = "the inner dim";
+    return g;
+  }
   if (node.op == ir::OpId::Dense) {  // x [..., K] @ weight[N, K]^T
     const ir::Shape& w = node.inputs[1]->type.shape;
     g.m = ir::num_elements(node.inputs[0]->type.shape) / w[1];
@@ -131,6 +154,10 @@ int64_t choose_chunk(const ir::Node& node, const std::set<std::string>& whole, s
   }
   const GemmShape g = gemm_shape(node);
   const int64_t blocks = ceil_div(g.m, kTile) * ceil_div(g.n, kTile) * g.groups;
+  if (blocks == 0) {
+    why = "its result is empty";
+    return 0;
+  }
   if (blocks >= kSms) {
     why = fmt::format("its GEMM ({}x{} per group, {} groups) has {} tiles of {}x{}: enough for {} SMs",
                       g.m, g.n, g.groups, blocks, kTile, kTile, kSms);
@@ -176,9 +203,9 @@ bool SplitK::run(ir::Graph& graph, PassContext& context) {
   for (size_t begin = 0; begin < whole_option.size();) {
     const size_t end = std::min(whole_option.find('+', begin), whole_option.size());
     const std::string op = whole_option.substr(begin, end - begin);
-    if (op != "conv2d" && op != "dense")
-      throw Error("--passes", fmt::format("pass '{}': option whole={}: '{}' is not conv2d or dense "
-                                          "(expected conv2d, dense or conv2d+dense)",
+    if (op != "conv2d" && op != "dense" && op != "matmul")
+      throw Error("--passes", fmt::format("pass '{}': option whole={}: '{}' is not conv2d, dense or "
+                                          "matmul (expected one of them, or several joined by '+')",
                                           kPass, whole_option, op));
     whole.insert(op);
     begin = end + 1;
@@ -186,7 +213,7 @@ bool SplitK::run(ir::Graph& graph, PassContext& context) {
   std::vector<std::pair<ir::Node*, int64_t>> splits;
   for (const auto& node : graph.nodes()) {
     if (node->op != ir::OpId::Conv2dGradWeight && node->op != ir::OpId::Conv2d &&
-        node->op != ir::OpId::Dense)
+        node->op != ir::OpId::Dense && node->op != ir::OpId::Matmul)
       continue;
     std::string why;
     const int64_t chunk = choose_chunk(*node, whole, why);
@@ -238,9 +265,10 @@ bool SplitK::run(ir::Graph& graph, PassContext& context) {
     dead.insert(node);
     context.debug(kPass, fmt::format("split %{}: {} chunks of {} {}, then reduce_sum{}",
                                      out_name, chunks, chunk,
-                                     node->op == ir::OpId::Conv2d  ? "patch terms"
-                                     : node->op == ir::OpId::Dense ? "input features"
-                                                                   : "batch pixels",
+                                     node->op == ir::OpId::Conv2d   ? "patch terms"
+                                     : node->op == ir::OpId::Dense  ? "input features"
+                                     : node->op == ir::OpId::Matmul ? "inner terms"
+                                                                    : "batch pixels",
                                      biased ? " and bias_add" : ""));
   }
   replace_and_erase(graph, replacements, dead);

@@ -132,7 +132,8 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
   const ir::Value* b = node.inputs[1];
   const ir::Shape& as = a->type.shape;
   const ir::Shape& bs = b->type.shape;
-  const ir::Shape& os = node.results[0]->type.shape;
+  ir::Shape os = node.results[0]->type.shape;
+  if (attr<int64_t>(node, "k_chunk") > 0) os.erase(os.begin());  // split-K partials' leading dim
   const bool ta = attr<bool>(node, "transpose_a");
   const bool tb = attr<bool>(node, "transpose_b");
   const int64_t m = os[os.size() - 2];
@@ -172,6 +173,7 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
   spec.channel = "static_cast<int>(col)";  // the last axis: what a bias_add(axis=-1) indexes
   spec.out_index = spec.batch > 1 ? "batch * kM * kN + row * kN + col"
                                   : "row * kN + col";
+  stack_split_partials(spec, attr<int64_t>(node, "k_chunk"), batches * m * n);
   spec.what = fmt::format("tiled GEMM{}{}{}", ta ? ", a transposed" : "",
                           tb ? ", b transposed" : "", fold ? ", batch folded into rows" : "");
   return spec;

@@ -82,7 +82,8 @@ Results conv2d(const ir::Node& node, const Inputs& in) {
 Results matmul(const ir::Node& node, const Inputs& in) {
   const ir::Shape& as = in[0]->shape();
   const ir::Shape& bs = in[1]->shape();
-  const ir::Shape& os = ref::result_type(node).shape;
+  ir::Shape os = ref::result_type(node).shape;
+  if (ref::attr_int(node, "k_chunk") > 0) os.erase(os.begin());  // split-K partials' leading dim
   const bool ta = ref::attr_bool(node, "transpose_a");
   const bool tb = ref::attr_bool(node, "transpose_b");
   const std::vector<double> a = in[0]->to_doubles();
@@ -96,23 +97,29 @@ Results matmul(const ir::Node& node, const Inputs& in) {
   const ir::Shape b_batch(bs.begin(), bs.end() - 2);
   const ir::Shape out_batch(os.begin(), os.end() - 2);
 
-  std::vector<double> out(static_cast<size_t>(ir::num_elements(os)));
+  // k_chunk > 0 (split-K): one partial result per chunk of k_chunk terms, stacked along a new
+  // first dim.
+  const bool split = ref::attr_int(node, "k_chunk") > 0;
+  const int64_t chunk = split ? ref::attr_int(node, "k_chunk") : K;
+  const int64_t chunks = split ? (K + chunk - 1) / chunk : 1;
   const int64_t batches = ir::num_elements(os, 0, ro - 2);
-  for (int64_t batch = 0; batch < batches; ++batch) {
-    const std::vector<int64_t> index = ref::unravel(batch, out_batch);
-    const int64_t a_base = ref::broadcast_source(index, a_batch) * M * K;
-    const int64_t b_base = ref::broadcast_source(index, b_batch) * K * N;
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double sum = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          const double av = a[a_base + (ta ? k * M + m : m * K + k)];
-          const double bv = b[b_base + (tb ? n * K + k : k * N + n)];
-          sum += av * bv;
+  std::vector<double> out(static_cast<size_t>(chunks * ir::num_elements(os)));
+  for (int64_t s = 0; s < chunks; ++s)
+    for (int64_t batch = 0; batch < batches; ++batch) {
+      const std::vector<int64_t> index = ref::unravel(batch, out_batch);
+      const int64_t a_base = ref::broadcast_source(index, a_batch) * M * K;
+      const int64_t b_base = ref::broadcast_source(index, b_batch) * K * N;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double sum = 0;
+          for (int64_t k = s * chunk; k < std::min(K, (s + 1) * chunk); ++k) {
+            const double av = a[a_base + (ta ? k * M + m : m * K + k)];
+            const double bv = b[b_base + (tb ? n * K + k : k * N + n)];
+            sum += av * bv;
+          }
+          out[((s * batches + batch) * M + m) * N + n] = sum;
         }
-        out[(batch * M + m) * N + n] = sum;
-      }
-  }
+    }
   return {ref::make_result(node, out)};
 }
 

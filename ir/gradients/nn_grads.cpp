@@ -49,6 +49,9 @@ Grads dense_rule(GradBuilder& b, const Node& n, const Grads& dy) {
 // as one matmul on the stored operands (transposing the product where the operand is stored
 // transposed), then summed over the batch dims that broadcasting added.
 Grads matmul_rule(GradBuilder& b, const Node& n, const Grads& dy) {
+  if (std::get<int64_t>(n.attrs.at("k_chunk")) > 0)
+    throw Error(n.loc.render(), n.describe() + ": a split-K matmul (k_chunk) has no gradient rule; "
+                                               "split after autodiff, as the training pipeline does");
   Value* a = n.inputs[0];
   Value* bv = n.inputs[1];
   const bool ta = bool_attr(n, "transpose_a");

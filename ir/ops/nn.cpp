@@ -170,6 +170,10 @@ Types infer_matmul(const InferContext& ctx) {
   Shape out = std::move(*batch);
   out.push_back(a[a.size() - 2]);
   out.push_back(b[b.size() - 1]);
+  const int64_t chunk = ctx.get_int("k_chunk");
+  if (chunk < 0) throw OpError{"attribute 'k_chunk' must be >= 0, got " + str(chunk), -1, "k_chunk"};
+  // Split-K: one partial result per chunk of the K terms.
+  if (chunk > 0) out.insert(out.begin(), (k_a + chunk - 1) / chunk);
   return {checked_result(ctx.inputs[0].dtype, std::move(out))};
 }
 

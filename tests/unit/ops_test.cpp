@@ -152,6 +152,17 @@ TEST(OpsDense, SplitKPartials) {
                   "attribute 'k_chunk' must be >= 0, got -2", -1, "k_chunk");
 }
 
+TEST(OpsMatmul, SplitKPartials) {
+  // The chunk axis stacks in front of the broadcast batch dims; K counts after the transposes.
+  EXPECT_EQ(infer("matmul", {f32({2, 1, 5, 100}), f32({3, 100, 7})}, {{"k_chunk", int64_t{48}}}),
+            "f32[3,2,3,5,7]");
+  EXPECT_EQ(infer("matmul", {f32({100, 5}), f32({7, 100})},
+                  {{"transpose_a", true}, {"transpose_b", true}, {"k_chunk", int64_t{100}}}),
+            "f32[1,5,7]");
+  EXPECT_OP_ERROR(infer_error("matmul", {f32({4, 64}), f32({64, 10})}, {{"k_chunk", int64_t{-3}}}),
+                  "attribute 'k_chunk' must be >= 0, got -3", -1, "k_chunk");
+}
+
 TEST(OpsConv2d, OperandErrors) {
   EXPECT_OP_ERROR(infer_error("conv2d", {f32({3, 8, 8}), f32({4, 3, 3, 3})}),
                   "input must have rank 4, got f32[3,8,8]", 0, "");
