@@ -35,8 +35,8 @@
 // added along the last axis after the sum. The estimate of what a forward split saves takes
 // the larger of the GEMM's FLOP time and its DRAM time on its share of the SMs.
 //
-// A matmul with too few tiles (a transformer's projection at batch 1: 8 rows of 3072 columns,
-// 48 tiles, over K = 768) is cut along its inner dim K the same way; its partials stack in
+// A matmul with too few tiles (a projection of 8 tokens from 4,096 features to 1,024: 16 tiles
+// reading a 16 MB matrix) is cut along its inner dim K the same way; its partials stack in
 // front of the batch dims, [S, ..., M, N], and the GEMM's grid z runs over batch and chunk.
 //
 // With the option whole=OP[+OP...] over conv2d, dense and matmul (passes::keep_vendor_gemms_whole,
