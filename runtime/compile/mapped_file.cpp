@@ -24,7 +24,10 @@ MappedFile::MappedFile(const std::string& path) {
   size_ = static_cast<size_t>(info.st_size);
   // MAP_PRIVATE: the bytes are only read. kiln replaces the files it maps (packages, cache
   // entries) by renaming new ones into place, so a mapping never sees them change.
-  void* mapped = size_ == 0 ? nullptr : ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  // MAP_POPULATE: every reader checksums the whole file, so its pages are mapped in one call
+  // instead of one fault per page (ResNet-50's package: 26,000 faults).
+  void* mapped = size_ == 0 ? nullptr
+                            : ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   const int saved = errno;
   ::close(fd);
   if (mapped == MAP_FAILED) throw Error(path, "cannot map: " + std::string(std::strerror(saved)));

@@ -24,6 +24,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "ir/diagnostic.h"
 #include "runtime/compile/mapped_file.h"
@@ -37,7 +39,7 @@ constexpr unsigned char kMagic[8] = {0x89, 'K', 'I', 'L', 'N', 0x0D, 0x0A, 0x1A}
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kSectionAlignment = 64;
 
-uint32_t crc32_of(std::string_view bytes) {
+uLong crc32_serial(std::string_view bytes) {
   uLong crc = crc32(0L, Z_NULL, 0);
   // zlib takes sizes as uInt: feed large sections in pieces.
   while (!bytes.empty()) {
@@ -45,6 +47,27 @@ uint32_t crc32_of(std::string_view bytes) {
     crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(piece));
     bytes.remove_prefix(piece);
   }
+  return crc;
+}
+
+// The CRC-32 of `bytes`. A large section (ResNet-50's weights: 102 MB, 39 ms for zlib on one
+// core) is cut into one piece per core, whose CRCs crc32_combine joins into the same value.
+uint32_t crc32_of(std::string_view bytes) {
+  constexpr size_t kMinPiece = size_t{8} << 20;
+  const size_t pieces = std::clamp<size_t>(bytes.size() / kMinPiece, 1,
+                                           std::max(1u, std::thread::hardware_concurrency()));
+  if (pieces == 1) return static_cast<uint32_t>(crc32_serial(bytes));
+  std::vector<uLong> crcs(pieces);
+  std::vector<size_t> sizes(pieces);
+  std::vector<std::thread> workers;
+  for (size_t i = 0; i < pieces; ++i) {
+    const size_t begin = bytes.size() * i / pieces, end = bytes.size() * (i + 1) / pieces;
+    sizes[i] = end - begin;
+    workers.emplace_back([&crcs, i, piece = bytes.substr(begin, end - begin)] { crcs[i] = crc32_serial(piece); });
+  }
+  for (std::thread& worker : workers) worker.join();
+  uLong crc = crcs[0];
+  for (size_t i = 1; i < pieces; ++i) crc = crc32_combine(crc, crcs[i], static_cast<z_off_t>(sizes[i]));
   return static_cast<uint32_t>(crc);
 }
 
@@ -321,9 +344,9 @@ Package parse_package(std::string_view bytes, const std::string& path) {
       w.fail(fmt::format("weights '{}': {} bytes do not hold a {}", name, size, type.to_string()));
     if (offset < 0 || static_cast<uint64_t>(offset) + static_cast<uint64_t>(size) > weights.size())
       w.fail(fmt::format("weights '{}' lie outside the weights section", name));
-    std::vector<std::byte> data(static_cast<size_t>(size));
-    std::memcpy(data.data(), weights.data() + offset, data.size());
-    package.weights.emplace(name, ir::Tensor(type, std::move(data)));
+    // Copied in one pass (a sized vector would zero its bytes first).
+    const auto* first = reinterpret_cast<const std::byte*>(weights.data() + offset);
+    package.weights.emplace(name, ir::Tensor(type, std::vector<std::byte>(first, first + size)));
   }
   // Every parameter has weights of its type (checked, not copied).
   for (const PackageProgram& program : package.programs)
