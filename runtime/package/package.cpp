@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -63,7 +64,12 @@ uint32_t crc32_of(std::string_view bytes) {
   for (size_t i = 0; i < pieces; ++i) {
     const size_t begin = bytes.size() * i / pieces, end = bytes.size() * (i + 1) / pieces;
     sizes[i] = end - begin;
-    workers.emplace_back([&crcs, i, piece = bytes.substr(begin, end - begin)] { crcs[i] = crc32_serial(piece); });
+    const std::string_view piece = bytes.substr(begin, end - begin);
+    try {
+      workers.emplace_back([&crcs, i, piece] { crcs[i] = crc32_serial(piece); });
+    } catch (const std::system_error&) {  // no thread to be had: this one does the piece
+      crcs[i] = crc32_serial(piece);
+    }
   }
   for (std::thread& worker : workers) worker.join();
   uLong crc = crcs[0];

@@ -157,6 +157,36 @@ TEST(Package, ChecksumMismatchNamesTheSection) {
   EXPECT_EQ(error_of(bytes), "m.kiln: error: corrupt package: the header's checksum does not match");
 }
 
+TEST(Package, LargeSectionsChecksumInPieces) {
+  // A weights section past 16 MB has its CRC-32 computed in pieces on several threads and
+  // joined: the stored value is still zlib's CRC of the whole section, and a flipped bit in
+  // either half is caught.
+  Package package = make_package();
+  ir::Tensor big(ir::TensorType{ir::DType::F32, {5 << 20}});  // 20 MB
+  for (int64_t i = 0; i < big.num_elements(); ++i) big.set(i, static_cast<double>(i % 9973) - 4000.0);
+  package.weights.emplace("extra", big);
+  const std::string good = serialize_package(package);
+  uint64_t manifest_size = 0;  // the header's little-endian u64 at byte 24
+  for (int i = 7; i >= 0; --i) manifest_size = (manifest_size << 8) | static_cast<unsigned char>(good[24 + i]);
+  const Json manifest = Json::parse(std::string_view(good).substr(64, manifest_size));
+  bool found = false;
+  for (const Json& section : manifest.at("sections")) {
+    if (section.at("name") != "weights") continue;
+    found = true;
+    const size_t offset = section.at("offset").get<size_t>(), size = section.at("bytes").get<size_t>();
+    ASSERT_GT(size, size_t{16} << 20);
+    const uLong serial = crc32(0, reinterpret_cast<const Bytef*>(good.data() + offset), static_cast<uInt>(size));
+    EXPECT_EQ(section.at("crc32").get<uint32_t>(), static_cast<uint32_t>(serial));
+    for (size_t at : {offset + size / 4, offset + size - size / 4}) {
+      std::string bytes = good;
+      bytes[at] = static_cast<char>(bytes[at] ^ 0x10);
+      EXPECT_NE(error_of(bytes).find("checksum mismatch in section 'weights'"), std::string::npos) << at;
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(parse_package(good, "m.kiln").weights.at("extra").byte_size(), big.byte_size());
+}
+
 TEST(Package, ArchMissingWithoutPtx) {
   CudaBinary binary = make_package().programs[0].binary;
   EXPECT_NO_THROW(require_code_for(binary, 90, "m.kiln"));
