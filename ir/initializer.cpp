@@ -12,11 +12,11 @@
 #include <cmath>
 #include <functional>
 #include <numbers>
-#include <thread>
 #include <vector>
 
 #include "ir/diagnostic.h"
 #include "ir/op_registry.h"
+#include "ir/parallel.h"
 #include "ir/philox.h"
 
 namespace kiln::ir {
@@ -184,26 +184,16 @@ class PhiloxWords {
   philox::Block block_{};
 };
 
-// Runs fill(begin, end, words) over [0, count) in chunks on every core: element i depends on
-// its own Philox words only, so the result is the same as one pass in order (each chunk has
+// Runs fill(begin, end, words) over [0, count) in pieces on every core: element i depends on
+// its own Philox words only, so the result is the same as one pass in order (each piece has
 // its own word reader). Small tensors stay on the calling thread.
 void parallel_fill(int64_t count, uint64_t seed,
                    const std::function<void(int64_t, int64_t, PhiloxWords&)>& fill) {
-  constexpr int64_t kMinChunk = int64_t{1} << 16;
-  const int64_t threads = std::clamp<int64_t>(count / kMinChunk, 1,
-                                              std::max(1u, std::thread::hardware_concurrency()));
-  if (threads == 1) {
+  const Pieces pieces = pieces_per_core(count, int64_t{1} << 16);
+  run_pieces(pieces, [&](int64_t piece) {
     PhiloxWords words(seed);
-    fill(0, count, words);
-    return;
-  }
-  std::vector<std::thread> workers;
-  for (int64_t t = 0; t < threads; ++t)
-    workers.emplace_back([&, t] {
-      PhiloxWords words(seed);
-      fill(count * t / threads, count * (t + 1) / threads, words);
-    });
-  for (std::thread& worker : workers) worker.join();
+    fill(pieces.begin(piece), pieces.end(piece), words);
+  });
 }
 
 double box_muller(uint32_t first, uint32_t second) {

@@ -82,8 +82,9 @@ Results conv2d(const ir::Node& node, const Inputs& in) {
 Results matmul(const ir::Node& node, const Inputs& in) {
   const ir::Shape& as = in[0]->shape();
   const ir::Shape& bs = in[1]->shape();
+  const int64_t k_chunk = ref::attr_int(node, "k_chunk");
   ir::Shape os = ref::result_type(node).shape;
-  if (ref::attr_int(node, "k_chunk") > 0) os.erase(os.begin());  // split-K partials' leading dim
+  if (k_chunk > 0) os.erase(os.begin());  // split-K partials' leading dim
   const bool ta = ref::attr_bool(node, "transpose_a");
   const bool tb = ref::attr_bool(node, "transpose_b");
   const std::vector<double> a = in[0]->to_doubles();
@@ -99,9 +100,8 @@ Results matmul(const ir::Node& node, const Inputs& in) {
 
   // k_chunk > 0 (split-K): one partial result per chunk of k_chunk terms, stacked along a new
   // first dim.
-  const bool split = ref::attr_int(node, "k_chunk") > 0;
-  const int64_t chunk = split ? ref::attr_int(node, "k_chunk") : K;
-  const int64_t chunks = split ? (K + chunk - 1) / chunk : 1;
+  const int64_t chunk = k_chunk > 0 ? k_chunk : K;
+  const int64_t chunks = k_chunk > 0 ? (K + chunk - 1) / chunk : 1;
   const int64_t batches = ir::num_elements(os, 0, ro - 2);
   std::vector<double> out(static_cast<size_t>(chunks * ir::num_elements(os)));
   for (int64_t s = 0; s < chunks; ++s)

@@ -24,11 +24,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "ir/diagnostic.h"
+#include "ir/parallel.h"
 #include "runtime/compile/mapped_file.h"
 #include "runtime/cuda/plan.h"
 #include "runtime/package/program_json.h"
@@ -54,26 +53,16 @@ uLong crc32_serial(std::string_view bytes) {
 // The CRC-32 of `bytes`. A large section (ResNet-50's weights: 102 MB, 39 ms for zlib on one
 // core) is cut into one piece per core, whose CRCs crc32_combine joins into the same value.
 uint32_t crc32_of(std::string_view bytes) {
-  constexpr size_t kMinPiece = size_t{8} << 20;
-  const size_t pieces = std::clamp<size_t>(bytes.size() / kMinPiece, 1,
-                                           std::max(1u, std::thread::hardware_concurrency()));
-  if (pieces == 1) return static_cast<uint32_t>(crc32_serial(bytes));
-  std::vector<uLong> crcs(pieces);
-  std::vector<size_t> sizes(pieces);
-  std::vector<std::thread> workers;
-  for (size_t i = 0; i < pieces; ++i) {
-    const size_t begin = bytes.size() * i / pieces, end = bytes.size() * (i + 1) / pieces;
-    sizes[i] = end - begin;
-    const std::string_view piece = bytes.substr(begin, end - begin);
-    try {
-      workers.emplace_back([&crcs, i, piece] { crcs[i] = crc32_serial(piece); });
-    } catch (const std::system_error&) {  // no thread to be had: this one does the piece
-      crcs[i] = crc32_serial(piece);
-    }
-  }
-  for (std::thread& worker : workers) worker.join();
+  const ir::Pieces pieces = ir::pieces_per_core(static_cast<int64_t>(bytes.size()), int64_t{8} << 20);
+  const auto piece_bytes = [&](int64_t piece) {
+    return bytes.substr(static_cast<size_t>(pieces.begin(piece)),
+                        static_cast<size_t>(pieces.end(piece) - pieces.begin(piece)));
+  };
+  std::vector<uLong> crcs(static_cast<size_t>(pieces.count));
+  ir::run_pieces(pieces, [&](int64_t piece) { crcs[static_cast<size_t>(piece)] = crc32_serial(piece_bytes(piece)); });
   uLong crc = crcs[0];
-  for (size_t i = 1; i < pieces; ++i) crc = crc32_combine(crc, crcs[i], static_cast<z_off_t>(sizes[i]));
+  for (int64_t piece = 1; piece < pieces.count; ++piece)
+    crc = crc32_combine(crc, crcs[static_cast<size_t>(piece)], static_cast<z_off_t>(piece_bytes(piece).size()));
   return static_cast<uint32_t>(crc);
 }
 
