@@ -14,7 +14,8 @@ cuda_root=()
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+  # The precompiled headers (CMakeLists.txt) are cached only with these sloppinesses.
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true CCACHE_SLOPPINESS=pch_defines,time_macros
 fi
 mkdir -p "$dir"
 # The build type is CMakeLists.txt's default (RelWithDebInfo) unless the arguments, now or at an

@@ -21,7 +21,7 @@ inline std::string translation_unit(const std::string& kernels, const std::strin
 // A kernel cache in the build tree: ctest runs every test in its own process, and each would
 // otherwise recompile its file's module.
 inline const KernelCache* test_cache() {
-  static const KernelCache cache(std::string(KILN_BINARY_DIR) + "/tests/host_module_cache");
+  static const KernelCache cache(KILN_BINARY_DIR "/tests/host_module_cache");
   return &cache;
 }
 
