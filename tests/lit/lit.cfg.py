@@ -36,7 +36,8 @@ for name, required in SANITIZER_EXITS.items():
 if config.kiln_sanitize.upper() in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("sanitizer")
 
-# One kernel cache for the suite, under its output folder: lit passes no HOME, so kiln would
-# otherwise use the user's ~/.cache/kiln (a warm one hides the compiles a fresh machine does,
-# and tests should not write there). Tests that are about the cache set KILN_CACHE_DIR themselves.
-config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "kernel-cache")
+# One kernel cache per build for the suite: lit passes no HOME, so kiln would otherwise use the
+# user's ~/.cache/kiln (a warm one hides the compiles a fresh machine does, and tests should not
+# write there). Per build, not per exec_root: the mutation runs (tests/mutation/) share it with
+# the ordinary run. Tests that are about the cache set KILN_CACHE_DIR themselves.
+config.environment["KILN_CACHE_DIR"] = os.path.join(config.kiln_binary_dir, "tests", "lit-kernel-cache")
