@@ -69,7 +69,7 @@ grep -E 'tests passed|tests failed' build-asan/ctest.log
 # over its 15 minutes on a slow machine); scripts/fuzz.sh run by hand builds its own, faster
 # harnesses (-O1) and defaults to 30 s: longer runs hunt findings, CI's catch regressions.
 phase "fuzz (${KILN_FUZZ_SECONDS:-12} s per harness)"
-KILN_FUZZ_BUILD=build-asan KILN_FUZZ_JOBS=$jobs scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-12}""
+KILN_FUZZ_BUILD=build-asan KILN_FUZZ_JOBS=$jobs scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-12}"
 
 phase "every other test"
 cd build
