@@ -1,5 +1,6 @@
 // The host prelude's CUDA built-ins: codegen's device library compiles and computes against it;
-// intrinsics, atomics across parallel blocks, vector types, static __shared__ and dim3.
+// intrinsics, atomics across parallel blocks, vector types, static __shared__, dim3, and the
+// cp.async emulation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,6 +82,39 @@ extern "C" __global__ void __launch_bounds__(24) dims_3(int* __restrict__ out) {
   const int thread = threadIdx.x + b.x * (threadIdx.y + b.y * threadIdx.z);
   out[block * 24 + thread] = block * 1000 + thread + warpSize * 0;
 }
+
+// cp.async as the PTX ISA orders it: a copy lands only once a wait lets its group; wait<N>
+// performs every committed group but the newest N. Mode 1 copies to a misaligned address, mode 2
+// keeps more copies in flight than the host backend holds; both are errors.
+__global__ void async_copies_4(const float4* src, float* out, int mode) {
+  __shared__ float4 staged[4];
+  for (int i = 0; i < 4; ++i) staged[i] = make_float4(-1.0f, -1.0f, -1.0f, -1.0f);
+  if (mode == 1) kiln_cp_async16(reinterpret_cast<char*>(staged) + 4, src, true);
+  if (mode == 2)
+    for (int i = 0; i < 65; ++i) kiln_cp_async16(&staged[0], src, true);
+  kiln_cp_async16(&staged[0], &src[0], true);
+  kiln_cp_async_commit();
+  kiln_cp_async16(&staged[1], &src[1], true);
+  kiln_cp_async_commit();
+  kiln_cp_async16(&staged[2], &src[2], false);  // zero-filled, src not read
+  out[0] = staged[0].x;                         // nothing landed yet
+  kiln_cp_async_wait<1>();                      // the first group only
+  out[1] = staged[0].x;
+  out[2] = staged[1].x;
+  kiln_cp_async_commit();
+  kiln_cp_async_wait<0>();
+  out[3] = staged[1].x;
+  out[4] = staged[2].y;
+  // A 3-stage pipeline far longer than the copies the host backend holds at once.
+  for (int i = 0; i < 200; ++i) {
+    kiln_cp_async16(&staged[3], &src[i % 4], true);
+    kiln_cp_async_commit();
+    kiln_cp_async_wait<2>();
+  }
+  out[5] = staged[3].x;  // the copy of i = 197 (src[1]) landed, i = 198 and 199 are in flight
+  kiln_cp_async_wait<0>();
+  out[6] = staged[3].x;  // i = 199: src[3]
+}
 )";
 
 const char* const kEntries = R"(
@@ -95,6 +129,10 @@ extern "C" void kiln_host_entry_warp_library_2(void* const* args) {
   warp_library_2(static_cast<const float*>(args[0]), static_cast<float*>(args[1]));
 }
 extern "C" void kiln_host_entry_dims_3(void* const* args) { dims_3(static_cast<int*>(args[0])); }
+extern "C" void kiln_host_entry_async_copies_4(void* const* args) {
+  async_copies_4(static_cast<const float4*>(args[0]), static_cast<float*>(args[1]),
+                 *static_cast<const int*>(args[2]));
+}
 )";
 
 class HostPreludeTest : public ::testing::Test {
@@ -180,6 +218,28 @@ TEST_F(HostPreludeTest, BuiltInVariablesInThreeDimensions) {
   for (int block = 0; block < 6; ++block)
     for (int thread = 0; thread < 24; ++thread)
       EXPECT_EQ(out[block * 24 + thread], block * 1000 + thread);
+}
+
+TEST_F(HostPreludeTest, AsyncCopiesLandWhenTheirGroupIsWaitedFor) {
+  alignas(16) float src[16];
+  for (int i = 0; i < 16; ++i) src[i] = 10.0f * static_cast<float>(i / 4 + 1);  // src[k].x = 10(k+1)
+  std::vector<float> out(7, 0.0f);
+  int mode = 0;
+  void* args[] = {src, out.data(), &mode};
+  module_->launch("async_copies_4", args, {2, 1, 1}, {1, 1, 1}, 0, false, options_for("order"));
+  EXPECT_EQ(out, (std::vector<float>{-1.0f, 10.0f, -1.0f, 20.0f, 0.0f, 20.0f, 40.0f}));
+
+  for (auto [bad, message] : {std::pair{1, "cp.async of 16 bytes from or to an address not aligned to 16"},
+                              std::pair{2, "more than 64 cp.async copies in flight in one GPU thread"}}) {
+    mode = bad;
+    try {
+      module_->launch("async_copies_4", args, {1, 1, 1}, {1, 1, 1}, 0, false,
+                      options_for("order"));
+      ADD_FAILURE() << "mode " << mode << " ran";
+    } catch (const std::exception& error) {
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
+    }
+  }
 }
 
 }  // namespace
