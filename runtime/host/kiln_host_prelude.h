@@ -353,15 +353,9 @@ static inline float atomicExch(float* p, float v) {
   return kiln_host_from_bits<float>(__atomic_exchange_n(bits, desired, __ATOMIC_RELAXED));
 }
 
-// ---- asynchronous copies (cp.async) ----------------------------------------------------------
-// As the PTX ISA defines them: a copy issued now is only guaranteed to have landed once a later
-// cp.async.wait_group lets it. Each GPU thread keeps its copies in groups: commit closes the
-// open group, and wait(N) performs every committed group but the newest N, oldest first. So a
-// kernel that reads shared memory before waiting reads what was there (the poisoned arena: NaN),
-// as it could on the GPU. The state lives per GPU thread of the running block (a worker runs
-// one block at a time) and is dropped when another block's thread reuses the slot.
-// A kernel's own error (a misaligned cp.async, too many copies in flight): a std::exception,
-// so the runtime reports what() as for its own errors, without <string> in every module.
+// ---- errors raised by the kernel's own code --------------------------------------------------
+// A misaligned cp.async, too many copies in flight: a std::exception, so the runtime reports
+// what() as for its own errors, without <string> in every module.
 struct kiln_host_error : std::exception {
   char text[256];
   const char* what() const noexcept override { return text; }
@@ -373,8 +367,17 @@ template <typename... Args>
   throw error;
 }
 
-// Copies in flight per GPU thread (open group and committed groups not yet performed), and
-// committed groups: kiln's GEMM template issues at most 8 copies per stage, 3 stages deep.
+// ---- asynchronous copies (cp.async) ----------------------------------------------------------
+// As the PTX ISA defines them: a copy issued now is only guaranteed to have landed once a later
+// cp.async.wait_group lets it. Each GPU thread keeps its copies in groups: commit closes the
+// open group, and wait(N) performs every committed group but the newest N, oldest first. So a
+// kernel that reads shared memory before waiting reads what was there (the poisoned arena: NaN),
+// as it could on the GPU. The state lives per GPU thread of the running block (a worker runs
+// one block at a time) and is dropped when another block's thread reuses the slot.
+//
+// Capacity per GPU thread: copies in flight (the open group and the committed groups not yet
+// performed), and committed groups. kiln's GEMM template issues at most 4 copies per thread per
+// stage (128 x 16 tiles of A and B, 256 threads), 3 stages deep.
 enum { KILN_HOST_ASYNC_MAX_COPIES = 64, KILN_HOST_ASYNC_MAX_GROUPS = 16 };
 struct kiln_host_async_copy {
   void* dst;
