@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
                                          add_inspect_command(app), add_run_command(app),
                                          add_train_command(app), add_generate_command(app),
                                          add_bench_command(app),
-                                         add_import_command(app),
+                                         add_import_command(app), add_serve_command(app),
                                          add_cache_command(app)};
 
   try {

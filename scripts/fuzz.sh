@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(model_json ir npy safetensors dataset onnx package keras)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(model_json ir npy safetensors dataset onnx package keras infer_request)
 dir=${KILN_FUZZ_BUILD:-build-fuzz}
 jobs=${KILN_FUZZ_JOBS:-1}
 
@@ -42,7 +42,7 @@ grep -q '^KILN_SANITIZE:BOOL=ON' "$dir/CMakeCache.txt" 2>/dev/null && schedule=(
 # plus the binary seeds of tests/fuzz/seeds/. The IR dictionary is every op name of ir/ops.def.
 seeds=$dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{model_json,ir,npy,safetensors,dataset,onnx,package,keras} "$dir/findings"
+mkdir -p "$seeds"/{model_json,ir,npy,safetensors,dataset,onnx,package,keras,infer_request} "$dir/findings"
 cp examples/*.json tests/lit/Inputs/*.json "$seeds/model_json/"
 cp tests/lit/Inputs/*.ir "$seeds/ir/"
 for file in tests/lit/*/*.ir; do cp "$file" "$seeds/ir/$(basename "$(dirname "$file")")_$(basename "$file")"; done
@@ -58,6 +58,7 @@ PY
 cp examples/data/*.npy tests/fuzz/seeds/npy/* "$seeds/npy/"
 cp tests/fuzz/seeds/safetensors/* "$seeds/safetensors/"
 cp tests/fuzz/seeds/dataset/* "$seeds/dataset/"
+cp tests/fuzz/seeds/infer_request/* "$seeds/infer_request/"
 # ONNX: the models of ONNX's own node tests (libonnx-testdata), when installed.
 /usr/bin/python3 -c '
 import pathlib, shutil, sys
@@ -102,9 +103,9 @@ done
 } >"$dir/ir.dict"
 
 declare -A dict=([model_json]=tests/fuzz/json.dict [safetensors]=tests/fuzz/json.dict [keras]=tests/fuzz/json.dict
-                 [ir]=$dir/ir.dict [npy]=tests/fuzz/npy.dict)
+                 [ir]=$dir/ir.dict [npy]=tests/fuzz/npy.dict [infer_request]=tests/fuzz/json.dict)
 declare -A max_len=([model_json]=65536 [ir]=16384 [npy]=4096 [safetensors]=4096 [dataset]=4096
-                 [onnx]=16384 [package]=131072 [keras]=65536)
+                 [onnx]=16384 [package]=131072 [keras]=65536 [infer_request]=16384)
 
 # The harnesses write each input to a scratch file. On a disk mounted with discard, truncating
 # it costs a synchronous discard per execution (measured: npy at 1,700 executions/s on /tmp,

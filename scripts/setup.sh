@@ -10,6 +10,8 @@
 # libonnx-dev, libprotobuf-dev: the ONNX importer reads ModelProto with ONNX's protobuf classes.
 # libhdf5-dev, pkg-config: the Keras importer reads Keras .h5 / .weights.h5 files with the HDF5 C
 # library (found through pkg-config).
+# libcpp-httplib-dev: `kiln serve`'s HTTP server (cpp-httplib, compiled by Debian).
+# curl (tests): the serve tests call the server with curl as well as Python's urllib.
 # libxxhash-dev: XXH3, the kernel cache's checksums and the package cache's content hashes.
 # libonnx-testdata (tests): ONNX's backend node tests, run by the conformance table.
 # python3-onnx (tests): builds small .onnx files for the importer's lit tests.
@@ -21,9 +23,9 @@ set -euo pipefail
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
                 dataset-fashion-mnist fortunes graphviz ccache libonnx-dev libprotobuf-dev libhdf5-dev
-                pkg-config libxxhash-dev)
+                pkg-config libxxhash-dev libcpp-httplib-dev)
 test_packages=(python3-torch python3-numpy python3-jsonschema chromium libonnx-testdata
-               python3-onnx python3-torchvision clang-14 libclang-rt-14-dev)
+               python3-onnx python3-torchvision clang-14 libclang-rt-14-dev curl)
 
 wanted=("${build_packages[@]}")
 [ "${1:-}" = "--tests" ] && wanted+=("${test_packages[@]}")
