@@ -123,11 +123,16 @@ void add_model_routes(httplib::Server& server, ModelRepository& repository, Metr
     const std::string name = req.matches[1];
     bool success = false;
     std::string body;
-    read_body([&body](const char* data, size_t length) {
+    const bool whole = read_body([&body](const char* data, size_t length) {
       body.append(data, length);
       return true;
     });
     t_request_bytes = body.size();
+    if (!whole) {  // httplib set the status: 413 past --max-body-mb, 400 for a broken body
+      if (res.status == 413) send_error(res, 413, "the request body is larger than --max-body-mb allows");
+      else send_error(res, 400, "the request body could not be read (a connection cut or a malformed chunk)");
+      return;
+    }
     try {
       const std::shared_ptr<ServedModel> served = find(req);
       std::optional<size_t> json_length;

@@ -103,19 +103,19 @@ ModelRepository::~ModelRepository() { stop_all(); }
 std::vector<RepositoryEntry> ModelRepository::scan() const {
   if (single_file_) return {{fs::path(root_).stem().string(), root_, ""}};
   std::vector<RepositoryEntry> entries;
-  std::error_code ec;
+  std::error_code ec, ignored;  // `ignored`: a file that vanishes or cannot be stat'ed is no model
   for (const fs::directory_entry& item : fs::directory_iterator(root_, ec)) {
     const fs::path path = item.path();
     const std::string file = path.filename().string();
     if (file.empty() || file[0] == '.') continue;
-    if (item.is_directory(ec)) {
+    if (item.is_directory(ignored)) {
       RepositoryEntry entry{file, "", ""};
-      if (fs::is_regular_file(path / "config.json", ec)) entry.config = (path / "config.json").string();
+      if (fs::is_regular_file(path / "config.json", ignored)) entry.config = (path / "config.json").string();
       for (const char* extension : kModelExtensions)
-        if (entry.model.empty() && fs::is_regular_file(path / (std::string("model") + extension), ec))
+        if (entry.model.empty() && fs::is_regular_file(path / (std::string("model") + extension), ignored))
           entry.model = (path / (std::string("model") + extension)).string();
       if (!entry.model.empty() || !entry.config.empty()) entries.push_back(entry);
-    } else if (item.is_regular_file(ec) && is_model_extension(path)) {
+    } else if (item.is_regular_file(ignored) && is_model_extension(path)) {
       entries.push_back({path.stem().string(), path.string(), ""});
     }
   }

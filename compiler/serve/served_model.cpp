@@ -189,10 +189,15 @@ ServedModel::PendingList ServedModel::take_batch(std::unique_lock<std::mutex>& l
 void ServedModel::work(runtime::Executable& executable) {
   std::unique_lock lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    // One instance at a time forms a batch (and waits out its delay); the others wait for the
+    // next, so that two idle instances do not split one burst of requests between them.
+    wake_.wait(lock, [&] { return (stopping_ && queue_.empty()) || (!queue_.empty() && !forming_); });
     if (queue_.empty()) return;  // stopping, and every request is answered
+    forming_ = true;
     PendingList batch = take_batch(lock);
+    forming_ = false;
     lock.unlock();
+    wake_.notify_all();
     run_batch(executable, batch);
     lock.lock();
   }

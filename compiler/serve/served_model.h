@@ -88,6 +88,7 @@ class ServedModel {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Pending>> queue_;
   bool stopping_ = false;
+  bool forming_ = false;  // an instance is forming a batch from the queue
 };
 
 }  // namespace kiln::serve
