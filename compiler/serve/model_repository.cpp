@@ -140,6 +140,9 @@ void ModelRepository::load(const std::string& name) {
     if (!entry->config.empty()) apply_config(entry->config, fs::path(entry->config).parent_path(), model, config, import);
     if (model.empty())
       throw Error(entry->config, "names no model, and the directory has no model.json, model.onnx, model.h5 or model.kiln");
+    // An ONNX or Keras model's symbolic leading dim, unless sized otherwise, becomes the
+    // dynamic batch that requests are merged along.
+    if (import.dim_bounds.empty() && import.input_shapes.empty()) import.leading_dim_bound = config.max_batch;
     request.model = model;
     request.import = import;
     std::shared_ptr<ServedModel> loaded = ServedModel::load(name, request, defaults_.backend, config, metrics_);

@@ -303,6 +303,32 @@ class ServeLimits(unittest.TestCase):
         self.assertIn("config.json: /max_batch: error: must be an integer >= 1, got \"eight\"", result.stderr)
 
 
+class ServeImported(unittest.TestCase):
+    def test_onnx_symbolic_batch_becomes_the_batched_dim(self):
+        """An ONNX model whose input is [N, 4]: with no --dim, N becomes the dynamic batch (<= 8)."""
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+        w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Relu", ["xw"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], [numpy_helper.from_array(w, "w")])
+        path = WORK / "linear.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+        server = Server(path, "--backend=host", "--access-log", "")
+        try:
+            status, meta = server.json("/v2/models/linear")
+            self.assertEqual(meta["inputs"], [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}])
+            self.assertIn("'linear' batches up to 8 rows", server.errors())
+            x = np.random.default_rng(5).standard_normal((3, 4), dtype=np.float32)
+            status, response = server.infer("linear", [fp32_input("x", x)])
+            self.assertEqual(status, 200, response)
+            got = np.array(response["outputs"][0]["data"], np.float32).reshape(3, 3)
+            np.testing.assert_allclose(got, np.maximum(x @ w, 0), rtol=1e-6, atol=1e-6)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class ServeRepository(unittest.TestCase):
     def test_repository_load_unload(self):
         repo = WORK / "repo"

@@ -144,10 +144,11 @@ class Importer {
     errors_.push_back(Diagnostic{file_ + (layer ? ": " + layer->where() : std::string()), message, {}});
   }
 
-  // The bound --dim batch=MAX gives a Keras model's batch (its None first dim); 0 when absent.
+  // The bound --dim batch=MAX (or kiln serve's leading_dim_bound) gives a Keras model's batch
+  // (its None first dim); 0 when absent.
   int64_t batch_bound() const {
     auto it = options_.dim_bounds.find("batch");
-    return it == options_.dim_bounds.end() ? 0 : it->second;
+    return it == options_.dim_bounds.end() ? options_.leading_dim_bound : it->second;
   }
 
   void check_unused_hints() {

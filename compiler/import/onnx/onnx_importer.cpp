@@ -235,6 +235,12 @@ class Importer : public SubgraphImporter {
             continue;
           }
         }
+        if (d == 0 && !dims[d].has_dim_value() && options_.leading_dim_bound > 0) {
+          const std::string name = dims[d].has_dim_param() && !dims[d].dim_param().empty() ? dims[d].dim_param() : "batch";
+          dynamic_dims_[d] = {declare_symbol(name, options_.leading_dim_bound), 1};
+          type.shape.push_back(options_.leading_dim_bound);
+          continue;
+        }
         if (!dims[d].has_dim_value() && options_.symbolic_dim_size > 0) {
           type.shape.push_back(options_.symbolic_dim_size);
           continue;

@@ -29,6 +29,10 @@ struct ImportOptions {
   // typed at its bound; one compile then serves every size up to it. Takes precedence over
   // symbolic_dim_size.
   std::map<std::string, int64_t> dim_bounds;
+  // When > 0 (kiln serve): an input's symbolic dim 0 that dim_bounds does not name becomes a
+  // dynamic dim with this bound, named by its dim_param (ONNX; "batch" when it has none) or
+  // "batch" (Keras's None first dim).
+  int64_t leading_dim_bound = 0;
   // The values `kiln run` is given for inputs: where an op needs an operand at import (a
   // Reshape's shape, Slice's starts, Clip's bounds) and the model computes it from an input,
   // the import specializes on this value. The input stays an input of the graph.
