@@ -252,6 +252,14 @@ class ServeOneModel(unittest.TestCase):
                                          "response_bytes", "ms"})
         self.assertGreater(infer[0]["request_bytes"], 784)
 
+    def test_a_port_in_use_is_an_error(self):
+        port = self.server.url.rsplit(":", 1)[1]
+        result = subprocess.run([KILN, "serve", str(WORK / "mlp.json"), "--backend=host", "--port", port],
+                                capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, KILN_CACHE_DIR=str(WORK / "cache")))
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn(f"127.0.0.1:{port}: error: cannot listen there", result.stderr)
+
     def metric(self, name):
         text = self.server.request("/metrics")[2].decode()
         return int(re.search(rf'^{name}{{model="mlp"}} (\d+)$', text, re.M).group(1))
