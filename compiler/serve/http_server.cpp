@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -234,6 +235,13 @@ void serve(ModelRepository& repository, Metrics& metrics, const HttpOptions& opt
   AccessLog log(options.access_log);
   const size_t threads = static_cast<size_t>(std::max(options.threads, 1));
   server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // SO_REUSEADDR (a restart binds while the old sockets linger in TIME_WAIT), not httplib's
+  // default SO_REUSEPORT: with it a second server on the same port starts without error and
+  // the kernel splits the connections between the two.
+  server->set_socket_options([](socket_t socket) {
+    const int yes = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   server->set_payload_max_length(options.max_body_bytes);
   server->set_read_timeout(options.read_timeout_s);
   server->set_write_timeout(options.write_timeout_s);
