@@ -345,11 +345,21 @@ class ServeRepository(unittest.TestCase):
         (repo / "classifier" / "config.json").write_text(
             json.dumps({"model": "../../mlp.json", "max_batch": 4, "max_queue_delay_ms": 1}))
         shutil.copy(WORK / "static.json", repo / "static.json")
+        subprocess.run([KILN, "compile", str(WORK / "mlp.json"), "--arch", "sm_80", "-o", str(repo / "packaged.kiln")],
+                       check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, KILN_CACHE_DIR=str(WORK / "cache")))
         server = Server(repo, "--backend=host", "--access-log", "")
         try:
             status, index = server.json("/v2/repository/index", b"", method="POST")
             self.assertEqual(status, 200)
-            self.assertEqual([(m["name"], m["state"]) for m in index], [("classifier", "READY"), ("static", "READY")])
+            self.assertEqual([(m["name"], m["state"]) for m in index],
+                             [("classifier", "READY"), ("packaged", "READY"), ("static", "READY")])
+            # A package serves as its model does, batching included.
+            self.assertIn("'packaged' batches up to 8 rows", server.errors())
+            x = rows(6, 2)
+            status, response = server.infer("packaged", [fp32_input("x", x)])
+            self.assertEqual(status, 200, response)
+            np.testing.assert_array_equal(np.array(response["outputs"][0]["data"], np.float32).reshape(2, 10),
+                                          kiln_run(WORK / "mlp.json", x=x))
             self.assertIn("'classifier' batches up to 4 rows", server.errors())
             self.assertIn("'static' runs each request alone", server.errors())
             v = np.arange(4, dtype=np.float32).reshape(1, 4)
@@ -365,7 +375,7 @@ class ServeRepository(unittest.TestCase):
             self.assertEqual(server.json("/v2/repository/models/static/unload", b"", method="POST"), (200, {}))
             self.assertEqual(server.infer("static", [fp32_input("v", v)])[0], 404)
             status, index = server.json("/v2/repository/index", b"", method="POST")
-            self.assertEqual(index[1], {"name": "static", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"})
+            self.assertEqual(index[2], {"name": "static", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"})
             self.assertEqual(server.json("/v2/repository/models/static/load", b"", method="POST"), (200, {}))
             self.assertEqual(server.infer("static", [fp32_input("v", v)])[0], 200)
 
@@ -378,7 +388,7 @@ class ServeRepository(unittest.TestCase):
             status, error = server.json("/v2/repository/models/absent/load", b"", method="POST")
             self.assertEqual(status, 404)
             status, index = server.json("/v2/repository/index", b"", method="POST")
-            self.assertEqual(index[1]["state"], "UNAVAILABLE")
+            self.assertEqual((index[1]["name"], index[1]["state"]), ("later", "UNAVAILABLE"))
             self.assertIn("unknown setting", index[1]["reason"])
         finally:
             self.assertEqual(server.stop(), 0)
