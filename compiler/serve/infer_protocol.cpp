@@ -138,6 +138,11 @@ ir::Tensor read_input(const json& input, const TensorSpec& spec, std::string_vie
                          size, binary.size()));
     if (size > 0) std::memcpy(tensor.data(), binary.data(), size);
     binary.remove_prefix(size);
+    // BOOL is one byte per element, 0 or 1: any other byte would read as a number elsewhere.
+    if (spec.dtype == ir::DType::Bool)
+      for (size_t i = 0; i < size; ++i)
+        if (const auto byte = static_cast<unsigned char>(tensor.data()[i]); byte > 1)
+          refuse(fmt::format("{}: element {}: BOOL binary data must be bytes 0 or 1, got {}", where, i, byte));
     return tensor;
   }
   if (!data || !data->is_array()) refuse(where + ": \"data\" must be an array (or use binary_data_size)");

@@ -100,6 +100,16 @@ TEST(ServeProtocol, BinaryTensorDataFollowsTheJson) {
             "Inference-Header-Content-Length " + std::to_string(body.size() + 1) + " is longer than the body (" +
                 std::to_string(body.size()) + " bytes)");
 
+  const std::string bool_header =
+      R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]},
+                     {"name": "flag", "datatype": "BOOL", "shape": [2], "parameters": {"binary_data_size": 2}},
+                     {"name": "n", "datatype": "UINT8", "shape": [1], "data": [0]}]})";
+  EXPECT_EQ(parse_infer_request(bool_header + std::string("\x01\x00", 2), bool_header.size(), model())
+                .inputs[1].to_doubles(),
+            (std::vector<double>{1, 0}));
+  EXPECT_EQ(refusal(bool_header + std::string("\x01\x07", 2), bool_header.size()),
+            "input 'flag': element 1: BOOL binary data must be bytes 0 or 1, got 7");
+
   // The response: the JSON, then each binary output's bytes in order.
   ir::Tensor y(ir::TensorType{DType::F32, {1, 2}});
   y.set(0, 0.25);
