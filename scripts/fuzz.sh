@@ -53,7 +53,8 @@ for test in root.glob("*/*.test"):
     for name, body in re.findall(r"^(?://|#)--- (\S+)\n(.*?)(?=^(?://|#)--- |\Z)", test.read_text(), re.S | re.M):
         kind = "model_json" if name.endswith(".json") else "ir" if name.endswith(".ir") else None
         if kind:
-            (out / kind / f"{test.stem}_{name}").write_text(body)
+            # A section may sit in a folder of its own (repo/bad/config.json): one file name.
+            (out / kind / f"{test.stem}_{name.replace('/', '_')}").write_text(body)
 PY
 cp examples/data/*.npy tests/fuzz/seeds/npy/* "$seeds/npy/"
 cp tests/fuzz/seeds/safetensors/* "$seeds/safetensors/"

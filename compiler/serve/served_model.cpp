@@ -130,6 +130,7 @@ void ServedModel::stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  std::lock_guard joining(join_mutex_);  // an unload and the shutdown may both stop a model
   for (std::thread& worker : workers_)
     if (worker.joinable()) worker.join();
 }

@@ -84,6 +84,7 @@ class ServedModel {
 
   std::vector<std::unique_ptr<runtime::Executable>> instances_;
   std::vector<std::thread> workers_;
+  std::mutex join_mutex_;  // held while joining workers_
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Pending>> queue_;
