@@ -2,12 +2,12 @@
 // point, cleans up and exits 130, instead of dying with a half-written file and temporary
 // directories left behind.
 //
-// Outside an InterruptScope the signals keep their default action (a Ctrl-C during `kiln opt`
-// ends it at once). Inside one, the first signal only sets a flag: the command checks
-// interrupted() between steps and throws Interrupted, and the stack unwinds (temporary
-// directories are RAII objects); a child process (the host compiler) gets the signal too and
-// fails, which the command's error path reports as the interruption. A second signal ends the
-// process at once, as usual.
+// Outside an InterruptScope the signals keep the action they had: the default in the tool (a
+// Ctrl-C during `kiln opt` ends it at once), Python's in the Python module. Inside one, the
+// first signal only sets a flag: the command checks interrupted() between steps and throws
+// Interrupted, and the stack unwinds (temporary directories are RAII objects); a child process
+// (the host compiler) gets the signal too and fails, which the command's error path reports as
+// the interruption. A second signal ends the process at once, as usual. Scopes do not nest.
 #pragma once
 
 #include <stdexcept>

@@ -1,10 +1,13 @@
 #include "compiler/package_builder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "codegen/emit.h"
 #include "codegen/library_dispatch.h"
@@ -120,7 +123,7 @@ BuiltPackage build_package(const PackageRequest& request) {
   }
   ir::Graph graph = timed(request, "parse", [&] { return load_model(request.model, request.import); });
   std::optional<runtime::CacheKey> key;
-  if (request.cache && request.reuse_package) {
+  if (request.cache && request.reuse_package && request.parameter_values.empty()) {
     std::string why = "kiln has no build ID";
     const std::optional<std::string> entry = timed(request, "cache", [&]() -> std::optional<std::string> {
       key = package_cache_key(request, m.model_hash, graph);
@@ -133,6 +136,16 @@ BuiltPackage build_package(const PackageRequest& request) {
     if (request.verbose) std::cerr << "kiln: package cache miss (" << why << ")\n";
   }
   timed(request, "weights", [&] { load_parameter_data(graph); });
+  for (const auto& [name, value] : request.parameter_values) {
+    const auto param = std::find_if(graph.parameters.begin(), graph.parameters.end(),
+                                    [&](const ir::Value* p) { return p->name == name; });
+    if (param == graph.parameters.end())
+      throw Error(request.model, "the model has no parameter '" + name + "'");
+    if (value.type() != (*param)->type)
+      throw Error(request.model, fmt::format("parameter '{}': expected {}, got {}", name,
+                                             (*param)->type.to_string(), value.type().to_string()));
+    (*param)->data = std::make_shared<const ir::Tensor>(value);
+  }
   PassDecisions decisions;
   if (request.run_pipeline) timed(request, "passes", [&] { request.run_pipeline(graph, &decisions); });
   m.report["fusion_decisions"] = {{std::string(runtime::kInferenceProgram), decisions_json(decisions)}};

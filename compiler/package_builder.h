@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,6 +39,10 @@ struct PackageRequest {
     uint64_t seed = 0;
   };
   std::optional<Training> train;
+  // Data that replaces the model's own for these parameters (by name, the same types): the
+  // weights Model::fit trained. Names the model lacks are an error. Such a package is not
+  // cached (the key does not cover them); its kernels are.
+  std::map<std::string, ir::Tensor> parameter_values;
   runtime::KernelCache* cache = nullptr;
   // With a cache: whether the package itself may come from it (compiler/package_cache.h).
   // false when the passes must run (IR dumps, pass logs, --pass-fuel).

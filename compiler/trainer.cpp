@@ -444,10 +444,12 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
 
   // Data next: a wrong --data fails before minutes of compilation.
   const int64_t context = token_context(input_type);
-  data::Dataset train_set = load_split(options, data::Split::Train, options.train_samples,
-                                       "--train-samples", context);
-  data::Dataset test_set = load_split(options, data::Split::Test, options.test_samples,
-                                      "--test-samples", context);
+  data::Dataset train_set = options.train_data ? *options.train_data
+                                               : load_split(options, data::Split::Train,
+                                                            options.train_samples, "--train-samples", context);
+  data::Dataset test_set = options.test_data ? *options.test_data
+                                             : load_split(options, data::Split::Test,
+                                                          options.test_samples, "--test-samples", context);
   if (train_set.size() < batch_size)
     throw Error("--batch-size", fmt::format("{} is larger than the {} training samples",
                                             batch_size, train_set.size()));
@@ -464,14 +466,14 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   // The model must take the data's samples: checked before minutes of compilation too.
   if (classes > 0) {
     check_labels(train_set, classes);
-    check_labels(test_set, classes);
+    if (test_set.size() > 0) check_labels(test_set, classes);
   }
   conform_samples(input_name, input_type, train_set);
-  conform_samples(input_name, input_type, test_set);
+  if (test_set.size() > 0) conform_samples(input_name, input_type, test_set);
   to_channels_last_if_needed(input_shape, train_set);
-  to_channels_last_if_needed(input_shape, test_set);
+  if (test_set.size() > 0) to_channels_last_if_needed(input_shape, test_set);
   check_sample_shape(input_name, input_shape, train_set);
-  check_sample_shape(input_name, input_shape, test_set);
+  if (test_set.size() > 0) check_sample_shape(input_name, input_shape, test_set);
   TrainingPrograms programs =
       packaged ? std::move(*packaged)
                : build_training_programs(options.model, batch_size, options.seed, optimizer,
@@ -540,7 +542,8 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   if (!options.resume.empty() && !options.quiet) out << fmt::format("resumed from step {}\n", done);
   if (!options.resume.empty() && done >= options.epochs * steps_per_epoch) {
     // Nothing left to train: say so, and report the checkpoint's accuracy rather than none.
-    summary.test_accuracy = evaluate(executable, test_set, batch_size);
+    summary.test_accuracy = test_set.size() > 0 ? evaluate(executable, test_set, batch_size) : -1;
+    if (options.final_state) *options.final_state = executable.state();
     if (!options.quiet)
       out << fmt::format("the checkpoint has finished all {} epochs ({} steps); nothing to "
                          "train (give more --epochs to continue)\n",
@@ -673,17 +676,22 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       write_safetensors(options.checkpoint, executable.state(), metadata);
     }
     if (stopped && seen == 0) break;
-    summary.test_accuracy = evaluate(executable, test_set, batch_size);
+    summary.test_accuracy = test_set.size() > 0 ? evaluate(executable, test_set, batch_size) : -1;
+    const double train_accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen * per_sample) : 0.0;
+    const double throughput = epoch_seconds > 0 ? seen * units_per_sample / epoch_seconds : 0.0;
     if (!options.quiet)
-      out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  test acc {:.2f}%  "
-                         "{:.0f} {}  {}\n",
-                         epoch + 1, options.epochs, summary.final_loss,
-                         seen ? 100.0 * correct / static_cast<double>(seen * per_sample) : 0.0,
-                         100 * summary.test_accuracy,
-                         epoch_seconds > 0 ? seen * units_per_sample / epoch_seconds : 0.0,
-                         throughput_unit, format_duration(epoch_seconds));
+      out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  {}{:.0f} {}  {}\n",
+                         epoch + 1, options.epochs, summary.final_loss, 100 * train_accuracy,
+                         summary.test_accuracy >= 0
+                             ? fmt::format("test acc {:.2f}%  ", 100 * summary.test_accuracy)
+                             : std::string(),
+                         throughput, throughput_unit, format_duration(epoch_seconds));
+    if (options.on_epoch)
+      options.on_epoch({epoch + 1, summary.final_loss, train_accuracy, summary.test_accuracy,
+                        epoch_seconds, throughput});
     if (stopped) break;
   }
+  if (options.final_state) *options.final_state = executable.state();
   summary.seconds = train_seconds;
   summary.throughput = train_seconds > 0 ? static_cast<double>(summary.steps * batch_size *
                                                                 units_per_sample) /

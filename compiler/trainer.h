@@ -5,11 +5,14 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "codegen/library_call.h"
 #include "codegen/precision.h"
 #include "compiler/training_graph.h"
+#include "runtime/data/dataset.h"
 #include "runtime/executor/executable.h"
 #include "runtime/package/package.h"
 
@@ -26,6 +29,16 @@ struct StepScalarFlags {
   // The command-line flags these come from, for "a package cannot change ..." errors.
   static constexpr const char* kFlags[] = {"--lr-schedule", "--warmup-steps", "--total-steps",
                                            "--min-lr-scale", "--clip-grad-norm"};
+};
+
+// One epoch's figures, for TrainOptions::on_epoch (Model::fit's history).
+struct EpochReport {
+  int64_t epoch = 0;           // from 1
+  double loss = 0;             // mean training loss
+  double accuracy = 0;         // training accuracy in [0, 1]
+  double test_accuracy = -1;   // -1: not evaluated (no test samples)
+  double seconds = 0;
+  double throughput = 0;       // samples (or tokens) per second
 };
 
 struct TrainOptions {
@@ -59,6 +72,13 @@ struct TrainOptions {
   bool check_numerics = false;
   runtime::KernelCache* cache = nullptr;
   bool verbose = false;
+  // Data already in memory (Model::fit), used instead of loading `data` (which then only names
+  // it in messages and checkpoints). An empty test set: no evaluation.
+  std::optional<data::Dataset> train_data, test_data;
+  // Called after every epoch; and given, the training state at the end (parameters and the
+  // optimizer's, by name).
+  std::function<void(const EpochReport&)> on_epoch;
+  std::map<std::string, ir::Tensor>* final_state = nullptr;
   // Flags a package has already decided (--batch-size, --optimizer, --lr, ...) that were given
   // on the command line anyway: an error with a package, which cannot change them.
   std::vector<std::string> compile_time_flags;

@@ -20,6 +20,23 @@ Tensor::Tensor(TensorType type, std::vector<std::byte> bytes)
       << "tensor byte size " << bytes_.size() << " does not match " << type_.to_string();
 }
 
+std::vector<TensorView> views_of(const std::vector<Tensor>& tensors) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
+  for (const Tensor& tensor : tensors) views.push_back(TensorView::of(tensor));
+  return views;
+}
+
+std::vector<Tensor> copies_of(const std::vector<TensorView>& views) {
+  std::vector<Tensor> tensors;
+  tensors.reserve(views.size());
+  for (const TensorView& view : views) {
+    Tensor& copy = tensors.emplace_back(view.type);
+    if (copy.byte_size() > 0) std::memcpy(copy.data(), view.data, copy.byte_size());
+  }
+  return tensors;
+}
+
 namespace {
 template <typename T>
 T load(const std::byte* base, int64_t index) {

@@ -40,6 +40,21 @@ class Tensor {
   std::vector<std::byte> bytes_;
 };
 
+// Tensor data that someone else owns (a NumPy array handed to the Python API), with its type:
+// read during one call and never kept, so that inputs reach the executable without a copy.
+struct TensorView {
+  TensorType type;
+  const std::byte* data = nullptr;  // num_elements(type.shape) elements of type.dtype
+
+  static TensorView of(const Tensor& tensor) { return {tensor.type(), tensor.data()}; }
+  std::size_t byte_size() const {
+    return static_cast<std::size_t>(num_elements(type.shape)) * dtype_size(type.dtype);
+  }
+};
+// The views of `tensors`, and a copy of each view's data as an owned tensor.
+std::vector<TensorView> views_of(const std::vector<Tensor>& tensors);
+std::vector<Tensor> copies_of(const std::vector<TensorView>& views);
+
 // IEEE binary16 and bfloat16 conversions, round to nearest even.
 uint16_t float_to_half_bits(float value);
 float half_bits_to_float(uint16_t bits);

@@ -12,6 +12,9 @@
 # library (found through pkg-config).
 # libcpp-httplib-dev: `kiln serve`'s HTTP server (cpp-httplib, compiled by Debian).
 # curl (tests): the serve tests call the server with curl as well as Python's urllib.
+# pybind11-dev, python3-dev, python3-numpy: the Python package (`import kiln`, docs/python.md),
+# a pybind11 module over libkiln.so taking and returning NumPy arrays.
+# python3-pytest (tests): the Python package's tests.
 # libxxhash-dev: XXH3, the kernel cache's checksums and the package cache's content hashes.
 # libonnx-testdata (tests): ONNX's backend node tests, run by the conformance table.
 # python3-onnx (tests): builds small .onnx files for the importer's lit tests.
@@ -23,9 +26,9 @@ set -euo pipefail
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
                 dataset-fashion-mnist fortunes graphviz ccache libonnx-dev libprotobuf-dev libhdf5-dev
-                pkg-config libxxhash-dev libcpp-httplib-dev)
+                pkg-config libxxhash-dev libcpp-httplib-dev pybind11-dev python3-dev python3-numpy)
 test_packages=(python3-torch python3-numpy python3-jsonschema chromium libonnx-testdata
-               python3-onnx python3-torchvision clang-14 libclang-rt-14-dev curl)
+               python3-onnx python3-torchvision clang-14 libclang-rt-14-dev curl python3-pytest)
 
 wanted=("${build_packages[@]}")
 [ "${1:-}" = "--tests" ] && wanted+=("${test_packages[@]}")

@@ -20,8 +20,11 @@ DType from_ir(ir::DType dtype);
 class ModelFactory {
  public:
   // `name` names the package in errors.
-  static Model from_package(const runtime::Package& package, const std::string& name,
+  static Model from_package(runtime::Package package, const std::string& name,
                             const Options& options);
+  // The package a model holds (its parameters as loaded), for report_json and save.
+  static const runtime::Package& package(const Model& model);
+  static const Options& options(const Model& model);
 };
 
 }  // namespace kiln::api

@@ -3,7 +3,10 @@
 // model, is load.cpp: a program that only embeds a package links none of the compiler.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "compiler/api/api_internal.h"
+#include "compiler/output_file.h"
 #include "compiler/tensor_file_util.h"
 #include "ir/diagnostic.h"
 #include "runtime/cuda/cuda_executable.h"
@@ -12,6 +15,9 @@ namespace kiln {
 
 struct Model::Impl {
   std::string name;
+  std::string path;         // "" for a package in memory
+  Options options;
+  runtime::Package package;  // as loaded: the programs, binaries and initial parameters
   std::vector<TensorInfo> inputs, outputs;
   std::string backend;
   std::unique_ptr<runtime::KernelCache> cache;
@@ -57,10 +63,15 @@ Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
 Model Model::load_package(std::string_view bytes, const std::string& name, const Options& options) {
-  return api::ModelFactory::from_package(runtime::parse_package(bytes, name), name, options);
+  Model model = api::ModelFactory::from_package(runtime::parse_package(bytes, name), name, options);
+  model.impl_->path.clear();
+  return model;
 }
 
-Model api::ModelFactory::from_package(const runtime::Package& package, const std::string& name,
+const runtime::Package& api::ModelFactory::package(const Model& model) { return model.impl_->package; }
+const Options& api::ModelFactory::options(const Model& model) { return model.impl_->options; }
+
+Model api::ModelFactory::from_package(runtime::Package package, const std::string& name,
                                       const Options& options) {
   const runtime::PackageProgram* inference = package.find(runtime::kInferenceProgram);
   if (!inference) throw Error(name, "the package has no inference program");
@@ -68,6 +79,8 @@ Model api::ModelFactory::from_package(const runtime::Package& package, const std
 
   auto impl = std::make_unique<Model::Impl>();
   impl->name = inference->program.graph_name;
+  impl->path = name;
+  impl->options = options;
   impl->inputs = infos(inference->program, codegen::BufferRole::Input);
   impl->outputs = infos(inference->program, codegen::BufferRole::Output, &inference->program.output_names);
   if (options.use_cache)
@@ -88,10 +101,12 @@ Model api::ModelFactory::from_package(const runtime::Package& package, const std
   } else {
     impl->inference = create(*inference);
   }
+  impl->package = std::move(package);
   return Model(std::move(impl));
 }
 
 const std::string& Model::name() const { return impl_->name; }
+const std::string& Model::path() const { return impl_->path; }
 const std::vector<TensorInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Model::outputs() const { return impl_->outputs; }
 std::string Model::backend() const { return impl_->backend; }
@@ -145,6 +160,85 @@ std::map<std::string, Tensor> Model::run(const std::map<std::string, Tensor>& in
   for (const auto& [name, value] : inputs) set_input(name, value);
   run();
   return impl_->results;
+}
+
+std::map<std::string, Tensor> Model::run_views(const std::map<std::string, TensorRef>& inputs) {
+  std::vector<ir::TensorView> views;
+  for (const TensorInfo& input : impl_->inputs) {
+    auto it = inputs.find(input.name);
+    if (it == inputs.end()) throw Error("input '" + input.name + "'", "not given");
+    views.push_back({{api::to_ir(it->second.dtype), it->second.shape},
+                     static_cast<const std::byte*>(it->second.data)});
+  }
+  for (const auto& [name, ref] : inputs)
+    if (std::none_of(impl_->inputs.begin(), impl_->inputs.end(),
+                     [&](const TensorInfo& input) { return input.name == name; }))
+      throw Error("input '" + name + "'", "the model has no such input");
+  // Types are checked here, so that the error names the input as set_input's do.
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TensorInfo& input = impl_->inputs[i];
+    const ir::TensorType& type = views[i].type;
+    const bool dynamic = !input.dynamic_dims.empty() && type.dtype == api::to_ir(input.dtype) &&
+                         type.shape.size() == input.shape.size();
+    if (!dynamic && (type.dtype != api::to_ir(input.dtype) || type.shape != input.shape))
+      throw Error("input '" + input.name + "'",
+                  fmt::format("expected {}, got {}", Tensor(input.dtype, input.shape).type_string(),
+                              type.to_string()));
+  }
+  const std::vector<ir::Tensor> outputs = impl_->training ? impl_->training->evaluate(ir::copies_of(views))
+                                                          : impl_->inference->run_views(views);
+  impl_->results.clear();
+  for (size_t i = 0; i < impl_->outputs.size() && i < outputs.size(); ++i)
+    impl_->results[impl_->outputs[i].name] = api::from_ir(outputs[i]);
+  return impl_->results;
+}
+
+std::map<std::string, Tensor> Model::parameters() const {
+  std::map<std::string, Tensor> values;
+  if (impl_->training) {
+    // The inference program's parameters: the training state holds the optimizer's too.
+    const codegen::Program& program = impl_->package.find(runtime::kInferenceProgram)->program;
+    std::map<std::string, ir::Tensor> state = impl_->training->state();
+    for (int id : program.buffer_ids(codegen::BufferRole::Parameter)) {
+      if (id < 0) continue;
+      auto it = state.find(program.buffers[static_cast<size_t>(id)].name);
+      if (it != state.end()) values[it->first] = api::from_ir(it->second);
+    }
+    return values;
+  }
+  const std::vector<std::string> names = impl_->inference->parameter_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!names[i].empty()) values[names[i]] = api::from_ir(impl_->inference->parameter(static_cast<int>(i)));
+  return values;
+}
+
+void Model::set_parameters(const std::map<std::string, Tensor>& values) {
+  const std::map<std::string, Tensor> current = parameters();
+  for (const auto& [name, value] : values) {
+    auto it = current.find(name);
+    if (it == current.end()) throw Error("parameter '" + name + "'", "the model has no such parameter");
+    if (value.dtype() != it->second.dtype() || value.shape() != it->second.shape())
+      throw Error("parameter '" + name + "'",
+                  fmt::format("expected {}, got {}", it->second.type_string(), value.type_string()));
+  }
+  if (impl_->training) {
+    std::map<std::string, ir::Tensor> state = impl_->training->state();
+    for (const auto& [name, value] : values) state[name] = api::to_ir(value);
+    impl_->training->load_state(state);
+    return;
+  }
+  for (const auto& [name, value] : values)
+    impl_->inference->set_parameter(impl_->inference->parameter_index(name), api::to_ir(value));
+}
+
+void Model::save(const std::string& path) const {
+  runtime::Package package = impl_->package;
+  if (impl_->training) {
+    for (auto& [name, value] : impl_->training->state()) package.weights[name] = std::move(value);
+  } else {
+    for (const auto& [name, value] : parameters()) package.weights[name] = api::to_ir(value);
+  }
+  compiler::write_file_atomically(path, runtime::serialize_package(package));
 }
 
 float Model::train_step(const Tensor& batch, const Tensor& labels) {

@@ -110,6 +110,7 @@ class DeviceExecutable final : public CudaExecutable {
 
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override;
   void submit(const std::vector<ir::Tensor>& inputs) override;
+  std::vector<ir::Tensor> run_views(const std::vector<ir::TensorView>& inputs) override;
   std::vector<ir::Tensor> collect() override;
   size_t pending() const override { return pending_.size(); }
   // run() on inputs padded to the program's types; `sizes`: each symbol's size in this run
@@ -146,7 +147,7 @@ class DeviceExecutable final : public CudaExecutable {
     std::vector<ir::Tensor> outputs;
   };
   // Stages `inputs` in the next slot and enqueues the whole run; returns the slot.
-  int enqueue_run(const std::vector<ir::Tensor>& inputs, const std::vector<int64_t>& sizes,
+  int enqueue_run(const std::vector<ir::TensorView>& inputs, const std::vector<int64_t>& sizes,
                   RunProfile* profile);
   // Waits for the run in `slot` and returns its outputs.
   std::vector<ir::Tensor> finish_run(int slot);
@@ -458,7 +459,13 @@ std::vector<ir::Tensor> DeviceExecutable::run(const std::vector<ir::Tensor>& inp
 
 std::vector<ir::Tensor> DeviceExecutable::run_at_bounds(const std::vector<ir::Tensor>& inputs,
                                                         const std::vector<int64_t>& sizes, RunProfile* profile) {
-  return finish_run(enqueue_run(inputs, sizes, profile));
+  return finish_run(enqueue_run(ir::views_of(inputs), sizes, profile));
+}
+
+std::vector<ir::Tensor> DeviceExecutable::run_views(const std::vector<ir::TensorView>& inputs) {
+  KILN_CHECK(pending_.empty()) << "run_views() with " << pending_.size() << " submitted runs not collected";
+  if (!program_.symbols.empty()) return run(ir::copies_of(inputs), nullptr);
+  return finish_run(enqueue_run(inputs, {}, nullptr));
 }
 
 void DeviceExecutable::submit(const std::vector<ir::Tensor>& inputs) {
@@ -472,7 +479,7 @@ void DeviceExecutable::submit(const std::vector<ir::Tensor>& inputs) {
     pending_.push_back(Pending{-1, std::move(outputs)});
     return;
   }
-  pending_.push_back(Pending{enqueue_run(inputs, {}, nullptr), {}});
+  pending_.push_back(Pending{enqueue_run(ir::views_of(inputs), {}, nullptr), {}});
 }
 
 std::vector<ir::Tensor> DeviceExecutable::collect() {
@@ -482,7 +489,7 @@ std::vector<ir::Tensor> DeviceExecutable::collect() {
   return oldest.slot < 0 ? std::move(oldest.outputs) : finish_run(oldest.slot);
 }
 
-int DeviceExecutable::enqueue_run(const std::vector<ir::Tensor>& inputs,
+int DeviceExecutable::enqueue_run(const std::vector<ir::TensorView>& inputs,
                                   const std::vector<int64_t>& sizes, RunProfile* profile) {
   check_tensors(program_, "input", bindings_.inputs, inputs);
   make_current();
@@ -499,7 +506,7 @@ int DeviceExecutable::enqueue_run(const std::vector<ir::Tensor>& inputs,
   for (size_t i = 0; i < inputs.size(); ++i) {
     int id = bindings_.inputs[i];
     std::byte* staged = slot.inputs + staging_->input_offset(i);
-    std::memcpy(staged, inputs[i].data(), inputs[i].byte_size());
+    std::memcpy(staged, inputs[i].data, inputs[i].byte_size());
     api_.check(api_.cuMemcpyHtoDAsync_v2(address(id), staged, inputs[i].byte_size(), stream),
                "cuMemcpyHtoDAsync", fmt::format("input '{}'", program_.buffers[id].name));
   }

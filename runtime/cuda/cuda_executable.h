@@ -79,6 +79,11 @@ class CudaExecutable {
   // between two CUDA events, and their times go there.
   virtual std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs,
                                       RunProfile* profile = nullptr) = 0;
+  // The same on inputs the caller owns, staged for upload straight from there. This default
+  // copies them first.
+  virtual std::vector<ir::Tensor> run_views(const std::vector<ir::TensorView>& inputs) {
+    return run(ir::copies_of(inputs));
+  }
   // A run in two halves, for a caller that prepares the next inputs while the GPU works:
   // submit() copies `inputs` into pinned staging memory and enqueues the run (uploads,
   // launches, downloads) without waiting for it; collect() waits for the oldest submitted run

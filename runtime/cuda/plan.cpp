@@ -158,7 +158,7 @@ ProgramBindings bind_program(const codegen::Program& program) {
 }
 
 void check_tensors(const codegen::Program& program, std::string_view what,
-                   const std::vector<int>& buffer_ids, const std::vector<ir::Tensor>& tensors) {
+                   const std::vector<int>& buffer_ids, const std::vector<ir::TensorView>& tensors) {
   if (tensors.size() != buffer_ids.size()) {
     throw Error("", fmt::format("CUDA backend: graph '{}' takes {} {}{}, got {}",
                                 program.graph_name, buffer_ids.size(), what,
@@ -166,13 +166,13 @@ void check_tensors(const codegen::Program& program, std::string_view what,
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     const codegen::Buffer& buffer = program.buffers[buffer_ids[i]];
-    if (tensors[i].type() == buffer.type) {
-      // A Tensor's bytes always match its type; this guards the copy below it, not the user.
+    if (tensors[i].type == buffer.type) {
+      // A view's bytes always match its type; this guards the copy below it, not the user.
       KILN_CHECK(static_cast<int64_t>(tensors[i].byte_size()) == buffer.bytes);
       continue;
     }
     throw Error("", fmt::format("CUDA backend: {} '{}': expected {}, got {}", what, buffer.name,
-                                buffer.type.to_string(), tensors[i].type().to_string()));
+                                buffer.type.to_string(), tensors[i].type.to_string()));
   }
 }
 

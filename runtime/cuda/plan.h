@@ -73,6 +73,10 @@ ProgramBindings bind_program(const codegen::Program& program);
 // "CUDA backend: input 'x': expected f32[1,3,8,8], got f32[1,3,8,9]". `what` is "input" or
 // "parameter".
 void check_tensors(const codegen::Program& program, std::string_view what,
-                   const std::vector<int>& buffer_ids, const std::vector<ir::Tensor>& tensors);
+                   const std::vector<int>& buffer_ids, const std::vector<ir::TensorView>& tensors);
+inline void check_tensors(const codegen::Program& program, std::string_view what,
+                          const std::vector<int>& buffer_ids, const std::vector<ir::Tensor>& tensors) {
+  check_tensors(program, what, buffer_ids, ir::views_of(tensors));
+}
 
 }  // namespace kiln::runtime::cuda

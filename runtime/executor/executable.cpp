@@ -22,6 +22,9 @@ class HostBacked final : public Executable {
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override {
     return executable_.run(inputs, profile);
   }
+  std::vector<ir::Tensor> run_views(const std::vector<ir::TensorView>& inputs) override {
+    return executable_.run_views(inputs);
+  }
   ir::Tensor parameter(int index) override { return executable_.parameter(index); }
   void set_parameter(int index, const ir::Tensor& value) override {
     executable_.set_parameter(index, value);
@@ -42,6 +45,9 @@ class CudaBacked final : public Executable {
 
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) override {
     return executable_->run(inputs, profile);
+  }
+  std::vector<ir::Tensor> run_views(const std::vector<ir::TensorView>& inputs) override {
+    return executable_->run_views(inputs);
   }
   void submit(const std::vector<ir::Tensor>& inputs) override { executable_->submit(inputs); }
   std::vector<ir::Tensor> collect() override { return executable_->collect(); }

@@ -63,6 +63,12 @@ class Executable {
   // need none (internal error otherwise). The CUDA backend stages the inputs in pinned memory
   // and returns from submit() once the run is enqueued; this default runs it in submit().
   virtual void submit(const std::vector<ir::Tensor>& inputs);
+  // run() on inputs the caller owns (a NumPy array's memory), copied from there straight into
+  // the program's buffers or the upload staging: no copy on the way in, besides the one a
+  // backend needs anyway. A program with dynamic dims copies them first (to pad them).
+  virtual std::vector<ir::Tensor> run_views(const std::vector<ir::TensorView>& inputs) {
+    return run(ir::copies_of(inputs));
+  }
   virtual std::vector<ir::Tensor> collect();
   virtual size_t pending() const { return submitted_.size(); }
 

@@ -15,11 +15,11 @@ namespace kiln::runtime::host {
 
 namespace {
 
-void check_type(const ir::Tensor& tensor, const codegen::Buffer& buffer) {
-  if (tensor.type() != buffer.type)
+void check_type(const ir::TensorView& tensor, const codegen::Buffer& buffer) {
+  if (tensor.type != buffer.type)
     throw Error("", std::string(codegen::buffer_role_name(buffer.role)) + " '" + buffer.name +
                         "': expected " + buffer.type.to_string() + ", got " +
-                        tensor.type().to_string());
+                        tensor.type.to_string());
 }
 
 void check_count(const std::vector<int>& ids, size_t given, const codegen::Program& program,
@@ -75,18 +75,23 @@ HostExecutable::~HostExecutable() = default;
 std::vector<ir::Tensor> HostExecutable::run(const std::vector<ir::Tensor>& inputs, RunProfile* profile) {
   return codegen::run_with_dynamic_dims(
       program_, inputs, [&](const std::vector<ir::Tensor>& bound, const std::vector<int64_t>& sizes) {
-        return run_at_bounds(bound, sizes, profile);
+        return run_at_bounds(ir::views_of(bound), sizes, profile);
       });
 }
 
-std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tensor>& inputs,
+std::vector<ir::Tensor> HostExecutable::run_views(const std::vector<ir::TensorView>& inputs) {
+  if (!program_.symbols.empty()) return run(ir::copies_of(inputs));
+  return run_at_bounds(inputs, {}, nullptr);
+}
+
+std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::TensorView>& inputs,
                                                       const std::vector<int64_t>& sizes, RunProfile* profile) {
   check_count(input_buffers_, inputs.size(), program_, "input");
   for (size_t i = 0; i < input_buffers_.size() && i < inputs.size(); ++i) {
     const int id = input_buffers_[i];
     if (id < 0) continue;
     check_type(inputs[i], program_.buffers[id]);
-    std::memcpy(pointers_[id], inputs[i].data(), inputs[i].byte_size());
+    std::memcpy(pointers_[id], inputs[i].data, inputs[i].byte_size());
   }
 
   poison_skipped_padding(sizes);
@@ -159,7 +164,7 @@ ir::Tensor HostExecutable::parameter(int index) const {
 void HostExecutable::set_parameter(int index, const ir::Tensor& value) {
   const int id = parameter_buffers_.at(index);
   KILN_CHECK(id >= 0) << "parameter " << index << " has no buffer";
-  check_type(value, program_.buffers[id]);
+  check_type(ir::TensorView::of(value), program_.buffers[id]);
   std::memcpy(pointers_[id], value.data(), value.byte_size());
 }
 

@@ -32,6 +32,9 @@ class HostExecutable {
   // `profile`: when given, each launch's wall time goes there. Dynamic dims (ir/dynamic_dims.h)
   // may be given any size up to their bounds.
   std::vector<ir::Tensor> run(const std::vector<ir::Tensor>& inputs, RunProfile* profile = nullptr);
+  // The same on inputs the caller owns: copied from there straight into the buffers (a program
+  // with dynamic dims copies them first, to pad them to the bounds).
+  std::vector<ir::Tensor> run_views(const std::vector<ir::TensorView>& inputs);
 
   // The current value of parameter `index` (graph order), and replacing it (checked type).
   ir::Tensor parameter(int index) const;
@@ -40,7 +43,7 @@ class HostExecutable {
  private:
   // `sizes`: each symbol's size in this run (empty: the bounds), for the kernels that compute
   // only the real rows.
-  std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::Tensor>& inputs,
+  std::vector<ir::Tensor> run_at_bounds(const std::vector<ir::TensorView>& inputs,
                                         const std::vector<int64_t>& sizes, RunProfile* profile);
   void poison_skipped_padding(const std::vector<int64_t>& sizes);
   struct Storage;

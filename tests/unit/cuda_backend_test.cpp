@@ -307,7 +307,7 @@ TEST(CudaBindings, InputMismatchesAreUserErrors) {
   ProgramBindings bindings = bind_program(program);
   std::vector<ir::Tensor> good = {ir::Tensor({ir::DType::F32, {2, 3}})};
   EXPECT_NO_THROW(check_tensors(program, "input", bindings.inputs, good));
-  EXPECT_EQ(error_message([&] { check_tensors(program, "input", bindings.inputs, {}); }),
+  EXPECT_EQ(error_message([&] { check_tensors(program, "input", bindings.inputs, std::vector<ir::Tensor>{}); }),
             "CUDA backend: graph 'scale' takes 1 input, got 0");
   std::vector<ir::Tensor> shape = {ir::Tensor({ir::DType::F32, {2, 4}})};
   EXPECT_EQ(error_message([&] { check_tensors(program, "input", bindings.inputs, shape); }),
