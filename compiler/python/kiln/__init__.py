@@ -31,3 +31,8 @@ __all__ = [
     "CacheInfo", "CompiledModule", "Error", "History", "InputError", "LoadError", "Model",
     "TensorInfo", "TrainError", "cache_info", "compile", "load", "load_dataset",
 ]
+
+# help(kiln) lists what the package defines, and these are defined in its private modules.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name
