@@ -50,6 +50,17 @@ if [ "$status" != 1 ] || ! grep -q "truncated.kiln: error: truncated package" "$
   echo "a truncated package: exit $status, expected 1 with 'error: truncated package'" >&2
   exit 1
 fi
+# The Python package, installed into the prefix's dist-packages: the same probs.
+python=$(/usr/bin/python3 -c 'import sys; print("python%d.%d" % sys.version_info[:2])')
+PYTHONPATH=$work/prefix/lib/$python/dist-packages /usr/bin/python3 - "$work" "$image" <<'PY'
+import os, sys, numpy as np, kiln
+work, image = sys.argv[1:]
+assert kiln.__file__.startswith(os.path.join(work, "prefix")), kiln.__file__
+probs = kiln.load(os.path.join(work, "mnist.kiln"))(np.load(image))
+assert np.array_equal(probs, np.load(os.path.join(work, "ref", "probs.npy")))
+print("installed kiln Python package == kiln run")
+PY
+
 # The installed prefix holds libkiln.a with its debug information (hundreds of MB): a pass
 # leaves only the small files behind.
 rm -rf "$work/prefix" "$work/embed"
