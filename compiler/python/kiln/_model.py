@@ -133,7 +133,15 @@ class Model:
             self._compiled = _kiln.load(self.path, o["backend"], self._cache, self._opt_level,
                                         o["arch"], o["precision"], self._import["input_shapes"],
                                         self._import["dynamic_dims"], o["train_batch_size"], "")
+        self._describe()
         return self
+
+    def _describe(self) -> None:
+        # Read once per compile: model(x) runs on these, not on a fresh list per call.
+        assert self._compiled is not None
+        self._input_names = [i["name"] for i in self._compiled.inputs]
+        self._output_names = [o["name"] for o in self._compiled.outputs]
+        self._bf16_outputs = {o["name"] for o in self._compiled.outputs if o["dtype"] == "bf16"}
 
     @property
     def compiled(self) -> bool:
@@ -188,13 +196,9 @@ class Model:
         arrays = {name: _to_numpy(value, f"input '{name}'") for name, value in given.items()}
         model = self._model()
         with raising(InputError):
-            outputs = model.run(arrays)
-        types = {o["name"]: o["dtype"] for o in model.outputs}
-        result = {}
-        for name, array in outputs.items():
-            if types.get(name) == "bf16":
-                array = _bf16_to_f32(array)
-            result[name] = array
+            result = model.run(arrays)
+        for name in self._bf16_outputs:
+            result[name] = _bf16_to_f32(result[name])
         if torch_in:
             import torch
             result = {name: torch.from_numpy(array) for name, array in result.items()}
@@ -202,7 +206,8 @@ class Model:
 
     def __call__(self, *args: ArrayLike, **named: ArrayLike) -> Any:
         """``model(x)``: inputs in order (or by name); the output, or a tuple of them."""
-        names = [i["name"] for i in self._model().inputs]
+        self._model()
+        names = self._input_names
         if len(args) > len(names):
             raise InputError(self.path, f"{len(args)} inputs given, the model takes {len(names)}")
         given = dict(zip(names, args))
@@ -211,7 +216,7 @@ class Model:
                 raise InputError(f"input '{name}'", "given twice (by position and by name)")
         given.update(named)
         result = self.run(given)
-        values = [result[o["name"]] for o in self._model().outputs]
+        values = [result[name] for name in self._output_names]
         return values[0] if len(values) == 1 else tuple(values)
 
     # --- training --------------------------------------------------------------------------
