@@ -46,6 +46,16 @@ std::vector<TensorInfo> infos(const codegen::Program& program, codegen::BufferRo
   return list;
 }
 
+// kiln::Error naming `info`'s input unless a tensor of `dtype` and `shape` fits it: its type, or
+// within the bounds of its dynamic dims (the run checks their sizes, ir/dynamic_binding.h).
+void check_input(const TensorInfo& info, DType dtype, const std::vector<int64_t>& shape) {
+  const bool dynamic = !info.dynamic_dims.empty() && dtype == info.dtype && shape.size() == info.shape.size();
+  if (!dynamic && (dtype != info.dtype || shape != info.shape))
+    throw Error("input '" + info.name + "'",
+                fmt::format("expected {}, got {}", Tensor(info.dtype, info.shape).type_string(),
+                            ir::TensorType{api::to_ir(dtype), shape}.to_string()));
+}
+
 runtime::Backend choose_backend(Backend backend) {
   if (backend == Backend::Host) return runtime::Backend::Host;
   std::string why;
@@ -121,13 +131,7 @@ void Model::set_input(const std::string& name, Tensor value) {
       value = api::from_ir(compiler::conform_input(api::to_ir(value),
                                                    {api::to_ir(input.dtype), input.shape},
                                                    "input '" + name + "'"));
-    // Dynamic dims: the run checks their sizes (ir/dynamic_binding.h).
-    const bool dynamic = !input.dynamic_dims.empty() && value.dtype() == input.dtype &&
-                         value.shape().size() == input.shape.size();
-    if (!dynamic && (value.dtype() != input.dtype || value.shape() != input.shape))
-      throw Error("input '" + name + "'", fmt::format("expected {}, got {}",
-                                                      Tensor(input.dtype, input.shape).type_string(),
-                                                      value.type_string()));
+    check_input(input, value.dtype(), value.shape());
     impl_->bound[name] = std::move(value);
     return;
   }
@@ -163,27 +167,17 @@ std::map<std::string, Tensor> Model::run(const std::map<std::string, Tensor>& in
 }
 
 std::map<std::string, Tensor> Model::run_views(const std::map<std::string, TensorRef>& inputs) {
-  std::vector<ir::TensorView> views;
-  for (const TensorInfo& input : impl_->inputs) {
-    auto it = inputs.find(input.name);
-    if (it == inputs.end()) throw Error("input '" + input.name + "'", "not given");
-    views.push_back({{api::to_ir(it->second.dtype), it->second.shape},
-                     static_cast<const std::byte*>(it->second.data)});
-  }
   for (const auto& [name, ref] : inputs)
     if (std::none_of(impl_->inputs.begin(), impl_->inputs.end(),
                      [&](const TensorInfo& input) { return input.name == name; }))
       throw Error("input '" + name + "'", "the model has no such input");
-  // Types are checked here, so that the error names the input as set_input's do.
-  for (size_t i = 0; i < views.size(); ++i) {
-    const TensorInfo& input = impl_->inputs[i];
-    const ir::TensorType& type = views[i].type;
-    const bool dynamic = !input.dynamic_dims.empty() && type.dtype == api::to_ir(input.dtype) &&
-                         type.shape.size() == input.shape.size();
-    if (!dynamic && (type.dtype != api::to_ir(input.dtype) || type.shape != input.shape))
-      throw Error("input '" + input.name + "'",
-                  fmt::format("expected {}, got {}", Tensor(input.dtype, input.shape).type_string(),
-                              type.to_string()));
+  std::vector<ir::TensorView> views;
+  for (const TensorInfo& input : impl_->inputs) {
+    auto it = inputs.find(input.name);
+    if (it == inputs.end()) throw Error("input '" + input.name + "'", "not given");
+    check_input(input, it->second.dtype, it->second.shape);
+    views.push_back({{api::to_ir(it->second.dtype), it->second.shape},
+                     static_cast<const std::byte*>(it->second.data)});
   }
   const std::vector<ir::Tensor> outputs = impl_->training ? impl_->training->evaluate(ir::copies_of(views))
                                                           : impl_->inference->run_views(views);

@@ -209,6 +209,25 @@ TEST_F(CudaMockDriver, RunsKernelsInOrderWithoutGraph) {
   expect_all_released();
 }
 
+TEST_F(CudaMockDriver, RunsOnViewsOfTheCallersMemory) {
+  // run_views stages the caller's memory for upload as it is (the Python package's inputs).
+  auto executable = create(/*use_graph=*/true);
+  const std::vector<float> x = {9, 1, 2, 3, 4, 5}, b = {2, -1, 0.5};
+  const std::vector<ir::Tensor> expected = executable->run({make_tensor({2, 3}, x), make_tensor({3}, b)});
+  const std::vector<ir::TensorView> views = {
+      {{ir::DType::F32, {2, 3}}, reinterpret_cast<const std::byte*>(x.data())},
+      {{ir::DType::F32, {3}}, reinterpret_cast<const std::byte*>(b.data())}};
+  const std::vector<ir::Tensor> outputs = executable->run_views(views);
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(to_floats(outputs[0]), to_floats(expected[0]));
+  EXPECT_EQ(to_floats(outputs[1]), to_floats(expected[1]));
+  const std::vector<ir::TensorView> wrong = {views[0], {{ir::DType::F32, {4}}, views[1].data}};
+  EXPECT_EQ(error_of([&] { executable->run_views(wrong); }).message,
+            "CUDA backend: input 'b': expected f32[3], got f32[4]");
+  executable.reset();
+  expect_all_released();
+}
+
 TEST_F(CudaMockDriver, GraphIsCapturedOnceAndReplayed) {
   auto executable = create(/*use_graph=*/true);
   for (float seed : {1.f, 2.f, 3.f}) expect_correct(*executable, seed);
