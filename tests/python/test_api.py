@@ -112,6 +112,38 @@ def test_dynamic_batch(mlp_dynamic):
     assert mlp_dynamic.inputs[0].dynamic_dims == ("batch", "")
 
 
+def test_keras_model(work):
+    # The Keras seed CNN (model.to_json() form, seeded weights), as kiln run takes it.
+    path = EXAMPLES / "mnist_cnn_keras.json"
+    model = kiln.load(path, backend="host")
+    x = np.random.default_rng(6).random(model.inputs[0].shape, dtype=np.float32)
+    got = model(x)
+    assert np.array_equal(got, next(iter(kiln_run(path, {model.inputs[0].name: x}, work, "keras").values())))
+
+
+def test_onnx_model_with_a_dynamic_batch(work):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((6, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y0"]), helper.make_node("Relu", ["y0"], ["y"])],
+        "onnx_dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [6, 3], w.flatten().tolist())])
+    path = work / "dense.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    model = kiln.load(path, backend="host", dynamic_dims={"batch": 4})
+    assert model.inputs[0].shape == (4, 6) and model.inputs[0].dynamic_dims[0] == "batch"
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    np.testing.assert_allclose(model(x), np.maximum(x @ w, 0), rtol=1e-5, atol=1e-6)
+    fixed = kiln.load(path, backend="host", input_shapes={"x": [2, 6]})
+    assert fixed.inputs[0].shape == (2, 6)
+    with pytest.raises(kiln.LoadError, match=r"input 'x': error: dimension 0 is 'batch'(.|\n)*note: from Python: kiln.load\(path, input_shapes="):
+        kiln.load(path, backend="host").compile()
+
+
 def test_errors_are_kiln_errors(cnn, work):
     with pytest.raises(kiln.LoadError, match="no such file"):
         kiln.load(work / "missing.json")

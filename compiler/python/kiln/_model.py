@@ -129,10 +129,17 @@ class Model:
         if train_batch_size is not None:
             self._compile_options["train_batch_size"] = int(train_batch_size)
         o = self._compile_options
-        with raising(LoadError):
-            self._compiled = _kiln.load(self.path, o["backend"], self._cache, self._opt_level,
-                                        o["arch"], o["precision"], self._import["input_shapes"],
-                                        self._import["dynamic_dims"], o["train_batch_size"], "")
+        try:
+            with raising(LoadError):
+                self._compiled = _kiln.load(self.path, o["backend"], self._cache, self._opt_level,
+                                            o["arch"], o["precision"], self._import["input_shapes"],
+                                            self._import["dynamic_dims"], o["train_batch_size"], "")
+        except LoadError as error:
+            if "--input-shape" in error.message:  # the CLI's words; say the Python ones too
+                error.notes.append("from Python: kiln.load(path, input_shapes={input: shape}) "
+                                   "or dynamic_dims={dim: bound}")
+                error.text += "\nnote: " + error.notes[-1]
+            raise
         self._describe()
         return self
 
