@@ -136,7 +136,9 @@ BuiltPackage build_package(const PackageRequest& request) {
     if (request.verbose) std::cerr << "kiln: package cache miss (" << why << ")\n";
   }
   timed(request, "weights", [&] { load_parameter_data(graph); });
-  for (const auto& [name, value] : request.parameter_values) {
+  for (const auto& entry : request.parameter_values) {
+    const std::string& name = entry.first;
+    const ir::Tensor& value = entry.second;
     const auto param = std::find_if(graph.parameters.begin(), graph.parameters.end(),
                                     [&](const ir::Value* p) { return p->name == name; });
     if (param == graph.parameters.end())

@@ -167,10 +167,10 @@ std::map<std::string, Tensor> Model::run(const std::map<std::string, Tensor>& in
 }
 
 std::map<std::string, Tensor> Model::run_views(const std::map<std::string, TensorRef>& inputs) {
-  for (const auto& [name, ref] : inputs)
+  for (const auto& given : inputs)
     if (std::none_of(impl_->inputs.begin(), impl_->inputs.end(),
-                     [&](const TensorInfo& input) { return input.name == name; }))
-      throw Error("input '" + name + "'", "the model has no such input");
+                     [&](const TensorInfo& input) { return input.name == given.first; }))
+      throw Error("input '" + given.first + "'", "the model has no such input");
   std::vector<ir::TensorView> views;
   for (const TensorInfo& input : impl_->inputs) {
     auto it = inputs.find(input.name);

@@ -170,6 +170,8 @@ def test_errors_are_kiln_errors(cnn, work):
         kiln.load(EXAMPLES / "mnist_cnn.json", input_shapes={"image": [2, 1, 28, 28]}).compile()
     with pytest.raises(kiln.TrainError, match="label 10, outside"):
         cnn.fit(np.zeros((64, 1, 28, 28), np.float32), np.full(64, 10), verbose=False)
+    with pytest.raises(kiln.TrainError, match=r"y: error: labels must be class indices .* got 1.5"):
+        cnn.fit(np.zeros((64, 1, 28, 28), np.float32), np.full(64, 1.5), verbose=False)
     with pytest.raises(kiln.LoadError, match="not one of mnist, fashion-mnist"):
         kiln.load_dataset("cifar")
     assert issubclass(kiln.InputError, kiln.Error)

@@ -247,9 +247,15 @@ class Model:
         if validation_data is not None:
             val_x = _to_numpy(validation_data[0], "validation x")
             val_y = _to_numpy(validation_data[1], "validation y")
+        labels = _to_numpy(y, "y")
+        for what, array in (("y", labels), ("validation y", val_y)):
+            # Class indices given as floats convert exactly, or not at all (never truncated).
+            if array is not None and array.dtype.kind == "f" and not np.all(np.mod(array, 1) == 0):
+                raise TrainError(what, "labels must be class indices (whole numbers); got "
+                                       f"{array[np.mod(array, 1) != 0].flat[0]}")
         model = self._model()
         with raising(TrainError):
-            result = model.fit(_to_numpy(x, "x"), _to_numpy(y, "y"), int(epochs), int(batch_size),
+            result = model.fit(_to_numpy(x, "x"), labels, int(epochs), int(batch_size),
                                optimizer, float(lr), float(momentum),
                                -1.0 if weight_decay is None else float(weight_decay), int(seed),
                                val_x, val_y, checkpoint or "", resume or "", bool(verbose))
