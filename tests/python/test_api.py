@@ -164,6 +164,9 @@ def test_errors_are_kiln_errors(cnn, work):
         cnn(image(), image())
     with pytest.raises(kiln.LoadError, match="not one of auto, cuda, host"):
         kiln.load(EXAMPLES / "mnist_cnn.json", backend="tpu").compile()
+    if not os.path.exists("/dev/nvidia0"):
+        with pytest.raises(kiln.LoadError, match=r"^backend='cuda': error: .*; use backend='host' to run on the CPU$"):
+            kiln.load(EXAMPLES / "mnist_cnn.json", backend="cuda").compile()
     with pytest.raises(kiln.LoadError, match="not one of f32, tf32"):
         kiln.load(EXAMPLES / "mnist_cnn.json", backend="host", precision="f8").compile()
     with pytest.raises(kiln.LoadError, match="not an ONNX or Keras model"):

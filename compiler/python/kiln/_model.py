@@ -135,6 +135,9 @@ class Model:
                                             o["arch"], o["precision"], self._import["input_shapes"],
                                             self._import["dynamic_dims"], o["train_batch_size"], "")
         except LoadError as error:
+            if error.location == "kiln::Backend::Cuda":  # the C++ API's words, in Python's
+                message = error.message.replace("kiln::Backend::Host", "backend='host'")
+                raise LoadError("backend='cuda'", message, error.notes) from None
             if "--input-shape" in error.message:  # the CLI's words; say the Python ones too
                 error.notes.append("from Python: kiln.load(path, input_shapes={input: shape}) "
                                    "or dynamic_dims={dim: bound}")
