@@ -180,6 +180,35 @@ def test_errors_are_kiln_errors(cnn, work):
     assert issubclass(kiln.InputError, kiln.Error)
 
 
+@pytest.mark.parametrize("value, message", [
+    (None, "is None, not an array"),
+    ("abc", r"not an array of numbers \(NumPy dtype <U3\)"),
+    (np.array([object()]), r"not an array of numbers \(NumPy dtype object\)"),
+    (np.zeros((1, 1, 28, 28), np.complex64), "complex64"),
+    ([[1], [2, 3]], "is not an array"),
+    (np.float32(3), r"expected f32\[1,1,28,28\], got f32\[\]"),
+])
+def test_bad_inputs_are_input_errors(cnn, value, message):
+    with pytest.raises(kiln.InputError, match=r"^input 'image': error: .*" + message):
+        cnn(value)
+
+
+def test_fit_errors_name_its_arguments(cnn):
+    x, y = np.zeros((64, 1, 28, 28), np.float32), np.zeros(64, np.int32)
+    with pytest.raises(kiln.TrainError, match=r"^epochs: error: must be >= 1, got 0$"):
+        cnn.fit(x, y, epochs=0, verbose=False)
+    with pytest.raises(kiln.TrainError, match=r"^batch_size: error: 65 is larger than the 64 training samples$"):
+        cnn.fit(x, y, batch_size=65, verbose=False)
+    with pytest.raises(kiln.TrainError, match=r"^optimizer: error: expected sgd, adam or adamw"):
+        cnn.fit(x, y, optimizer="adamx", verbose=False)
+    with pytest.raises(kiln.TrainError, match=r"^y: error: 63 labels for 64 samples"):
+        cnn.fit(x, y[:63], verbose=False)
+    with pytest.raises(kiln.TrainError, match=r"^x: error: .*samples are \[28,28\]"):
+        cnn.fit(x[:, 0], y, verbose=False)
+    with pytest.raises(kiln.InputError, match=r"^x: error: is None"):
+        cnn.fit(None, y, verbose=False)
+
+
 def test_inspect_report(cnn):
     report = cnn.inspect()
     assert report["graph"] == "mnist_cnn"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, List, Type
+from typing import Dict, Iterator, List, Type
 
 from . import _kiln
 
@@ -41,10 +41,16 @@ class TrainError(Error):
 
 
 @contextlib.contextmanager
-def raising(kind: Type[Error]) -> Iterator[None]:
-    """Turns the extension's KilnError into ``kind``, with the same location and message."""
+def raising(kind: Type[Error], locations: Dict[str, str] | None = None) -> Iterator[None]:
+    """Turns the extension's KilnError into ``kind``, with the same location and message;
+    ``locations`` renames locations (the CLI's flags into the Python arguments they are)."""
     try:
         yield
     except _kiln.KilnError as error:
         location, message, notes, text = error.args
+        if locations and location in locations:
+            location = locations[location]
+            text = None  # rendered again with the new location
+        if text is None and notes:
+            text = "\n".join([f"{location}: error: {message}"] + [f"note: {n}" for n in notes])
         raise kind(location, message, notes, text) from None

@@ -55,7 +55,15 @@ def _is_torch(value: Any) -> bool:
 
 
 def _to_numpy(value: ArrayLike, what: str) -> np.ndarray:
-    """`value` as a NumPy array, sharing its memory where it can (PyTorch through DLPack)."""
+    """`value` as a NumPy array of numbers, sharing its memory where it can (PyTorch through
+    DLPack); an InputError naming `what` for anything else (None, strings, objects, complex)."""
+    array = _as_array(value, what)
+    if array.dtype.kind not in "biuf":  # bool, int, unsigned, float
+        raise InputError(what, f"is not an array of numbers (NumPy dtype {array.dtype})")
+    return array
+
+
+def _as_array(value: ArrayLike, what: str) -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     if _is_torch(value):
@@ -70,6 +78,8 @@ def _to_numpy(value: ArrayLike, what: str) -> np.ndarray:
             return tensor.numpy()
     if hasattr(value, "__dlpack__"):
         return np.from_dlpack(value)
+    if value is None:
+        raise InputError(what, "is None, not an array")
     try:
         return np.asarray(value)
     except (TypeError, ValueError) as error:
@@ -78,6 +88,12 @@ def _to_numpy(value: ArrayLike, what: str) -> np.ndarray:
 
 def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+# kiln train's flags, as fit's errors name them, and fit's arguments they are.
+_FIT_FLAGS = {"--epochs": "epochs", "--batch-size": "batch_size", "--optimizer": "optimizer",
+              "--lr": "lr", "--momentum": "momentum", "--weight-decay": "weight_decay",
+              "--seed": "seed", "--data": "x", "--checkpoint": "checkpoint", "--resume": "resume"}
 
 
 class Model:
@@ -257,7 +273,7 @@ class Model:
                 raise TrainError(what, "labels must be class indices (whole numbers); got "
                                        f"{array[np.mod(array, 1) != 0].flat[0]}")
         model = self._model()
-        with raising(TrainError):
+        with raising(TrainError, _FIT_FLAGS):
             result = model.fit(_to_numpy(x, "x"), labels, int(epochs), int(batch_size),
                                optimizer, float(lr), float(momentum),
                                -1.0 if weight_decay is None else float(weight_decay), int(seed),
