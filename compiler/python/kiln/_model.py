@@ -293,7 +293,7 @@ class Model:
 
     # --- inspecting and saving -------------------------------------------------------------
     def inspect(self) -> Dict[str, Any]:
-        """The compile report as Python data, as ``kiln inspect --json`` prints it: kernels
+        """The compile report as Python data, as ``kiln inspect --format=json`` prints it: kernels
         (fused nodes, launch, FLOPs, bytes, modeled time, ptxas figures), totals and the memory
         plan (docs/inspect.md)."""
         return json.loads(self._model().report_json())

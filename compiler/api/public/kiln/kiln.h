@@ -179,7 +179,7 @@ class Model {
   // them (kiln::Error for an unknown name or another type; nothing changes then).
   std::map<std::string, Tensor> parameters() const;
   void set_parameters(const std::map<std::string, Tensor>& values);
-  // What `kiln inspect --json` reports of the inference program: kernels, fused nodes,
+  // What `kiln inspect --format=json` reports of the inference program: kernels, fused nodes,
   // FLOPs, bytes, the memory plan (docs/inspect.md has the schema).
   std::string report_json() const;
   // Writes the model as a package, with the parameters as they are now (atomically: a failure
