@@ -244,6 +244,28 @@ def test_parameters_round_trip(work):
         model.set_parameters({"fc1.bias": np.zeros(3, np.float32)})
 
 
+def test_training_step_model(work):
+    # Compiled with a training step: train_step takes optimizer steps, runs use the new weights,
+    # save writes a training package that loads (and trains) again.
+    model = kiln.load(EXAMPLES / "mnist_cnn.json", backend="host", train_batch_size=4).compile()
+    rng = np.random.default_rng(8)
+    batch = rng.random((4, 1, 28, 28), dtype=np.float32)
+    labels = np.array([1, 7, 3, 3], np.int32)
+    before = model(batch)
+    losses = [model.train_step(batch, labels) for _ in range(3)]
+    assert losses[2] < losses[0], losses
+    after = model(batch)
+    assert after.shape == (4, 10) and not np.array_equal(after, before)
+    assert set(model.parameters()) >= {"conv1.weight", "fc2.bias"}
+    path = work / "train.kiln"
+    model.save(path)
+    again = kiln.load(path, backend="host")
+    assert np.array_equal(again(batch), after)
+    assert again.train_step(batch, labels) == pytest.approx(model.train_step(batch, labels), rel=0, abs=0)
+    with pytest.raises(kiln.TrainError, match="no training step"):
+        kiln.load(EXAMPLES / "mlp.json", backend="host").train_step(batch, labels)
+
+
 def test_cache_info():
     info = kiln.cache_info()
     if "KILN_CACHE_DIR" in os.environ:

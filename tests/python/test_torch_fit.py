@@ -24,7 +24,7 @@ torchvision = pytest.importorskip("torchvision")
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 KILN = os.environ.get("KILN_TEST_KILN", "kiln")
-TRAIN, TEST = 2000, 1000  # MNIST samples for the fit/CLI comparison
+TRAIN, TEST = 2000, 250  # MNIST samples for the fit/CLI comparison
 
 
 def test_resnet18_equals_pytorch():
@@ -72,6 +72,16 @@ def test_compile_specializes_and_recompiles_on_new_shapes():
     assert len(fast._models) == 2  # batch 2 compiled once, batch 5 once
     with pytest.raises(kiln.InputError, match="torch tensors"):
         fast(np.zeros((2, 8), np.float32), torch.zeros(2, 4))
+    # max_batch: the batch dim dynamic, one compile for every batch up to it.
+    dynamic = kiln.compile(module, [torch.randn(2, 8), torch.randn(2, 4)], backend="host", max_batch=8)
+    for batch in (2, 5, 8, 1):
+        a, b = torch.randn(batch, 8), torch.randn(batch, 4)
+        with torch.no_grad():
+            want = module(a, b)
+        for g, w in zip(dynamic(a, b), want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    assert len(dynamic._models) == 1
+    assert dynamic.model.inputs[0].dynamic_dims[0] == "batch" and dynamic.model.inputs[0].shape == (8, 8)
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +118,10 @@ def test_fit_equals_kiln_train_and_releases_the_gil(mnist, tmp_path):
     assert f"{100 * history.history['val_accuracy'][0]:.2f}" == f"{accuracy:.2f}"
     assert accuracy > 50
 
-    # The trained weights are the model's now: its predictions score what fit's evaluation did.
+    # The trained weights are the model's now: its predictions score what fit's evaluation did
+    # (another program of the same weights: a sum order may flip a near tie, so 2 of 250).
     predicted = np.array([model(xt[i:i + 1]).argmax() for i in range(TEST)])
-    assert abs(np.mean(predicted == yt) - history.history["val_accuracy"][0]) <= 0.003
+    assert abs(np.mean(predicted == yt) - history.history["val_accuracy"][0]) <= 2 / TEST
     assert (tmp_path / "ckpt.safetensors").stat().st_size > 0
 
 

@@ -214,20 +214,24 @@ class Model:
 
         Arrays are NumPy arrays or PyTorch tensors (through DLPack); a C-contiguous array of the
         input's dtype is read in place, without a copy. Outputs are NumPy arrays, or torch
-        tensors when the inputs were.
+        tensors (on the inputs' device) when the inputs were.
         """
         given = dict(inputs or {})
         given.update(named)
-        torch_in = any(_is_torch(v) for v in given.values())
+        torch_in = next((v for v in given.values() if _is_torch(v)), None)
         arrays = {name: _to_numpy(value, f"input '{name}'") for name, value in given.items()}
         model = self._model()
         with raising(InputError):
             result = model.run(arrays)
         for name in self._bf16_outputs:
             result[name] = _bf16_to_f32(result[name])
-        if torch_in:
+        if torch_in is not None:
             import torch
+            # On the device the inputs came from (a CUDA tensor's data was copied to the host).
+            device = torch_in.device
             result = {name: torch.from_numpy(array) for name, array in result.items()}
+            if device.type != "cpu":
+                result = {name: tensor.to(device) for name, tensor in result.items()}
         return result
 
     def __call__(self, *args: ArrayLike, **named: ArrayLike) -> Any:
