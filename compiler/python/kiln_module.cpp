@@ -129,6 +129,15 @@ struct PyModel {
   std::mutex lock;
 };
 
+// `read(model)` under the model's lock, taken without the GIL: a fit in another thread holds
+// the lock (and may replace the model) while its progress output takes the GIL.
+template <typename F>
+auto locked(PyModel& self, F&& read) {
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> guard(self.lock);
+  return read(self.model);
+}
+
 py::dict info_dict(const kiln::TensorInfo& info) {
   py::dict d;
   d["name"] = info.name;
@@ -168,7 +177,8 @@ std::unique_ptr<PyModel> load(const std::string& path, const std::string& backen
 py::dict run(PyModel& self, const py::dict& arrays) {
   std::map<std::string, kiln::TensorRef> refs;
   std::vector<py::array> keep;  // the arrays the views point into, alive until the run ends
-  for (const kiln::TensorInfo& info : self.model.inputs()) {
+  const auto [inputs, output_infos] = locked(self, [](kiln::Model& m) { return std::pair(m.inputs(), m.outputs()); });
+  for (const kiln::TensorInfo& info : inputs) {
     if (!arrays.contains(info.name)) continue;  // Model::run_views names what is missing
     py::array given = py::array::ensure(arrays[py::str(info.name)]);
     if (!given) {
@@ -203,7 +213,7 @@ py::dict run(PyModel& self, const py::dict& arrays) {
     }
   }
   py::dict result;
-  for (const kiln::TensorInfo& info : self.model.outputs())
+  for (const kiln::TensorInfo& info : output_infos)
     result[py::str(info.name)] = to_numpy(std::move(outputs.at(info.name)));
   return result;
 }
@@ -213,7 +223,7 @@ py::dict fit(PyModel& self, py::array x, py::array y, int64_t epochs, int64_t ba
              uint64_t seed, std::optional<py::array> val_x, std::optional<py::array> val_y,
              const std::string& checkpoint, const std::string& resume, bool progress) {
   kiln::FitOptions options;
-  const kiln::DType sample_type = self.model.inputs().at(0).dtype;
+  const kiln::DType sample_type = locked(self, [](kiln::Model& m) { return m.inputs().at(0).dtype; });
   const bool tokens = sample_type == kiln::DType::I32 || sample_type == kiln::DType::I64;
   const kiln::DType x_type = tokens ? kiln::DType::I32 : kiln::DType::F32;
   const kiln::Tensor x_tensor = to_tensor(std::move(x), x_type);
@@ -285,24 +295,26 @@ PYBIND11_MODULE(_kiln, m) {
   });
 
   py::class_<PyModel>(m, "Model")
-      .def_property_readonly("name", [](PyModel& s) { return s.model.name(); })
-      .def_property_readonly("path", [](PyModel& s) { return s.model.path(); })
-      .def_property_readonly("backend", [](PyModel& s) { return s.model.backend(); })
+      .def_property_readonly("name", [](PyModel& s) { return locked(s, [](kiln::Model& m) { return m.name(); }); })
+      .def_property_readonly("path", [](PyModel& s) { return locked(s, [](kiln::Model& m) { return m.path(); }); })
+      .def_property_readonly("backend", [](PyModel& s) { return locked(s, [](kiln::Model& m) { return m.backend(); }); })
       .def_property_readonly("inputs", [](PyModel& s) {
         py::list l;
-        for (const auto& i : s.model.inputs()) l.append(info_dict(i));
+        for (const auto& i : locked(s, [](kiln::Model& m) { return m.inputs(); })) l.append(info_dict(i));
         return l;
       })
       .def_property_readonly("outputs", [](PyModel& s) {
         py::list l;
-        for (const auto& i : s.model.outputs()) l.append(info_dict(i));
+        for (const auto& i : locked(s, [](kiln::Model& m) { return m.outputs(); })) l.append(info_dict(i));
         return l;
       })
-      .def_property_readonly("can_train", [](PyModel& s) { return s.model.can_train(); })
-      .def_property_readonly("train_batch_size", [](PyModel& s) { return s.model.train_batch_size(); })
+      .def_property_readonly("can_train", [](PyModel& s) { return locked(s, [](kiln::Model& m) { return m.can_train(); }); })
+      .def_property_readonly("train_batch_size", [](PyModel& s) {
+        return locked(s, [](kiln::Model& m) { return m.train_batch_size(); });
+      })
       .def("run", &run)
       .def("train_step", [](PyModel& s, py::array x, py::array y) {
-        const kiln::Tensor batch = to_tensor(std::move(x), s.model.inputs().at(0).dtype);
+        const kiln::Tensor batch = to_tensor(std::move(x), locked(s, [](kiln::Model& m) { return m.inputs().at(0).dtype; }));
         const kiln::Tensor labels = to_tensor(std::move(y), kiln::DType::I32);
         py::gil_scoped_release release;
         std::lock_guard<std::mutex> guard(s.lock);
@@ -310,18 +322,13 @@ PYBIND11_MODULE(_kiln, m) {
       })
       .def("fit", &fit)
       .def("parameters", [](PyModel& s) {
-        std::map<std::string, kiln::Tensor> values;
-        {
-          py::gil_scoped_release release;
-          std::lock_guard<std::mutex> guard(s.lock);
-          values = s.model.parameters();
-        }
+        std::map<std::string, kiln::Tensor> values = locked(s, [](kiln::Model& m) { return m.parameters(); });
         py::dict d;
         for (auto& [name, value] : values) d[py::str(name)] = to_numpy(std::move(value));
         return d;
       })
       .def("set_parameters", [](PyModel& s, const py::dict& arrays) {
-        const std::map<std::string, kiln::Tensor> current = s.model.parameters();
+        const std::map<std::string, kiln::Tensor> current = locked(s, [](kiln::Model& m) { return m.parameters(); });
         std::map<std::string, kiln::Tensor> values;
         for (const auto& [key, value] : arrays) {
           const std::string name = key.cast<std::string>();
@@ -333,7 +340,7 @@ PYBIND11_MODULE(_kiln, m) {
         std::lock_guard<std::mutex> guard(s.lock);
         s.model.set_parameters(values);
       })
-      .def("report_json", [](PyModel& s) { return s.model.report_json(); })
+      .def("report_json", [](PyModel& s) { return locked(s, [](kiln::Model& m) { return m.report_json(); }); })
       .def("save", [](PyModel& s, const std::string& path) {
         py::gil_scoped_release release;
         std::lock_guard<std::mutex> guard(s.lock);

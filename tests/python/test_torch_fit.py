@@ -134,6 +134,20 @@ def test_fit_prints_progress(mnist, capsys):
     assert "val_accuracy" not in history.history and len(history.history["loss"]) == 2
 
 
+def test_calls_during_a_fit_wait_for_it(mnist):
+    # One model runs one call at a time: a call from another thread waits for the fit (whose
+    # progress output takes the GIL: no deadlock), or runs before it starts.
+    (x, y), _ = mnist
+    model = kiln.load(EXAMPLES / "mnist_cnn.json", backend="host").compile()
+    thread = threading.Thread(target=lambda: model.fit(x[:512], y[:512], batch_size=64))
+    thread.start()
+    time.sleep(0.5)
+    probs = model(x[:1])
+    assert model.inputs[0].name == "image" and probs.shape == (1, 10)
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+
+
 def test_ctrl_c_stops_fit_cleanly(tmp_path):
     script = tmp_path / "long_fit.py"
     script.write_text(textwrap.dedent(f"""
