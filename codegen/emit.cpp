@@ -339,6 +339,7 @@ class ProgramBuilder {
     kernel.block = spec.block;
     kernel.dynamic_shared_bytes = spec.shared_bytes;
     kernel.uses_barriers = spec.uses_barriers;
+    kernel.host_variant = spec.host_variant;
     kernel.tensor_cores = spec.tensor_cores;
     kernel.gemm = spec.gemm;
     for (const ir::Value* input : node.inputs) kernel.args.push_back(buffer_of_.at(input));

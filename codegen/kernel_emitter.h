@@ -71,6 +71,8 @@ struct KernelSpec {
   uint32_t shared_bytes = 0; // bytes of kiln_smem the kernel uses
   bool uses_barriers = false;  // __syncthreads / __syncwarp / __shfl_*_sync
   bool tensor_cores = false;   // the products run on tensor cores (mma.sync)
+  // The body also holds a host-specific version of itself, without barriers (Kernel::host_variant).
+  bool host_variant = false;
   GemmGeometry gemm;           // a generated GEMM's problem and tiling (Kernel::gemm)
   // __launch_bounds__'s second argument when > 0. 1 lets ptxas use every register a thread may
   // have: without it, ptxas spilled a few bytes at under 64 registers in the attention kernels.

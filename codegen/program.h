@@ -64,6 +64,11 @@ struct Kernel {
   // True when threads of a block cooperate (__syncthreads, warp shuffles): the host backend
   // then runs them as fibers; otherwise as plain loops.
   bool uses_barriers = false;
+  // True when its source also holds a host-specific body (under #ifndef __CUDACC__) that needs
+  // no barriers and computes the same results bit for bit (a GEMM's whole tile as one loop
+  // nest, codegen/kernels/gemm_host.cpp): the host backend runs that body as a plain loop,
+  // unless told to run the CUDA body (HostOptions::cuda_variants), as tests do.
+  bool host_variant = false;
   // True when its products run on tensor cores (mma.sync, --precision=tf32): the cost model
   // then counts its FLOPs against the TF32 peak.
   bool tensor_cores = false;

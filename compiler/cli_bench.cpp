@@ -146,7 +146,7 @@ runtime::ExecutableOptions executable_options(const Options& options,
   exe.backend = options.backend == "cuda" ? runtime::Backend::Cuda : runtime::Backend::Host;
   exe.cache = cache;
   exe.verbose = options.cache.verbose;
-  exe.host.schedule = runtime::host::Schedule::from_environment();
+  exe.host = runtime::host::host_options_from_environment();
   exe.cuda.libraries = options.library.selection();
   if (exe.backend == runtime::Backend::Cuda) {
     std::string why;

@@ -180,8 +180,7 @@ std::vector<ir::Tensor> run_compiled(Options options, const ir::Graph& graph,
       return runtime::host::HostModule::compile(program.source, graph.name, cache.get(),
                                                 options.cache.verbose);
     });
-    runtime::host::HostOptions host_options;
-    host_options.schedule = runtime::host::Schedule::from_environment();
+    const runtime::host::HostOptions host_options = runtime::host::host_options_from_environment();
     runtime::host::HostExecutable executable(program, module, parameter_tensors(graph), host_options);
     runtime::RunProfile profile;
     std::vector<ir::Tensor> outputs = timer.time("run", [&] {
@@ -280,7 +279,7 @@ std::vector<ir::Tensor> run_inference_program(Options options, const runtime::Pa
   exe.backend = options.backend == "cuda" ? runtime::Backend::Cuda : runtime::Backend::Host;
   exe.cache = cache.get();
   exe.verbose = options.cache.verbose;
-  exe.host.schedule = runtime::host::Schedule::from_environment();
+  exe.host = runtime::host::host_options_from_environment();
   exe.cuda.use_cuda_graph = !options.no_cuda_graph;
   exe.cuda.libraries = options.library.selection();
   if (exe.backend == runtime::Backend::Cuda) {

@@ -77,7 +77,7 @@ int run(Options options) {
   defaults.request.verbose = options.cache.verbose;
   defaults.backend.backend = backend == "cuda" ? runtime::Backend::Cuda : runtime::Backend::Host;
   defaults.backend.cache = cache.get();
-  defaults.backend.host.schedule = runtime::host::Schedule::from_environment();
+  defaults.backend.host = runtime::host::host_options_from_environment();
   defaults.backend.cuda.libraries = options.library.selection();
   defaults.config = options.model;
   // --dim, --input-shape: only for an ONNX or Keras file (an error names the flag otherwise).

@@ -490,6 +490,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   exe_options.backend = backend;
   exe_options.cache = options.cache;
   exe_options.verbose = options.verbose;
+  exe_options.host = runtime::host::host_options_from_environment();
   exe_options.cuda.libraries = options.libraries;
   const int kernels_per_step = static_cast<int>(programs.step.kernels.size());
   if (options.print_plan) print_plan(programs.step, programs.info, out);

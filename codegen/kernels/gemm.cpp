@@ -26,16 +26,11 @@
 #include <limits>
 
 #include "codegen/kernels/emit_util.h"
+#include "codegen/kernels/gemm_parts.h"
 
 namespace kiln::codegen::nn {
-namespace {
+namespace gemm_parts {
 
-// CUDA's limit on grid y and z.
-constexpr int64_t kMaxGridYZ = 65535;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// `a && b` of the non-empty terms, or empty when none.
 std::string conjunction(const std::vector<std::string>& terms) {
   std::string text;
   for (const std::string& term : terms) {
@@ -45,17 +40,11 @@ std::string conjunction(const std::vector<std::string>& terms) {
   return text;
 }
 
-int64_t k_splits(const GemmSpec& spec) { return spec.k_chunk > 0 ? ceil_div(spec.k, spec.k_chunk) : 1; }
-
-// The end of the K range a block sums (split-K: of its chunk), and whether loads past it must
-// be guarded: when it is not a multiple of the k tile.
 std::string k_end(const GemmSpec& spec) { return spec.k_chunk > 0 ? "k_end" : "kK"; }
 bool k_ragged(const GemmSpec& spec, const GemmTiling& tiling) {
   return spec.k % tiling.tile_k != 0 || (spec.k_chunk > 0 && spec.k_chunk % tiling.tile_k != 0);
 }
 
-// Stages one operand tile into shared memory. `name` is "a" or "b"; `outer` is "row" or "col";
-// `outer_size`/`outer_tile` the constants of its outer dimension.
 void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
                 const GemmOperand& operand, const std::string& name, const std::string& outer,
                 const std::string& outer_size, bool outer_ragged) {
@@ -87,21 +76,21 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
 // Where each thread stages its share of an operand tile, and the operand's own setup.
 void staging_position(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
                       const std::string& name, const std::string& outer,
-                      const std::string& outer_tile) {
+                      const std::string& outer_tile, const std::string& thread) {
   const std::string step = "k" + std::string(name == "a" ? "A" : "B") + "Step";
   if (operand.k_contiguous) {
     w.comment(fmt::format("Staging {}: each thread copies one k column, kLoadsPerThread {}s "
                           "{} apart (k is contiguous in memory).",
                           name == "a" ? "A" : "B", outer, step));
-    w.line("const int {}_k = threadIdx.x % kTileK;", name);
-    w.line("const int {}_{} = threadIdx.x / kTileK;", name, outer);
+    w.line("const int {}_k = {} % kTileK;", name, thread);
+    w.line("const int {}_{} = {} / kTileK;", name, outer, thread);
     w.line("constexpr int {} = kThreads / kTileK;", step);
   } else {
     w.comment(fmt::format("Staging {}: each thread copies one {}, kLoadsPerThread k values "
                           "{} apart ({} is contiguous in memory).",
                           name == "a" ? "A" : "B", outer, step, outer));
-    w.line("const int {}_{} = threadIdx.x % {};", name, outer, outer_tile);
-    w.line("const int {}_k = threadIdx.x / {};", name, outer_tile);
+    w.line("const int {}_{} = {} % {};", name, outer, thread, outer_tile);
+    w.line("const int {}_k = {} / {};", name, thread, outer_tile);
     w.line("constexpr int {} = kThreads / {};", step, outer_tile);
   }
   w.comment("The thread's first slot in the shared tile; the others are constant offsets away.");
@@ -109,6 +98,31 @@ void staging_position(BodyWriter& w, const GemmSpec& spec, const GemmOperand& op
          outer);
   w.lines(operand.setup);
 }
+
+void emit_result(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
+                 const std::string& accumulator) {
+  const std::string guard = conjunction({spec.m % tiling.tile_m != 0 ? "row < kM" : "",
+                                         spec.n % tiling.tile_n != 0 ? "col < kN" : ""});
+  if (!guard.empty()) w.open("if ({})", guard);
+  w.line("{} value = {};", spec.value_type, accumulator);
+  w.declare("channel", "const int channel = {};", spec.channel);
+  w.line("const index_t out_index = {};", spec.out_index);
+  w.lines(spec.epilogue);
+  w.line("{}[out_index] = {};", spec.out_param, store(spec.out_dtype, "value"));
+  if (!guard.empty()) w.close();
+}
+
+}  // namespace gemm_parts
+namespace {
+
+using namespace gemm_parts;
+
+// CUDA's limit on grid y and z.
+constexpr int64_t kMaxGridYZ = 65535;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t k_splits(const GemmSpec& spec) { return spec.k_chunk > 0 ? ceil_div(spec.k, spec.k_chunk) : 1; }
 
 // The FMA main loop's step: each thread's 4x4 results from registers, 8 shared loads per 16 FMAs.
 void fma_step(BodyWriter& w, const GemmSpec& spec) {
@@ -409,16 +423,18 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.declare(spec.z_name, "const int {} = blockIdx.z;", spec.z_name);
   }
   w.lines(spec.batch_setup);
+  const bool host_body = host_body_applies(spec, tiling);
+  if (host_body) emit_host_body(w, spec, tiling);
   // Operands staged through registers get their thread's position; cp.async ones only their
   // setup (a fused norm's statistics).
   if (tiling.async_a)
     w.lines(spec.a.setup);
   else
-    staging_position(w, spec, spec.a, "a", "row", "kTileM");
+    staging_position(w, spec, spec.a, "a", "row", "kTileM", "threadIdx.x");
   if (tiling.async_b)
     w.lines(spec.b.setup);
   else
-    staging_position(w, spec, spec.b, "b", "col", "kTileN");
+    staging_position(w, spec, spec.b, "b", "col", "kTileN", "threadIdx.x");
   w.blank();
   w.comment("Accumulators: constant indices after unrolling, so they live in registers.");
   if (mma)
@@ -498,17 +514,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.close();
   w.blank();
   w.comment("Epilogue: per result, the hook (bias, activation, ...) then the store.");
-  const std::string guard = conjunction({spec.m % tiling.tile_m != 0 ? "row < kM" : "",
-                                         spec.n % tiling.tile_n != 0 ? "col < kN" : ""});
-  const auto result = [&](const std::string& accumulator) {
-    if (!guard.empty()) w.open("if ({})", guard);
-    w.line("{} value = {};", spec.value_type, accumulator);
-    w.declare("channel", "const int channel = {};", spec.channel);
-    w.line("const index_t out_index = {};", spec.out_index);
-    w.lines(spec.epilogue);
-    w.line("{}[out_index] = {};", spec.out_param, store(spec.out_dtype, "value"));
-    if (!guard.empty()) w.close();
-  };
+  const auto result = [&](const std::string& accumulator) { emit_result(w, spec, tiling, accumulator); };
   if (mma) {
     w.comment("A lane holds rows lane_group and lane_group + 8, columns 2 lane_quad and");
     w.comment("2 lane_quad + 1 of each 16 x 8 tile.");
@@ -542,6 +548,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   kernel.shared_bytes = gemm_shared_bytes(spec, tiling);
   kernel.uses_barriers = true;
   kernel.tensor_cores = mma;
+  kernel.host_variant = host_body;
   // Split-K: each chunk is a problem of its own to the cost model.
   kernel.gemm = GemmGeometry{spec.m, spec.n, split_k ? std::min(spec.k, spec.k_chunk) : spec.k,
                              spec.batch * splits, tiling.tile_m, tiling.tile_n, tiling.tile_k,

@@ -90,6 +90,7 @@ BlockRunner::BlockRunner(const LaunchSpec& spec)
       posted_((count_ + kWarpSize - 1) / kWarpSize, 0) {
   block_.block_dim = {spec.block.x, spec.block.y, spec.block.z};
   block_.grid_dim = {spec.grid.x, spec.grid.y, spec.grid.z};
+  block_.cuda_variants = spec.options.cuda_variants ? 1 : 0;
   for (uint32_t i = 0; i < count_; ++i) {
     GpuThread& thread = threads_[i];
     thread.runner = this;

@@ -54,7 +54,16 @@ struct HostOptions {
   // Stack of each GPU thread's fiber (with a guard page below it). Kernels keep their local
   // arrays there: 256 KB fits a few thousand floats per thread.
   size_t stack_bytes = 256 * 1024;
+  // Run the CUDA body of kernels that also have a host-specific one (codegen::Kernel::
+  // host_variant), with its barriers, as the GPU would: tests check the two against each
+  // other, and the schedules and strict mode above exercise the CUDA code.
+  bool cuda_variants = false;
 };
+
+// The options the environment asks for, as debugging aids: the schedule (KILN_HOST_SCHEDULE)
+// and, with KILN_HOST_CUDA_BODIES=1, cuda_variants (0 or unset: the host bodies). A bad value
+// is a kiln::Error naming the variable.
+HostOptions host_options_from_environment();
 
 // The text of kiln_host_prelude.h, embedded in the library at build time.
 std::string_view host_prelude();

@@ -19,7 +19,7 @@
 #define KILN_HOST_PRELUDE_H
 
 // ---- part 1: the C ABI (bump the version on any layout or meaning change) ----------------------
-#define KILN_HOST_ABI_VERSION 1
+#define KILN_HOST_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +36,8 @@ typedef struct kiln_host_block {
   kiln_host_uint3 grid_dim;
   unsigned char* smem;      // the dynamic shared arena (kiln_smem), 128-byte aligned
   unsigned int smem_bytes;  // its size as launched
+  // Nonzero: run the CUDA body of a kernel that also has a host-specific one (kiln_host_variant).
+  int cuda_variants;
 } kiln_host_block;
 
 // Barrier flavours: __syncthreads and its reducing variants.
@@ -167,6 +169,9 @@ static const int warpSize = 32;
 #define gridDim (kiln_host_current->block->grid_dim)
 // The block's dynamic shared arena (see codegen/kernel_emitter.h).
 #define kiln_smem (kiln_host_current->block->smem)
+// True when a kernel with a host-specific body (codegen::Kernel::host_variant) runs that body;
+// false when the runtime asked for the CUDA one (HostOptions::cuda_variants).
+#define kiln_host_variant() (kiln_host_current->block->cuda_variants == 0)
 
 // ---- block barriers -------------------------------------------------------------------------
 // __builtin_LINE() as a default argument is the caller's line: strict mode compares it.

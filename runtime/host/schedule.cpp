@@ -37,6 +37,21 @@ Schedule Schedule::from_environment() {
   return parse(value, "KILN_HOST_SCHEDULE");
 }
 
+HostOptions host_options_from_environment() {
+  HostOptions options;
+  options.schedule = Schedule::from_environment();
+  const char* bodies = std::getenv("KILN_HOST_CUDA_BODIES");
+  const std::string_view value = bodies == nullptr ? "" : bodies;
+  if (value == "1") {
+    options.cuda_variants = true;
+  } else if (!value.empty() && value != "0") {
+    throw Error("KILN_HOST_CUDA_BODIES", "bad value '" + std::string(value) +
+                                             "': expected 1 (run the CUDA bodies of kernels "
+                                             "that have a host-specific one) or 0");
+  }
+  return options;
+}
+
 std::string Schedule::describe() const {
   switch (kind) {
     case Kind::InOrder: return "order";

@@ -204,6 +204,7 @@ Json kernel_to_json(const codegen::Kernel& k) {
                {"bytes_written", k.bytes_written},
                {"unfused_bytes", k.unfused_bytes}};
   if (k.tensor_cores) json["tensor_cores"] = true;
+  if (k.host_variant) json["host_variant"] = true;
   if (k.gemm.m > 0)
     json["gemm"] = {{"m", k.gemm.m}, {"n", k.gemm.n}, {"k", k.gemm.k}, {"batch", k.gemm.batch},
                     {"tile_m", k.gemm.tile_m}, {"tile_n", k.gemm.tile_n}, {"tile_k", k.gemm.tile_k},
@@ -228,6 +229,8 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
   k.dynamic_shared_bytes = static_cast<uint32_t>(shared);
   k.uses_barriers = at["uses_barriers"].boolean();
   k.tensor_cores = at.has("tensor_cores") && at["tensor_cores"].boolean();  // absent: FMA
+  // Absent: a kernel with one body (or a package from before host variants).
+  k.host_variant = at.has("host_variant") && at["host_variant"].boolean();
   if (at.has("gemm")) {  // absent: no generated GEMM, or a package from before the cost model
     const JsonAt g = at["gemm"];
     k.gemm = codegen::GemmGeometry{g["m"].integer(),      g["n"].integer(),

@@ -2,6 +2,7 @@
 // graphs written as textual IR, random operands, and the comparison with the interpreter.
 #pragma once
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -260,14 +261,19 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
   }
   const runtime::host::HostModule module =
       runtime::host::HostModule::compile(program.source, name, &test_cache());
+  // The schedules run the CUDA bodies (a GEMM's host-specific body has no threads to reorder);
+  // the host bodies must then give the first schedule's results bit for bit.
+  std::vector<ir::Tensor> cuda_results;
   for (const runtime::host::Schedule& schedule : options.schedules) {
     runtime::host::HostOptions host;
     host.schedule = schedule;
     host.workers = options.workers;
     host.strict = true;
+    host.cuda_variants = true;
     const auto start = std::chrono::steady_clock::now();
     const std::vector<ir::Tensor> got =
         runtime::host::run_program(program, module, inputs, {}, host);
+    if (cuda_results.empty()) cuda_results = got;
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     if (schedule == runtime::host::Schedule{}) result.host_seconds = elapsed.count();
     EXPECT_EQ(got.size(), want.size());
@@ -297,6 +303,16 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
         ++failures;
       }
     }
+  }
+  if (std::any_of(program.kernels.begin(), program.kernels.end(),
+                  [](const Kernel& kernel) { return kernel.host_variant; })) {
+    runtime::host::HostOptions host;
+    host.workers = options.workers;
+    const std::vector<ir::Tensor> got = runtime::host::run_program(program, module, inputs, {}, host);
+    EXPECT_EQ(got.size(), cuda_results.size());
+    for (size_t c = 0; c < got.size() && c < cuda_results.size(); ++c)
+      EXPECT_TRUE(got[c].bytes() == cuda_results[c].bytes())
+          << name << " case " << c << ": the host bodies' result differs from the CUDA bodies'";
   }
   return result;
 }

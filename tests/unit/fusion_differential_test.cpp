@@ -231,6 +231,7 @@ void check_graph(GraphRun& run) {
   host.strict = true;
   host.schedule = runtime::host::Schedule{runtime::host::Schedule::Kind::Random, seed};
   host.workers = 2;
+  host.cuda_variants = true;  // the CUDA bodies, under the random schedule
   const std::vector<ir::Tensor> got =
       runtime::host::run_program(program, module, ordered_inputs, parameters, host);
   ASSERT_EQ(got.size(), want.size()) << where;
@@ -239,6 +240,13 @@ void check_graph(GraphRun& run) {
     if (!mismatch.empty())
       fail(fmt::format("host backend, output {} ({}): {}", i, oracle.output_name(i), mismatch));
   }
+  // 4. The host-specific bodies (fused GEMMs): the CUDA bodies' results, bit for bit.
+  const std::vector<ir::Tensor> host_bodies =
+      runtime::host::run_program(program, module, ordered_inputs, parameters, {});
+  for (size_t i = 0; i < want.size(); ++i)
+    if (host_bodies.at(i).bytes() != got[i].bytes())
+      fail(fmt::format("host backend, output {} ({}): the host-specific bodies' result differs "
+                       "from the CUDA bodies'", i, oracle.output_name(i)));
 }
 
 // The seeds to run: kSeeds, or KILN_FUSION_SEEDS=FIRST:COUNT for a longer hunt.

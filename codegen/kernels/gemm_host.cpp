@@ -1,0 +1,139 @@
+// The GEMM template's host-specific body: what the host backend runs instead of the CUDA one.
+//
+// On the CPU a block's 256 CUDA threads are fibers on one OS thread, and the CUDA body's two
+// barriers per k step cost more than its arithmetic (HOST_BACKEND.md: 12-22 ns per thread per
+// barrier; 64 x 64 x 16 = 16,384 multiply-adds per step). The host body computes the same tile
+// without barriers, as one loop nest a C++ compiler vectorizes:
+//   1. stage a panel of up to kHostPanelSteps k steps of both operands, running the CUDA
+//      body's own staging code for each of its threads in turn (so it reads exactly what the
+//      CUDA threads read, zeros outside the matrices included, and a thread's setup is done
+//      once per panel rather than once per k step);
+//   2. multiply the panel into the block's result tile, kHostRows x kHostCols results at a
+//      time held in registers, the innermost loop running along contiguous columns;
+//   3. store every result with the CUDA body's epilogue.
+// Each result is the same sum as in the CUDA body: zero, then one product at a time in k order
+// (the k tiles' zero padding included), with no contraction on the host (host_compiler.cpp).
+// So the two bodies agree bit for bit, which tests check (HostOptions::cuda_variants).
+// This is the loop fission of MCUDA and COX, done by the template that knows where its barriers
+// are, rather than by a compiler pass over arbitrary kernels.
+#include <algorithm>
+
+#include "codegen/kernels/gemm_parts.h"
+
+namespace kiln::codegen::nn::gemm_parts {
+namespace {
+
+// k steps staged per panel: 8 x 16 k of a 64-wide A and B tile is 67 KB of stack with the
+// padding, and a thread's setup (a conv's patch position) is amortized over 8 steps.
+constexpr int64_t kHostPanelSteps = 8;
+// Results per register block: 4 rows x 16 columns of floats are 8 AVX or 16 SSE registers, and
+// each A value loaded feeds 16 multiply-adds.
+constexpr int kHostRows = 4;
+constexpr int kHostCols = 16;
+
+}  // namespace
+
+bool host_body_applies(const GemmSpec& spec, const GemmTiling& tiling) {
+  return tiling.unit == GemmUnit::Fma && spec.row_stat_arrays == 0 &&
+         tiling.tile_m % kHostRows == 0 && tiling.tile_n % kHostCols == 0;
+}
+
+void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& tiling) {
+  const std::string& T = spec.value_type;
+  const std::string k_begin = spec.k_chunk > 0 ? "k_begin" : "0";
+  const int64_t k_range = spec.k_chunk > 0 ? std::min(spec.k, spec.k_chunk) : spec.k;
+  const bool ragged = k_ragged(spec, tiling);
+  const int64_t panel_steps =
+      std::min(kHostPanelSteps, (k_range + tiling.tile_k - 1) / tiling.tile_k);
+  BodyWriter w(0);  // its own writer: its declarations are dropped or kept on their own
+  w.line("#ifndef __CUDACC__");
+  w.comment("Host backend: the block's whole tile as one loop nest without barriers, equal bit");
+  w.comment("for bit to the CUDA body below (codegen/kernels/gemm_host.cpp). Thread 0 runs it.");
+  w.open("if (kiln_host_variant())");
+  w.line("if (threadIdx.x != 0) return;");
+  w.line("constexpr int kHostPanelSteps = {};  // k steps staged at a time", panel_steps);
+  w.line("constexpr int kHostRows = {};  // results per register block: rows", kHostRows);
+  w.line("constexpr int kHostCols = {};  // and columns", kHostCols);
+  w.line("{} a_panel[kHostPanelSteps][kTileK * kATileStride];", T);
+  w.line("{} b_panel[kHostPanelSteps][kTileK * kBTileStride];", T);
+  w.line("{} acc[kTileM][kTileN] = {{}};", T);
+  w.comment("Rows and columns of the tile inside the matrix, rounded up to whole register blocks.");
+  if (spec.m % tiling.tile_m != 0)
+    w.line("const int tile_rows = ((kM - block_row < kTileM ? static_cast<int>(kM - block_row) : kTileM) "
+           "+ kHostRows - 1) / kHostRows * kHostRows;");
+  else
+    w.line("constexpr int tile_rows = kTileM;");
+  if (spec.n % tiling.tile_n != 0)
+    w.line("const int tile_cols = ((kN - block_col < kTileN ? static_cast<int>(kN - block_col) : kTileN) "
+           "+ kHostCols - 1) / kHostCols * kHostCols;");
+  else
+    w.line("constexpr int tile_cols = kTileN;");
+  w.open("for (index_t panel_k0 = {0}; panel_k0 < {1}; panel_k0 += kHostPanelSteps * kTileK)",
+         k_begin, k_end(spec));
+  w.line("const index_t panel_end = panel_k0 + kHostPanelSteps * kTileK < {0} ? "
+         "panel_k0 + kHostPanelSteps * kTileK : {0};",
+         k_end(spec));
+  w.line("const int panel_steps = static_cast<int>((panel_end - panel_k0 + kTileK - 1) / kTileK);");
+  w.comment("1. Stage the panel's tiles as each CUDA thread would, one thread after another.");
+  w.open("for (int thread = 0; thread < kThreads; ++thread)");
+  staging_position(w, spec, spec.a, "a", "row", "kTileM", "thread");
+  staging_position(w, spec, spec.b, "b", "col", "kTileN", "thread");
+  w.open("for (int step = 0; step < panel_steps; ++step)");
+  w.line("const index_t k0 = panel_k0 + step * kTileK;");
+  w.line("{}* a_tile = a_panel[step];", T);
+  w.line("{}* b_tile = b_panel[step];", T);
+  stage_tile(w, spec, tiling, spec.a, "a", "row", "kM", spec.m % tiling.tile_m != 0);
+  stage_tile(w, spec, tiling, spec.b, "b", "col", "kN", spec.n % tiling.tile_n != 0);
+  w.close();
+  w.close();
+  w.comment("2. Multiply: each register block of results sums the panel's valid k in order,");
+  w.comment("over the rows and columns inside the matrix (rounded up to whole blocks).");
+  w.open("for (int r0 = 0; r0 < tile_rows; r0 += kHostRows)");
+  w.open("for (int c0 = 0; c0 < tile_cols; c0 += kHostCols)");
+  w.line("{} sums[kHostRows][kHostCols];", T);
+  w.line("for (int i = 0; i < kHostRows; ++i)");
+  w.line("  for (int j = 0; j < kHostCols; ++j) sums[i][j] = acc[r0 + i][c0 + j];");
+  w.open("for (int step = 0; step < panel_steps; ++step)");
+  w.line("const {}* a_k = a_panel[step] + r0;", T);
+  w.line("const {}* b_k = b_panel[step] + c0;", T);
+  if (ragged) {
+    w.line("const index_t k0 = panel_k0 + step * kTileK;");
+    w.line("const int valid_k = panel_end - k0 < kTileK ? static_cast<int>(panel_end - k0) : kTileK;");
+  }
+  w.open("for (int kk = 0; kk < {}; ++kk, a_k += kATileStride, b_k += kBTileStride)",
+         ragged ? "valid_k" : "kTileK");
+  w.line("#pragma GCC unroll 16");
+  w.open("for (int i = 0; i < kHostRows; ++i)");
+  w.line("#pragma GCC unroll 16");
+  w.line("for (int j = 0; j < kHostCols; ++j) sums[i][j] += a_k[i] * b_k[j];");
+  w.close();
+  w.close();
+  w.close();
+  if (ragged) {
+    w.comment("The CUDA body also adds the products of the zero padding past the end of K:");
+    w.comment("+0 each, of which only the first can change a sum (-0 + +0 is +0).");
+    w.open("if (panel_end - panel_k0 < panel_steps * kTileK)");
+    w.line("for (int i = 0; i < kHostRows; ++i)");
+    w.line("  for (int j = 0; j < kHostCols; ++j) sums[i][j] += {}(0);", T);
+    w.close();
+  }
+  w.line("for (int i = 0; i < kHostRows; ++i)");
+  w.line("  for (int j = 0; j < kHostCols; ++j) acc[r0 + i][c0 + j] = sums[i][j];");
+  w.close();
+  w.close();
+  w.close();
+  w.comment("3. The CUDA body's epilogue for every result.");
+  w.open("for (int r = 0; r < kTileM; ++r)");
+  w.line("const index_t row = block_row + r;");
+  w.open("for (int c = 0; c < kTileN; ++c)");
+  w.line("const index_t col = block_col + c;");
+  emit_result(w, spec, tiling, "acc[r][c]");
+  w.close();
+  w.close();
+  w.line("return;");
+  w.close();
+  w.line("#endif");
+  out.lines(w.take());
+}
+
+}  // namespace kiln::codegen::nn::gemm_parts
