@@ -20,6 +20,20 @@ std::string_view buffer_role_name(BufferRole role) {
   return "?";
 }
 
+HostExecution host_execution(const Kernel& kernel) {
+  if (kernel.host_variant) return HostExecution::LoopNest;
+  return kernel.uses_barriers ? HostExecution::Fibers : HostExecution::PlainLoop;
+}
+
+std::string_view host_execution_name(HostExecution execution) {
+  switch (execution) {
+    case HostExecution::LoopNest: return "loop nest";
+    case HostExecution::PlainLoop: return "plain loop";
+    case HostExecution::Fibers: return "fibers";
+  }
+  return "?";
+}
+
 Dim3 launch_grid(const Kernel& kernel, const std::vector<ir::DimSymbol>& symbols,
                  const std::vector<int64_t>& sizes) {
   if (kernel.dynamic_symbol < 0 || sizes.empty()) return kernel.grid;

@@ -94,6 +94,13 @@ struct Kernel {
   int dynamic_grid_axis = 0;
 };
 
+// How the host backend runs a kernel: its host-specific body, one loop nest per block
+// (Kernel::host_variant); a plain loop over the block's threads (no barriers or warp
+// collectives); or each thread a fiber, switched at barriers and collectives.
+enum class HostExecution { LoopNest, PlainLoop, Fibers };
+HostExecution host_execution(const Kernel& kernel);
+std::string_view host_execution_name(HostExecution execution);  // "loop nest", ...
+
 // The grid of `kernel` in a run where the symbols have `sizes` (empty: the bounds).
 Dim3 launch_grid(const Kernel& kernel, const std::vector<ir::DimSymbol>& symbols,
                  const std::vector<int64_t>& sizes);

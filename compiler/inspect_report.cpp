@@ -38,6 +38,8 @@ struct Totals {
   int64_t bytes = 0;
   int64_t bytes_before_fusion = 0;
   double seconds = 0;
+  // How the host backend runs them (codegen::HostExecution).
+  int host_loop_nests = 0, host_plain_loops = 0, host_fibers = 0;
 };
 
 // The plan's figures, or, when plan-memory did not run, what the program does without one:
@@ -86,6 +88,11 @@ Totals totals_of(const std::vector<KernelFigures>& kernels) {
     t.bytes += f.bytes;
     t.bytes_before_fusion += f.kernel.unfused_bytes;
     t.seconds += f.seconds;
+    switch (codegen::host_execution(f.kernel)) {
+      case codegen::HostExecution::LoopNest: ++t.host_loop_nests; break;
+      case codegen::HostExecution::PlainLoop: ++t.host_plain_loops; break;
+      case codegen::HostExecution::Fibers: ++t.host_fibers; break;
+    }
   }
   return t;
 }
@@ -224,6 +231,9 @@ std::string format_inspection_text(const Inspection& in) {
                      bytes_text(t.bytes_before_fusion), ratio(t.bytes_before_fusion, t.bytes));
   out += fmt::format("  modeled {} time: {} (sum over kernels; launch gaps not modeled)\n", "H100",
                      time_text(t.seconds));
+  out += fmt::format("  host backend:      {} loop nests (GEMM host bodies), {} plain loops, {} on fibers "
+                     "(barriers, warp collectives)\n",
+                     t.host_loop_nests, t.host_plain_loops, t.host_fibers);
 
   out += m.planned ? "\nmemory plan\n"
                    : "\nmemory plan: none (plan-memory did not run): every intermediate has a "
@@ -269,6 +279,7 @@ std::string format_inspection_json(const Inspection& in) {
       kernel["implementation"] = {
           {"kind", "generated"}, {"tensor_cores", k.tensor_cores}, {"gemm", k.gemm.m > 0}};
     }
+    kernel["host_execution"] = std::string(codegen::host_execution_name(codegen::host_execution(k)));
     kernel["op_kind"] = k.op_kind;
     kernel["source_nodes"] = Json::array();
     for (const auto& [name, op] : f.nodes) kernel["source_nodes"].push_back({{"name", name}, {"op", op}});
@@ -309,7 +320,10 @@ std::string format_inspection_json(const Inspection& in) {
                     {"flops", t.flops},
                     {"dram_bytes", t.bytes},
                     {"dram_bytes_before_fusion", t.bytes_before_fusion},
-                    {"modeled_seconds", t.seconds}};
+                    {"modeled_seconds", t.seconds},
+                    {"host_loop_nests", t.host_loop_nests},
+                    {"host_plain_loops", t.host_plain_loops},
+                    {"host_fibers", t.host_fibers}};
   json["memory"] = {{"planned", m.planned},
                     {"naive_bytes", m.naive},
                     {"planned_bytes", m.arena},

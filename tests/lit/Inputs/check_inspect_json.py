@@ -58,6 +58,9 @@ for kernel in kernels:
                   "arithmetic_intensity", "modeled_seconds", "bound", "unit", "efficiency",
                   "resources"], where)
     check(kernel["implementation"]["kind"] in ("generated", "library"), f"{where}: implementation")
+    # The host backend runs GEMMs' host bodies as loop nests, cooperating kernels on fibers.
+    check(kernel.get("host_execution") in ("loop nest", "plain loop", "fibers"),
+          f"{where}: host_execution {kernel.get('host_execution')!r}")
     check(kernel["source_nodes"], f"{where}: no source nodes")
     for node in kernel["source_nodes"]:
         keys(node, ["name", "op"], f"{where} source node")
@@ -100,6 +103,9 @@ totals = report["totals"]
 keys(totals, ["kernels", "kernels_before_fusion", "flops", "dram_bytes",
               "dram_bytes_before_fusion", "modeled_seconds"], "totals")
 check(totals["kernels"] == len(kernels), "totals.kernels")
+for execution in ("loop nest", "plain loop", "fibers"):
+    field = "host_" + {"loop nest": "loop_nests", "plain loop": "plain_loops", "fibers": "fibers"}[execution]
+    check(totals.get(field) == sum(k["host_execution"] == execution for k in kernels), f"totals.{field}")
 check(totals["kernels_before_fusion"] == sum(len(k["source_nodes"]) for k in kernels),
       "totals.kernels_before_fusion")
 check(totals["flops"] == sum(k["flops"] for k in kernels), "totals.flops")
