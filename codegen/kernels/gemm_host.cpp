@@ -8,8 +8,9 @@
 //      body's own staging code for each of its threads in turn (so it reads exactly what the
 //      CUDA threads read, zeros outside the matrices included, and a thread's setup is done
 //      once per panel rather than once per k step);
-//   2. multiply the panel into the block's result tile, kHostRows x kHostCols results at a
-//      time held in registers, the innermost loop running along contiguous columns;
+//   2. multiply the panel into the block's result tile (kiln_host_gemm_multiply, in the host
+//      prelude: one copy per module), 4 x 16 results at a time held in registers, the
+//      innermost loop running along contiguous columns;
 //   3. store every result with the CUDA body's epilogue.
 // Each result is the same sum as in the CUDA body: zero, then one product at a time in k order
 // (the k tiles' zero padding included), with no contraction on the host (host_compiler.cpp).
@@ -26,8 +27,9 @@ namespace {
 // k steps staged per panel: 8 x 16 k of a 64-wide A and B tile is 67 KB of stack with the
 // padding, and a thread's setup (a conv's patch position) is amortized over 8 steps.
 constexpr int64_t kHostPanelSteps = 8;
-// Results per register block: 4 rows x 16 columns of floats are 8 AVX or 16 SSE registers, and
-// each A value loaded feeds 16 multiply-adds.
+// kiln_host_gemm_multiply's register block (kiln_host_prelude.h): 4 rows x 16 columns of
+// floats are 8 AVX or 16 SSE registers, and each A value loaded feeds 16 multiply-adds. The
+// rows and columns it covers are rounded up to them.
 constexpr int kHostRows = 4;
 constexpr int kHostCols = 16;
 
@@ -42,7 +44,6 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   const std::string& T = spec.value_type;
   const std::string k_begin = spec.k_chunk > 0 ? "k_begin" : "0";
   const int64_t k_range = spec.k_chunk > 0 ? std::min(spec.k, spec.k_chunk) : spec.k;
-  const bool ragged = k_ragged(spec, tiling);
   const int64_t panel_steps =
       std::min(kHostPanelSteps, (k_range + tiling.tile_k - 1) / tiling.tile_k);
   BodyWriter w(0);  // its own writer: its declarations are dropped or kept on their own
@@ -52,7 +53,7 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   w.open("if (kiln_host_variant())");
   w.line("if (threadIdx.x != 0) return;");
   w.line("constexpr int kHostPanelSteps = {};  // k steps staged at a time", panel_steps);
-  w.line("constexpr int kHostRows = {};  // results per register block: rows", kHostRows);
+  w.line("constexpr int kHostRows = {};  // kiln_host_gemm_multiply's register block: rows", kHostRows);
   w.line("constexpr int kHostCols = {};  // and columns", kHostCols);
   w.line("{} a_panel[kHostPanelSteps][kTileK * kATileStride];", T);
   w.line("{} b_panel[kHostPanelSteps][kTileK * kBTileStride];", T);
@@ -86,41 +87,10 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   stage_tile(w, spec, tiling, spec.b, "b", "col", "kN", spec.n % tiling.tile_n != 0);
   w.close();
   w.close();
-  w.comment("2. Multiply: each register block of results sums the panel's valid k in order,");
-  w.comment("over the rows and columns inside the matrix (rounded up to whole blocks).");
-  w.open("for (int r0 = 0; r0 < tile_rows; r0 += kHostRows)");
-  w.open("for (int c0 = 0; c0 < tile_cols; c0 += kHostCols)");
-  w.line("{} sums[kHostRows][kHostCols];", T);
-  w.line("for (int i = 0; i < kHostRows; ++i)");
-  w.line("  for (int j = 0; j < kHostCols; ++j) sums[i][j] = acc[r0 + i][c0 + j];");
-  w.open("for (int step = 0; step < panel_steps; ++step)");
-  w.line("const {}* a_k = a_panel[step] + r0;", T);
-  w.line("const {}* b_k = b_panel[step] + c0;", T);
-  if (ragged) {
-    w.line("const index_t k0 = panel_k0 + step * kTileK;");
-    w.line("const int valid_k = panel_end - k0 < kTileK ? static_cast<int>(panel_end - k0) : kTileK;");
-  }
-  w.open("for (int kk = 0; kk < {}; ++kk, a_k += kATileStride, b_k += kBTileStride)",
-         ragged ? "valid_k" : "kTileK");
-  w.line("#pragma GCC unroll 16");
-  w.open("for (int i = 0; i < kHostRows; ++i)");
-  w.line("#pragma GCC unroll 16");
-  w.line("for (int j = 0; j < kHostCols; ++j) sums[i][j] += a_k[i] * b_k[j];");
-  w.close();
-  w.close();
-  w.close();
-  if (ragged) {
-    w.comment("The CUDA body also adds the products of the zero padding past the end of K:");
-    w.comment("+0 each, of which only the first can change a sum (-0 + +0 is +0).");
-    w.open("if (panel_end - panel_k0 < panel_steps * kTileK)");
-    w.line("for (int i = 0; i < kHostRows; ++i)");
-    w.line("  for (int j = 0; j < kHostCols; ++j) sums[i][j] += {}(0);", T);
-    w.close();
-  }
-  w.line("for (int i = 0; i < kHostRows; ++i)");
-  w.line("  for (int j = 0; j < kHostCols; ++j) acc[r0 + i][c0 + j] = sums[i][j];");
-  w.close();
-  w.close();
+  w.comment("2. Multiply (kiln_host_prelude.h): each result sums the panel's k in order.");
+  w.line("const int last_k = static_cast<int>(panel_end - (panel_k0 + (panel_steps - 1) * kTileK));");
+  w.line("kiln_host_gemm_multiply<{}>(&acc[0][0], kTileN, &a_panel[0][0], kATileStride, &b_panel[0][0], "
+         "kBTileStride, kTileK, panel_steps, last_k, tile_rows, tile_cols);", T);
   w.close();
   w.comment("3. The CUDA body's epilogue for every result.");
   w.open("for (int r = 0; r < kTileM; ++r)");

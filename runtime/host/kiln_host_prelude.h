@@ -620,5 +620,45 @@ KILN_HOST_VEC2(unsigned long long, ulonglong, 16)
 #undef KILN_HOST_VEC3
 #undef KILN_HOST_VEC4
 
+// ---- the GEMM template's host body (codegen/kernels/gemm_host.cpp) ---------------------------
+// Multiplies a staged panel into a block's result tile: acc[r][c] += sum over the panel's k of
+// a[k][r] * b[k][c], 4 x 16 results at a time held in registers, k in order, one product at a
+// time (no contraction: host_compiler.cpp), so each sum is the CUDA body's. The panel holds
+// `steps` k steps of `tile_k`; the last has `last_k` valid k, and when that is fewer than
+// tile_k, the CUDA body's products of the zero padding are folded into one +0 (the only one
+// that can change a sum: -0 + +0 is +0). `rows` and `cols` (multiples of 4 and 16) cover the
+// results inside the matrix. One copy per element type in a module, not one per kernel: it is
+// most of a GEMM's host code, and half a training step's compile time when inlined everywhere.
+template <typename T>
+__attribute__((noinline)) static void kiln_host_gemm_multiply(
+    T* acc, int acc_stride, const T* a_panel, int a_stride, const T* b_panel, int b_stride,
+    int tile_k, int steps, int last_k, int rows, int cols) {
+  constexpr int kRows = 4, kCols = 16;
+  for (int r0 = 0; r0 < rows; r0 += kRows) {
+    for (int c0 = 0; c0 < cols; c0 += kCols) {
+      T sums[kRows][kCols];
+      for (int i = 0; i < kRows; ++i)
+        for (int j = 0; j < kCols; ++j) sums[i][j] = acc[(r0 + i) * acc_stride + c0 + j];
+      for (int step = 0; step < steps; ++step) {
+        const T* a_k = a_panel + step * tile_k * a_stride + r0;
+        const T* b_k = b_panel + step * tile_k * b_stride + c0;
+        const int valid_k = step == steps - 1 ? last_k : tile_k;
+        for (int kk = 0; kk < valid_k; ++kk, a_k += a_stride, b_k += b_stride) {
+#pragma GCC unroll 4
+          for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 16
+            for (int j = 0; j < kCols; ++j) sums[i][j] += a_k[i] * b_k[j];
+          }
+        }
+      }
+      if (last_k < tile_k)
+        for (int i = 0; i < kRows; ++i)
+          for (int j = 0; j < kCols; ++j) sums[i][j] += T(0);
+      for (int i = 0; i < kRows; ++i)
+        for (int j = 0; j < kCols; ++j) acc[(r0 + i) * acc_stride + c0 + j] = sums[i][j];
+    }
+  }
+}
+
 #endif  // KILN_HOST_ABI_ONLY
 #endif  // KILN_HOST_PRELUDE_H
