@@ -8,7 +8,9 @@
 // then run on the host backend under three schedules — threads in order with one worker,
 // reversed with two workers, seeded random with two workers — with poisoned shared memory, so
 // a missing __syncthreads or a read of an unwritten shared slot changes the result, and in
-// strict mode, where divergent barriers and out-of-mask shuffles are errors.
+// strict mode, where divergent barriers and out-of-mask shuffles are errors. Those runs take
+// every kernel's CUDA body; a fourth runs the GEMMs' host bodies (HostOptions::cuda_variants),
+// which must give the in-order run's results byte for byte.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -72,6 +74,7 @@ Sweep* g_sweep = nullptr;
 struct ScheduleRun {
   std::string name;
   HostOptions options;
+  bool same_bytes_as_first = false;
   bool done = false;
   std::string error;
   std::vector<ir::Tensor> outputs;
@@ -80,6 +83,7 @@ struct ScheduleRun {
 std::vector<ScheduleRun>& schedule_runs() {
   static std::vector<ScheduleRun> runs = [] {
     std::vector<ScheduleRun> r(3);
+    r.reserve(4);
     r[0].name = "InOrder1Worker";
     r[0].options.workers = 1;
     r[1].name = "Reverse2Workers";
@@ -89,7 +93,17 @@ std::vector<ScheduleRun>& schedule_runs() {
     r[2].options.schedule = Schedule{Schedule::Kind::Random, 7};
     r[2].options.workers = 2;
     // Strict: a barrier reached from two places or a shuffle outside its mask fails the run.
-    for (ScheduleRun& run : r) run.options.strict = true;
+    // The CUDA bodies: a GEMM's host body has no threads to schedule.
+    for (ScheduleRun& run : r) {
+      run.options.strict = true;
+      run.options.cuda_variants = true;
+    }
+    // Then as the host backend runs by default: GEMMs on their host bodies, whose results must
+    // be the in-order run's, byte for byte.
+    r.emplace_back();
+    r[3].name = "HostBodies2Workers";
+    r[3].options.workers = 2;
+    r[3].same_bytes_as_first = true;
     return r;
   }();
   return runs;
@@ -120,6 +134,14 @@ void check_case(size_t schedule, size_t index) {
         tolerance_for(test_case));
     EXPECT_TRUE(mismatch.empty()) << test_case.name << " result " << i << " (" << run.name
                                   << "): " << mismatch;
+    if (run.same_bytes_as_first) {
+      const ScheduleRun& first = outputs_for(0);
+      ASSERT_TRUE(first.error.empty()) << first.error;
+      const size_t output = g_sweep->first_output[index] + i;
+      EXPECT_TRUE(run.outputs.at(output).bytes() == first.outputs.at(output).bytes())
+          << test_case.name << " result " << i << " (" << run.name << "): differs from "
+          << first.name << "'s";
+    }
   }
 }
 
