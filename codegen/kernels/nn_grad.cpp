@@ -11,7 +11,9 @@
 //                       template (nn::conv2d_grad_weight_gemm) or one thread per weight,
 //                       whichever the cost model expects to be faster.
 //   max_pool2d_grad     dx[p,h,w]: for each window containing (h, w), recompute its first
-//                       maximum (first NaN) and take its dy when that is (h, w).
+//                       maximum (first NaN) and take its dy when that is (h, w); when the
+//                       windows do not overlap, one thread per window instead, writing the
+//                       dy to its first maximum and 0 to the rest of its cell.
 //   avg_pool2d_grad     dx[p,h,w]: each window containing (h, w) gives dy / its divisor.
 //
 #include <fmt/format.h>
@@ -222,6 +224,92 @@ KernelSpec emit_conv2d_grad_input_best(const KernelRequest& request) {
   return gemm_or_direct(nn::conv2d_grad_input_gemm(request), request, useful, emit_conv2d_grad_input);
 }
 
+// The scan of a max pool's window for its first maximum, as the forward (and torch) picks it:
+// best_h/best_w, -1 when the window lies in the padding. `in` points at the plane of x, and
+// top/left are the window's corner.
+void scan_window_maximum(BodyWriter& w, ir::DType dtype) {
+  w.comment("The window's first maximum, as the forward (and torch) picks it: a strictly");
+  w.comment("greater value replaces it, and the first NaN wins for good (v != v is NaN).");
+  w.line("float best = 0.0f;");
+  w.line("int best_h = -1;");
+  w.line("int best_w = -1;");
+  w.comment("Not unrolled: inside the unrolled loops over the windows, unrolling the scan too");
+  w.comment("spills registers for large kernels.");
+  w.line("#pragma unroll 1");
+  w.open("for (int wh = 0; wh < kKernelH; ++wh)");
+  w.line("const int in_h = top + wh * kDilationH;");
+  w.open("if (in_h < 0 || in_h >= kH)");
+  w.line("continue;");
+  w.close();
+  w.line("#pragma unroll 1");
+  w.open("for (int ww = 0; ww < kKernelW; ++ww)");
+  w.line("const int in_w = left + ww * kDilationW;");
+  w.open("if (in_w < 0 || in_w >= kW || (best_h >= 0 && best != best))");
+  w.line("continue;");
+  w.close();
+  w.line("const float v = {};", load(dtype, "in[in_h * kW + in_w]"));
+  w.open("if (best_h < 0 || v != v || v > best)");
+  w.line("best = v;");
+  w.line("best_h = in_h;");
+  w.line("best_w = in_w;");
+  w.close();
+  w.close();
+  w.close();
+}
+
+// dx of a max pool whose windows do not overlap (stride >= the dilated window, as in the
+// usual 2x2/2): one thread per window scans it once and writes its whole cell, the rows and
+// columns from its corner to the next window's (to the edge of x for the last, clipped to x):
+// dy at the first maximum, 0 elsewhere. The cells partition x, so every element is written
+// once. The gather (emit_pool_grad) would scan each window once per element it holds.
+KernelSpec emit_max_pool_grad_by_window(const KernelRequest& request, const Ints& stride) {
+  const ir::Node& node = request.node;
+  const ir::DType dtype = node.inputs[0]->type.dtype;
+  const ir::Shape& ys = node.inputs[0]->type.shape;
+  const ir::Shape& xs = node.results[0]->type.shape;
+  const Ints& kernel = attr<Ints>(node, "kernel");
+  const int64_t windows = ir::num_elements(ys);
+  BodyWriter w;
+  w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
+  w.line("constexpr int kThreads = {};", kDefaultBlock);
+  w.line("constexpr index_t kCount = {};  // windows", windows);
+  w.line("constexpr int kH = {};", xs[2]);
+  w.line("constexpr int kW = {};", xs[3]);
+  w.line("constexpr int kOutH = {};", ys[2]);
+  w.line("constexpr int kOutW = {};", ys[3]);
+  w.line("constexpr int kKernelH = {};", kernel[0]);
+  w.line("constexpr int kKernelW = {};", kernel[1]);
+  window_constants(w, node, stride);
+  open_output_loop(w);
+  w.line("const int out_w = static_cast<int>(i % kOutW);");
+  w.line("const int out_h = static_cast<int>(i / kOutW % kOutH);");
+  w.line("const index_t plane = i / (kOutW * kOutH);");
+  w.line("const {}* in = {} + plane * kH * kW;", c_type(dtype), request.input_params[1]);
+  w.line("{}* dx = {} + plane * kH * kW;", c_type(dtype), request.output_params[0]);
+  w.line("const int top = out_h * kStrideH - kPadTop;");
+  w.line("const int left = out_w * kStrideW - kPadLeft;");
+  scan_window_maximum(w, dtype);
+  w.comment("0 + dy, as the gathering kernel and the reference sum into zero (-0 becomes +0).");
+  w.line("const float grad = 0.0f + {};", load(dtype, fmt::format("{}[i]", request.input_params[0])));
+  w.comment("The window's cell, clipped to x: up to the next window's corner, or x's edge.");
+  w.line("const int cell_top = top < 0 ? 0 : top;");
+  w.line("const int next_top = out_h + 1 < kOutH ? top + kStrideH : kH;");
+  w.line("const int cell_bottom = next_top < kH ? next_top : kH;");
+  w.line("const int cell_left = left < 0 ? 0 : left;");
+  w.line("const int next_left = out_w + 1 < kOutW ? left + kStrideW : kW;");
+  w.line("const int cell_right = next_left < kW ? next_left : kW;");
+  w.open("for (int h = cell_top; h < cell_bottom; ++h)");
+  w.open("for (int c = cell_left; c < cell_right; ++c)");
+  w.line("dx[h * kW + c] = {};", store(dtype, "h == best_h && c == best_w ? grad : 0.0f"));
+  w.close();
+  w.close();
+  w.close();
+  return finish(w, windows,
+                fmt::format("max pooling {}x{} gradient, one thread per window (they do not "
+                            "overlap) writing its cell: dy at the first maximum, 0 elsewhere",
+                            kernel[0], kernel[1]));
+}
+
 // dx [N,C,H,W] of a pool whose dy is [N,C,OH,OW].
 KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
   const ir::Node& node = request.node;
@@ -232,6 +320,11 @@ KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
   Ints stride = attr<Ints>(node, "stride");
   if (stride.empty()) stride = kernel;  // PyTorch's default: stride = kernel
   const bool include_pad = !is_max && attr<bool>(node, "count_include_pad");
+  Ints dilation{1, 1};
+  if (node.attrs.count("dilation")) dilation = attr<Ints>(node, "dilation");
+  if (is_max && stride[0] >= (kernel[0] - 1) * dilation[0] + 1 &&
+      stride[1] >= (kernel[1] - 1) * dilation[1] + 1)
+    return emit_max_pool_grad_by_window(request, stride);
   const int64_t count = ir::num_elements(xs);
   const std::string& dy = request.input_params[0];
   BodyWriter w;
@@ -254,33 +347,7 @@ KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
   w.line("const int top = out_h * kStrideH - kPadTop;");
   w.line("const int left = out_w * kStrideW - kPadLeft;");
   if (is_max) {
-    w.comment("The window's first maximum, as the forward (and torch) picks it: a strictly");
-    w.comment("greater value replaces it, and the first NaN wins for good (v != v is NaN).");
-    w.line("float best = 0.0f;");
-    w.line("int best_h = -1;");
-    w.line("int best_w = -1;");
-    w.comment("Not unrolled: inside the unrolled loops over the windows, unrolling the scan too");
-    w.comment("spills registers for large kernels.");
-    w.line("#pragma unroll 1");
-    w.open("for (int wh = 0; wh < kKernelH; ++wh)");
-    w.line("const int in_h = top + wh * kDilationH;");
-    w.open("if (in_h < 0 || in_h >= kH)");
-    w.line("continue;");
-    w.close();
-    w.line("#pragma unroll 1");
-    w.open("for (int ww = 0; ww < kKernelW; ++ww)");
-    w.line("const int in_w = left + ww * kDilationW;");
-    w.open("if (in_w < 0 || in_w >= kW || (best_h >= 0 && best != best))");
-    w.line("continue;");
-    w.close();
-    w.line("const float v = {};", load(dtype, "in[in_h * kW + in_w]"));
-    w.open("if (best_h < 0 || v != v || v > best)");
-    w.line("best = v;");
-    w.line("best_h = in_h;");
-    w.line("best_w = in_w;");
-    w.close();
-    w.close();
-    w.close();
+    scan_window_maximum(w, dtype);
     w.open("if (best_h == x_h && best_w == x_w)");
     w.line("sum += {};", load(dtype, fmt::format("{}[dy_plane + out_h * kOutW + out_w]", dy)));
     w.close();
