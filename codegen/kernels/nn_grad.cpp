@@ -224,6 +224,21 @@ KernelSpec emit_conv2d_grad_input_best(const KernelRequest& request) {
   return gemm_or_direct(nn::conv2d_grad_input_gemm(request), request, useful, emit_conv2d_grad_input);
 }
 
+// A pool gradient's shapes and window: kH, kW (x), kOutH, kOutW (dy), kKernelH, kKernelW and
+// the window constants.
+void pool_grad_constants(BodyWriter& w, const ir::Node& node, const Ints& stride) {
+  const ir::Shape& ys = node.inputs[0]->type.shape;
+  const ir::Shape& xs = node.results[0]->type.shape;
+  const Ints& kernel = attr<Ints>(node, "kernel");
+  w.line("constexpr int kH = {};", xs[2]);
+  w.line("constexpr int kW = {};", xs[3]);
+  w.line("constexpr int kOutH = {};", ys[2]);
+  w.line("constexpr int kOutW = {};", ys[3]);
+  w.line("constexpr int kKernelH = {};", kernel[0]);
+  w.line("constexpr int kKernelW = {};", kernel[1]);
+  window_constants(w, node, stride);
+}
+
 // The scan of a max pool's window for its first maximum, as the forward (and torch) picks it:
 // best_h/best_w, -1 when the window lies in the padding. `in` points at the plane of x, and
 // top/left are the window's corner.
@@ -265,21 +280,13 @@ void scan_window_maximum(BodyWriter& w, ir::DType dtype) {
 KernelSpec emit_max_pool_grad_by_window(const KernelRequest& request, const Ints& stride) {
   const ir::Node& node = request.node;
   const ir::DType dtype = node.inputs[0]->type.dtype;
-  const ir::Shape& ys = node.inputs[0]->type.shape;
-  const ir::Shape& xs = node.results[0]->type.shape;
   const Ints& kernel = attr<Ints>(node, "kernel");
-  const int64_t windows = ir::num_elements(ys);
+  const int64_t windows = ir::num_elements(node.inputs[0]->type.shape);  // dy's
   BodyWriter w;
   w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
   w.line("constexpr index_t kCount = {};  // windows", windows);
-  w.line("constexpr int kH = {};", xs[2]);
-  w.line("constexpr int kW = {};", xs[3]);
-  w.line("constexpr int kOutH = {};", ys[2]);
-  w.line("constexpr int kOutW = {};", ys[3]);
-  w.line("constexpr int kKernelH = {};", kernel[0]);
-  w.line("constexpr int kKernelW = {};", kernel[1]);
-  window_constants(w, node, stride);
+  pool_grad_constants(w, node, stride);
   open_output_loop(w);
   w.line("const int out_w = static_cast<int>(i % kOutW);");
   w.line("const int out_h = static_cast<int>(i / kOutW % kOutH);");
@@ -314,7 +321,6 @@ KernelSpec emit_max_pool_grad_by_window(const KernelRequest& request, const Ints
 KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
   const ir::Node& node = request.node;
   const ir::DType dtype = node.inputs[0]->type.dtype;
-  const ir::Shape& ys = node.inputs[0]->type.shape;
   const ir::Shape& xs = node.results[0]->type.shape;
   const Ints& kernel = attr<Ints>(node, "kernel");
   Ints stride = attr<Ints>(node, "stride");
@@ -329,13 +335,7 @@ KernelSpec emit_pool_grad(const KernelRequest& request, bool is_max) {
   const std::string& dy = request.input_params[0];
   BodyWriter w;
   preamble(w, node, count);
-  w.line("constexpr int kH = {};", xs[2]);
-  w.line("constexpr int kW = {};", xs[3]);
-  w.line("constexpr int kOutH = {};", ys[2]);
-  w.line("constexpr int kOutW = {};", ys[3]);
-  w.line("constexpr int kKernelH = {};", kernel[0]);
-  w.line("constexpr int kKernelW = {};", kernel[1]);
-  window_constants(w, node, stride);
+  pool_grad_constants(w, node, stride);
   open_output_loop(w);
   w.line("const int x_w = static_cast<int>(i % kW);");
   w.line("const int x_h = static_cast<int>(i / kW % kH);");
