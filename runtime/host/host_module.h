@@ -76,9 +76,9 @@ class HostModule {
   HostModule(HostModule&&) noexcept;
   HostModule& operator=(HostModule&&) noexcept;
 
-  // Compiles `source` with the host C++ compiler (g++, -O2 -fpeel-loops -shared -fPIC, no fast-math, no
-  // contraction) through `cache` (nullptr: always compile) and loads it; `name` names the
-  // files and errors. A compile error is a kiln::Error holding the compiler's output.
+  // Compiles `source` with the host C++ compiler (g++, -O2 -fpeel-loops -shared -fPIC, no
+  // fast-math, no contraction) through `cache` (nullptr: always compile) and loads it; `name`
+  // names the files and errors. A compile error is a kiln::Error holding the compiler's output.
   // `verbose`: say on stderr why the cache missed. Thread-safe.
   static HostModule compile(const std::string& source, const std::string& name,
                             const KernelCache* cache, bool verbose = false);
