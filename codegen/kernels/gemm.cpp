@@ -45,6 +45,26 @@ bool k_ragged(const GemmSpec& spec, const GemmTiling& tiling) {
   return spec.k % tiling.tile_k != 0 || (spec.k_chunk > 0 && spec.k_chunk % tiling.tile_k != 0);
 }
 
+void emit_result(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
+                 const std::string& accumulator) {
+  const std::string guard = conjunction({spec.m % tiling.tile_m != 0 ? "row < kM" : "",
+                                         spec.n % tiling.tile_n != 0 ? "col < kN" : ""});
+  if (!guard.empty()) w.open("if ({})", guard);
+  w.line("{} value = {};", spec.value_type, accumulator);
+  w.declare("channel", "const int channel = {};", spec.channel);
+  w.line("const index_t out_index = {};", spec.out_index);
+  w.lines(spec.epilogue);
+  w.line("{}[out_index] = {};", spec.out_param, store(spec.out_dtype, "value"));
+  if (!guard.empty()) w.close();
+}
+
+}  // namespace gemm_parts
+namespace {
+
+using namespace gemm_parts;
+
+// Stages one operand tile into shared memory. `name` is "a" or "b"; `outer` is "row" or "col";
+// `outer_size` the constant of its outer dimension, `outer_ragged` whether its last tile is partial.
 void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
                 const GemmOperand& operand, const std::string& name, const std::string& outer,
                 const std::string& outer_size, bool outer_ragged) {
@@ -76,21 +96,21 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
 // Where each thread stages its share of an operand tile, and the operand's own setup.
 void staging_position(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
                       const std::string& name, const std::string& outer,
-                      const std::string& outer_tile, const std::string& thread) {
+                      const std::string& outer_tile) {
   const std::string step = "k" + std::string(name == "a" ? "A" : "B") + "Step";
   if (operand.k_contiguous) {
     w.comment(fmt::format("Staging {}: each thread copies one k column, kLoadsPerThread {}s "
                           "{} apart (k is contiguous in memory).",
                           name == "a" ? "A" : "B", outer, step));
-    w.line("const int {}_k = {} % kTileK;", name, thread);
-    w.line("const int {}_{} = {} / kTileK;", name, outer, thread);
+    w.line("const int {}_k = threadIdx.x % kTileK;", name);
+    w.line("const int {}_{} = threadIdx.x / kTileK;", name, outer);
     w.line("constexpr int {} = kThreads / kTileK;", step);
   } else {
     w.comment(fmt::format("Staging {}: each thread copies one {}, kLoadsPerThread k values "
                           "{} apart ({} is contiguous in memory).",
                           name == "a" ? "A" : "B", outer, step, outer));
-    w.line("const int {}_{} = {} % {};", name, outer, thread, outer_tile);
-    w.line("const int {}_k = {} / {};", name, thread, outer_tile);
+    w.line("const int {}_{} = threadIdx.x % {};", name, outer, outer_tile);
+    w.line("const int {}_k = threadIdx.x / {};", name, outer_tile);
     w.line("constexpr int {} = kThreads / {};", step, outer_tile);
   }
   w.comment("The thread's first slot in the shared tile; the others are constant offsets away.");
@@ -98,24 +118,6 @@ void staging_position(BodyWriter& w, const GemmSpec& spec, const GemmOperand& op
          outer);
   w.lines(operand.setup);
 }
-
-void emit_result(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
-                 const std::string& accumulator) {
-  const std::string guard = conjunction({spec.m % tiling.tile_m != 0 ? "row < kM" : "",
-                                         spec.n % tiling.tile_n != 0 ? "col < kN" : ""});
-  if (!guard.empty()) w.open("if ({})", guard);
-  w.line("{} value = {};", spec.value_type, accumulator);
-  w.declare("channel", "const int channel = {};", spec.channel);
-  w.line("const index_t out_index = {};", spec.out_index);
-  w.lines(spec.epilogue);
-  w.line("{}[out_index] = {};", spec.out_param, store(spec.out_dtype, "value"));
-  if (!guard.empty()) w.close();
-}
-
-}  // namespace gemm_parts
-namespace {
-
-using namespace gemm_parts;
 
 // CUDA's limit on grid y and z.
 constexpr int64_t kMaxGridYZ = 65535;
@@ -430,11 +432,11 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   if (tiling.async_a)
     w.lines(spec.a.setup);
   else
-    staging_position(w, spec, spec.a, "a", "row", "kTileM", "threadIdx.x");
+    staging_position(w, spec, spec.a, "a", "row", "kTileM");
   if (tiling.async_b)
     w.lines(spec.b.setup);
   else
-    staging_position(w, spec, spec.b, "b", "col", "kTileN", "threadIdx.x");
+    staging_position(w, spec, spec.b, "b", "col", "kTileN");
   w.blank();
   w.comment("Accumulators: constant indices after unrolling, so they live in registers.");
   if (mma)

@@ -4,10 +4,10 @@
 // barriers per k step cost more than its arithmetic (HOST_BACKEND.md: 12-22 ns per thread per
 // barrier; 64 x 64 x 16 = 16,384 multiply-adds per step). The host body computes the same tile
 // without barriers, as one loop nest a C++ compiler vectorizes:
-//   1. stage a panel of up to kHostPanelSteps k steps of both operands, running the CUDA
-//      body's own staging code for each of its threads in turn (so it reads exactly what the
-//      CUDA threads read, zeros outside the matrices included, and a thread's setup is done
-//      once per panel rather than once per k step);
+//   1. stage a panel of up to kHostPanelSteps k steps of both operands along k, through the
+//      operands' own fetches (so it stages exactly what the CUDA threads stage, zeros outside
+//      the matrices included), the fetches' arithmetic on k hoisted out of the inner loops and
+//      each column's setup (a conv's patch position) done once per block;
 //   2. multiply the panel into the block's result tile (kiln_host_gemm_multiply, in the host
 //      prelude: one copy per module), 4 x 16 results at a time held in registers, the
 //      innermost loop running along contiguous columns;
@@ -18,6 +18,10 @@
 // This is the loop fission of MCUDA and COX, done by the template that knows where its barriers
 // are, rather than by a compiler pass over arbitrary kernels.
 #include <algorithm>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <utility>
 
 #include "codegen/kernels/gemm_parts.h"
 
@@ -35,14 +39,104 @@ constexpr int kHostCols = 16;
 
 }  // namespace
 
+namespace {
+
+// A setup's declarations, `const TYPE NAME = ...;` one per line (comments aside), as
+// (type, name) pairs; nullopt when a line is anything else.
+std::optional<std::vector<std::pair<std::string, std::string>>> setup_declarations(
+    const std::string& setup) {
+  static const std::regex declaration(R"(^const ([A-Za-z_][\w:]*) ([A-Za-z_]\w*) = .*;$)");
+  std::vector<std::pair<std::string, std::string>> names;
+  std::istringstream lines(setup);
+  for (std::string line; std::getline(lines, line);) {
+    line.erase(0, line.find_first_not_of(' '));
+    if (line.empty() || line.rfind("//", 0) == 0) continue;
+    std::smatch match;
+    if (!std::regex_match(line, match, declaration)) return std::nullopt;
+    names.emplace_back(match[1], match[2]);
+  }
+  return names;
+}
+
+// Staging along k: the order a CPU wants. For each k of the panel, every row of A's tile and
+// every column of B's, each through its operand's own fetch: the fetch's arithmetic on k alone
+// (im2col's divisions) is then the same for the whole inner loop, and the compiler hoists it.
+// A setup that a CUDA thread runs for its column (!k_contiguous operands: a conv's patch
+// position) runs once per column per block into arrays. The values staged are those the CUDA
+// threads stage, since a fetch depends only on (outer, k) and the setup of its outer index.
+// host_body_applies has checked that every setup can be cached so.
+void emit_k_major_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling) {
+  struct Operand {
+    const GemmOperand* operand;
+    std::string name, outer, outer_tile, outer_size;
+    bool ragged;
+    std::vector<std::pair<std::string, std::string>> cached;
+  };
+  std::vector<Operand> operands = {
+      {&spec.a, "a", "row", "kTileM", "kM", spec.m % tiling.tile_m != 0, {}},
+      {&spec.b, "b", "col", "kTileN", "kN", spec.n % tiling.tile_n != 0, {}}};
+  for (Operand& o : operands)
+    if (!o.operand->setup.empty()) o.cached = *setup_declarations(o.operand->setup);
+  const std::string k_guard = k_ragged(spec, tiling) ? "k < " + k_end(spec) : "";
+  for (const Operand& o : operands) {
+    if (o.cached.empty()) continue;
+    const std::string index = o.name + "_" + o.outer;  // a_row, b_col: what the setup reads
+    w.comment(fmt::format("The setup of {}'s CUDA threads, once per {} of the tile.",
+                          o.name == "a" ? "A" : "B", o.outer == "row" ? "row" : "column"));
+    for (const auto& [type, name] : o.cached) w.line("{} {}_of[{}];", type, name, o.outer_tile);
+    w.open("for (int {0} = 0; {0} < {1}; ++{0})", index, o.outer_tile);
+    w.lines(o.operand->setup);
+    for (const auto& [type, name] : o.cached) w.line("{0}_of[{1}] = {0};", name, index);
+    w.close();
+  }
+  w.open("for (index_t panel_k0 = {0}; panel_k0 < {1}; panel_k0 += kHostPanelSteps * kTileK)",
+         spec.k_chunk > 0 ? "k_begin" : "0", k_end(spec));
+  w.line("const index_t panel_end = panel_k0 + kHostPanelSteps * kTileK < {0} ? "
+         "panel_k0 + kHostPanelSteps * kTileK : {0};",
+         k_end(spec));
+  w.line("const int panel_steps = static_cast<int>((panel_end - panel_k0 + kTileK - 1) / kTileK);");
+  w.comment("1. Stage the panel along k: each k's row of A's and B's tiles, zero outside the");
+  w.comment("matrices, through the operands' own fetches.");
+  w.open("for (int step = 0; step < panel_steps; ++step)");
+  w.open("for (int kk = 0; kk < kTileK; ++kk)");
+  w.line("const index_t k = panel_k0 + step * kTileK + kk;");
+  for (const Operand& o : operands) {
+    const std::string index = o.name + "_" + o.outer;
+    const std::string stride = o.name == "a" ? "kATileStride" : "kBTileStride";
+    w.open("for (int {0} = 0; {0} < {1}; ++{0})", index, o.outer_tile);
+    for (const auto& [type, name] : o.cached) w.line("const {0} {1} = {1}_of[{2}];", type, name, index);
+    const std::string guard = conjunction({o.ragged ? o.outer + " < " + o.outer_size : "", k_guard});
+    if (mentions(guard, o.outer) || mentions(o.operand->fetch, o.outer))
+      w.line("const {} {} = block_{} + {};", spec.index_type, o.outer, o.outer, index);
+    w.line("{} value = 0;", spec.value_type);
+    if (!guard.empty()) w.open("if ({})", guard);
+    w.lines(o.operand->fetch);
+    if (!guard.empty()) w.close();
+    w.line("{}_panel[step][kk * {} + {}] = value;", o.name, stride, index);
+    w.close();
+  }
+  w.close();
+  w.close();
+}
+
+// Whether the setup of `operand` can run once per outer index (emit_k_major_staging): none, or
+// plain declarations of a !k_contiguous operand (a k-contiguous operand's thread stages several
+// outer indices, so its setup could not depend on one).
+bool setup_cacheable(const GemmOperand& operand) {
+  if (operand.setup.empty()) return true;
+  return !operand.k_contiguous && setup_declarations(operand.setup).has_value();
+}
+
+}  // namespace
+
 bool host_body_applies(const GemmSpec& spec, const GemmTiling& tiling) {
   return tiling.unit == GemmUnit::Fma && spec.row_stat_arrays == 0 &&
-         tiling.tile_m % kHostRows == 0 && tiling.tile_n % kHostCols == 0;
+         tiling.tile_m % kHostRows == 0 && tiling.tile_n % kHostCols == 0 &&
+         setup_cacheable(spec.a) && setup_cacheable(spec.b);
 }
 
 void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& tiling) {
   const std::string& T = spec.value_type;
-  const std::string k_begin = spec.k_chunk > 0 ? "k_begin" : "0";
   const int64_t k_range = spec.k_chunk > 0 ? std::min(spec.k, spec.k_chunk) : spec.k;
   const int64_t panel_steps =
       std::min(kHostPanelSteps, (k_range + tiling.tile_k - 1) / tiling.tile_k);
@@ -69,24 +163,7 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
            "+ kHostCols - 1) / kHostCols * kHostCols;");
   else
     w.line("constexpr int tile_cols = kTileN;");
-  w.open("for (index_t panel_k0 = {0}; panel_k0 < {1}; panel_k0 += kHostPanelSteps * kTileK)",
-         k_begin, k_end(spec));
-  w.line("const index_t panel_end = panel_k0 + kHostPanelSteps * kTileK < {0} ? "
-         "panel_k0 + kHostPanelSteps * kTileK : {0};",
-         k_end(spec));
-  w.line("const int panel_steps = static_cast<int>((panel_end - panel_k0 + kTileK - 1) / kTileK);");
-  w.comment("1. Stage the panel's tiles as each CUDA thread would, one thread after another.");
-  w.open("for (int thread = 0; thread < kThreads; ++thread)");
-  staging_position(w, spec, spec.a, "a", "row", "kTileM", "thread");
-  staging_position(w, spec, spec.b, "b", "col", "kTileN", "thread");
-  w.open("for (int step = 0; step < panel_steps; ++step)");
-  w.line("const index_t k0 = panel_k0 + step * kTileK;");
-  w.line("{}* a_tile = a_panel[step];", T);
-  w.line("{}* b_tile = b_panel[step];", T);
-  stage_tile(w, spec, tiling, spec.a, "a", "row", "kM", spec.m % tiling.tile_m != 0);
-  stage_tile(w, spec, tiling, spec.b, "b", "col", "kN", spec.n % tiling.tile_n != 0);
-  w.close();
-  w.close();
+  emit_k_major_staging(w, spec, tiling);
   w.comment("2. Multiply (kiln_host_prelude.h): each result sums the panel's k in order.");
   w.line("const int last_k = static_cast<int>(panel_end - (panel_k0 + (panel_steps - 1) * kTileK));");
   w.line("kiln_host_gemm_multiply<{}>(&acc[0][0], kTileN, &a_panel[0][0], kATileStride, &b_panel[0][0], "
