@@ -29,17 +29,13 @@ namespace kiln::codegen::nn::gemm_parts {
 namespace {
 
 // k steps staged per panel: 8 x 16 k of a 64-wide A and B tile is 67 KB of stack with the
-// padding, and a thread's setup (a conv's patch position) is amortized over 8 steps.
+// padding, and the multiply keeps each register block of results over 128 k.
 constexpr int64_t kHostPanelSteps = 8;
 // kiln_host_gemm_multiply's register block (kiln_host_prelude.h): 4 rows x 16 columns of
 // floats are 8 AVX or 16 SSE registers, and each A value loaded feeds 16 multiply-adds. The
 // rows and columns it covers are rounded up to them.
 constexpr int kHostRows = 4;
 constexpr int kHostCols = 16;
-
-}  // namespace
-
-namespace {
 
 // A setup's declarations, `const TYPE NAME = ...;` one per line (comments aside), as
 // (type, name) pairs; nullopt when a line is anything else.
@@ -58,68 +54,72 @@ std::optional<std::vector<std::pair<std::string, std::string>>> setup_declaratio
   return names;
 }
 
-// Staging along k: the order a CPU wants. For each k of the panel, every row of A's tile and
-// every column of B's, each through its operand's own fetch: the fetch's arithmetic on k alone
-// (im2col's divisions) is then the same for the whole inner loop, and the compiler hoists it.
-// A setup that a CUDA thread runs for its column (!k_contiguous operands: a conv's patch
-// position) runs once per column per block into arrays. The values staged are those the CUDA
-// threads stage, since a fetch depends only on (outer, k) and the setup of its outer index.
-// host_body_applies has checked that every setup can be cached so.
-void emit_k_major_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling) {
-  struct Operand {
-    const GemmOperand* operand;
-    std::string name, outer, outer_tile, outer_size;
-    bool ragged;
-    std::vector<std::pair<std::string, std::string>> cached;
-  };
-  std::vector<Operand> operands = {
+// One operand as the host body stages it.
+struct HostOperand {
+  const GemmOperand* operand;
+  std::string name, outer, outer_tile, outer_size;  // "a", "row", "kTileM", "kM"
+  bool ragged;                                      // its last tile overhangs the matrix
+  std::vector<std::pair<std::string, std::string>> cached;  // its setup's declarations
+  std::string index() const { return name + "_" + outer; }  // a_row, b_col: what setups read
+};
+
+std::vector<HostOperand> host_operands(const GemmSpec& spec, const GemmTiling& tiling) {
+  std::vector<HostOperand> operands = {
       {&spec.a, "a", "row", "kTileM", "kM", spec.m % tiling.tile_m != 0, {}},
       {&spec.b, "b", "col", "kTileN", "kN", spec.n % tiling.tile_n != 0, {}}};
-  for (Operand& o : operands)
+  for (HostOperand& o : operands)  // host_body_applies has checked that they parse
     if (!o.operand->setup.empty()) o.cached = *setup_declarations(o.operand->setup);
-  const std::string k_guard = k_ragged(spec, tiling) ? "k < " + k_end(spec) : "";
-  for (const Operand& o : operands) {
+  return operands;
+}
+
+// The setup a CUDA thread runs for its column (!k_contiguous operands: a conv's patch
+// position), once per column of the tile, into arrays.
+void emit_setup_caches(BodyWriter& w, const std::vector<HostOperand>& operands) {
+  for (const HostOperand& o : operands) {
     if (o.cached.empty()) continue;
-    const std::string index = o.name + "_" + o.outer;  // a_row, b_col: what the setup reads
     w.comment(fmt::format("The setup of {}'s CUDA threads, once per {} of the tile.",
                           o.name == "a" ? "A" : "B", o.outer == "row" ? "row" : "column"));
     for (const auto& [type, name] : o.cached) w.line("{} {}_of[{}];", type, name, o.outer_tile);
-    w.open("for (int {0} = 0; {0} < {1}; ++{0})", index, o.outer_tile);
+    w.open("for (int {0} = 0; {0} < {1}; ++{0})", o.index(), o.outer_tile);
     w.lines(o.operand->setup);
-    for (const auto& [type, name] : o.cached) w.line("{0}_of[{1}] = {0};", name, index);
+    for (const auto& [type, name] : o.cached) w.line("{0}_of[{1}] = {0};", name, o.index());
     w.close();
   }
-  w.open("for (index_t panel_k0 = {0}; panel_k0 < {1}; panel_k0 += kHostPanelSteps * kTileK)",
-         spec.k_chunk > 0 ? "k_begin" : "0", k_end(spec));
-  w.line("const index_t panel_end = panel_k0 + kHostPanelSteps * kTileK < {0} ? "
-         "panel_k0 + kHostPanelSteps * kTileK : {0};",
-         k_end(spec));
-  w.line("const int panel_steps = static_cast<int>((panel_end - panel_k0 + kTileK - 1) / kTileK);");
+}
+
+// Staging a panel along k, the order a CPU wants: for each k, every row of A's tile and every
+// column of B's, each through its operand's own fetch, so that the fetch's arithmetic on k
+// alone (im2col's divisions) is the same for the whole inner loop and the compiler hoists it.
+// The values staged are those the CUDA threads stage: a fetch depends only on (outer, k) and
+// the setup of its outer index.
+void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
+                        const std::vector<HostOperand>& operands) {
+  const std::string k_guard = k_ragged(spec, tiling) ? "k < " + k_end(spec) : "";
   w.comment("1. Stage the panel along k: each k's row of A's and B's tiles, zero outside the");
   w.comment("matrices, through the operands' own fetches.");
   w.open("for (int step = 0; step < panel_steps; ++step)");
   w.open("for (int kk = 0; kk < kTileK; ++kk)");
   w.line("const index_t k = panel_k0 + step * kTileK + kk;");
-  for (const Operand& o : operands) {
-    const std::string index = o.name + "_" + o.outer;
+  for (const HostOperand& o : operands) {
     const std::string stride = o.name == "a" ? "kATileStride" : "kBTileStride";
-    w.open("for (int {0} = 0; {0} < {1}; ++{0})", index, o.outer_tile);
-    for (const auto& [type, name] : o.cached) w.line("const {0} {1} = {1}_of[{2}];", type, name, index);
+    w.open("for (int {0} = 0; {0} < {1}; ++{0})", o.index(), o.outer_tile);
+    for (const auto& [type, name] : o.cached)
+      w.line("const {0} {1} = {1}_of[{2}];", type, name, o.index());
     const std::string guard = conjunction({o.ragged ? o.outer + " < " + o.outer_size : "", k_guard});
     if (mentions(guard, o.outer) || mentions(o.operand->fetch, o.outer))
-      w.line("const {} {} = block_{} + {};", spec.index_type, o.outer, o.outer, index);
+      w.line("const {} {} = block_{} + {};", spec.index_type, o.outer, o.outer, o.index());
     w.line("{} value = 0;", spec.value_type);
     if (!guard.empty()) w.open("if ({})", guard);
     w.lines(o.operand->fetch);
     if (!guard.empty()) w.close();
-    w.line("{}_panel[step][kk * {} + {}] = value;", o.name, stride, index);
+    w.line("{}_panel[step][kk * {} + {}] = value;", o.name, stride, o.index());
     w.close();
   }
   w.close();
   w.close();
 }
 
-// Whether the setup of `operand` can run once per outer index (emit_k_major_staging): none, or
+// Whether the setup of `operand` can run once per outer index (emit_setup_caches): none, or
 // plain declarations of a !k_contiguous operand (a k-contiguous operand's thread stages several
 // outer indices, so its setup could not depend on one).
 bool setup_cacheable(const GemmOperand& operand) {
@@ -163,7 +163,15 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
            "+ kHostCols - 1) / kHostCols * kHostCols;");
   else
     w.line("constexpr int tile_cols = kTileN;");
-  emit_k_major_staging(w, spec, tiling);
+  const std::vector<HostOperand> operands = host_operands(spec, tiling);
+  emit_setup_caches(w, operands);
+  w.open("for (index_t panel_k0 = {0}; panel_k0 < {1}; panel_k0 += kHostPanelSteps * kTileK)",
+         spec.k_chunk > 0 ? "k_begin" : "0", k_end(spec));
+  w.line("const index_t panel_end = panel_k0 + kHostPanelSteps * kTileK < {0} ? "
+         "panel_k0 + kHostPanelSteps * kTileK : {0};",
+         k_end(spec));
+  w.line("const int panel_steps = static_cast<int>((panel_end - panel_k0 + kTileK - 1) / kTileK);");
+  emit_panel_staging(w, spec, tiling, operands);
   w.comment("2. Multiply (kiln_host_prelude.h): each result sums the panel's k in order.");
   w.line("const int last_k = static_cast<int>(panel_end - (panel_k0 + (panel_steps - 1) * kTileK));");
   w.line("kiln_host_gemm_multiply<{}>(&acc[0][0], kTileN, &a_panel[0][0], kATileStride, &b_panel[0][0], "
