@@ -87,24 +87,43 @@ void emit_setup_caches(BodyWriter& w, const std::vector<HostOperand>& operands) 
   }
 }
 
-// Staging a panel along k, the order a CPU wants: for each k, every row of A's tile and every
-// column of B's, each through its operand's own fetch, so that the fetch's arithmetic on k
-// alone (im2col's divisions) is the same for the whole inner loop and the compiler hoists it.
-// The values staged are those the CUDA threads stage: a fetch depends only on (outer, k) and
-// the setup of its outer index.
+// Staging a panel, in the order a CPU wants, each value through its operand's own fetch (so
+// the values are those the CUDA threads stage: a fetch depends only on (outer, k) and the setup
+// of its outer index):
+// - an operand contiguous along k (a weight matrix) row by row (column by column), k inner:
+//   the reads run along memory. Along k, a 64-row tile reads 64 rows a K-stride apart, which
+//   for K = 4608 fall in 2 of L1's 64 sets;
+// - the others (a conv's gathered patches) along k: for each k, every row (column), so that
+//   the fetch's arithmetic on k alone (im2col's divisions) is the same for the whole inner loop
+//   and the compiler hoists it.
+// A k-contiguous A is staged [row][k], which the multiply reads as well as [k][row]; B stays
+// [k][column], the multiply's vectors running along its columns.
 void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
                         const std::vector<HostOperand>& operands) {
   const std::string k_guard = k_ragged(spec, tiling) ? "k < " + k_end(spec) : "";
-  w.comment("1. Stage the panel along k: each k's row of A's and B's tiles, zero outside the");
-  w.comment("matrices, through the operands' own fetches.");
-  w.open("for (int step = 0; step < panel_steps; ++step)");
-  w.open("for (int kk = 0; kk < kTileK; ++kk)");
-  w.line("const index_t k = panel_k0 + step * kTileK + kk;");
+  w.comment("1. Stage the panel, zero outside the matrices, through the operands' own fetches.");
   for (const HostOperand& o : operands) {
-    const std::string stride = o.name == "a" ? "kATileStride" : "kBTileStride";
-    w.open("for (int {0} = 0; {0} < {1}; ++{0})", o.index(), o.outer_tile);
-    for (const auto& [type, name] : o.cached)
-      w.line("const {0} {1} = {1}_of[{2}];", type, name, o.index());
+    const bool along_memory = o.operand->k_contiguous;
+    const auto open_outer = [&] {
+      w.open("for (int {0} = 0; {0} < {1}; ++{0})", o.index(), o.outer_tile);
+      for (const auto& [type, name] : o.cached)
+        w.line("const {0} {1} = {1}_of[{2}];", type, name, o.index());
+    };
+    const auto open_k = [&] {  // one loop: a copy of a row's 16 k is not worth a `rep movs`
+      w.open("for (int panel_k = 0; panel_k < panel_steps * kTileK; ++panel_k)");
+      w.line("const index_t k = panel_k0 + panel_k;");
+    };
+    w.comment(fmt::format("{}{}", o.name == "a" ? "A" : "B",
+                          along_memory ? o.outer == "row" ? ", row by row, along memory:"
+                                                          : ", column by column, along memory:"
+                                       : ", along k:"));
+    if (along_memory) {
+      open_outer();
+      open_k();
+    } else {
+      open_k();
+      open_outer();
+    }
     const std::string guard = conjunction({o.ragged ? o.outer + " < " + o.outer_size : "", k_guard});
     if (mentions(guard, o.outer) || mentions(o.operand->fetch, o.outer))
       w.line("const {} {} = block_{} + {};", spec.index_type, o.outer, o.outer, o.index());
@@ -112,11 +131,14 @@ void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
     if (!guard.empty()) w.open("if ({})", guard);
     w.lines(o.operand->fetch);
     if (!guard.empty()) w.close();
-    w.line("{}_panel[step][kk * {} + {}] = value;", o.name, stride, o.index());
+    if (o.name == "a" && along_memory)
+      w.line("a_panel[a_row][panel_k] = value;");
+    else
+      w.line("{0}_panel[panel_k * {1} + {0}_{2}] = value;", o.name,
+             o.name == "a" ? "kTileM" : "kTileN", o.outer);
+    w.close();
     w.close();
   }
-  w.close();
-  w.close();
 }
 
 // Whether the setup of `operand` can run once per outer index (emit_setup_caches): none, or
@@ -149,9 +171,14 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   w.line("constexpr int kHostPanelSteps = {};  // k steps staged at a time", panel_steps);
   w.line("constexpr int kHostRows = {};  // kiln_host_gemm_multiply's register block: rows", kHostRows);
   w.line("constexpr int kHostCols = {};  // and columns", kHostCols);
-  w.line("{} a_panel[kHostPanelSteps][kTileK * kATileStride];", T);
-  w.line("{} b_panel[kHostPanelSteps][kTileK * kBTileStride];", T);
-  w.line("{} acc[kTileM][kTileN] = {{}};", T);
+  w.comment("The panels without the shared tiles' padding, and aligned: the multiply's vectors");
+  w.comment("run along B's and the results' rows.");
+  if (spec.a.k_contiguous)
+    w.line("alignas(64) {} a_panel[kTileM][kHostPanelSteps * kTileK];", T);
+  else
+    w.line("alignas(64) {} a_panel[kHostPanelSteps * kTileK * kTileM];", T);
+  w.line("alignas(64) {} b_panel[kHostPanelSteps * kTileK * kTileN];", T);
+  w.line("alignas(64) {} acc[kTileM][kTileN] = {{}};", T);
   w.comment("Rows and columns of the tile inside the matrix, rounded up to whole register blocks.");
   if (spec.m % tiling.tile_m != 0)
     w.line("const int tile_rows = ((kM - block_row < kTileM ? static_cast<int>(kM - block_row) : kTileM) "
@@ -174,8 +201,10 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   emit_panel_staging(w, spec, tiling, operands);
   w.comment("2. Multiply (kiln_host_prelude.h): each result sums the panel's k in order.");
   w.line("const int last_k = static_cast<int>(panel_end - (panel_k0 + (panel_steps - 1) * kTileK));");
-  w.line("kiln_host_gemm_multiply<{}>(&acc[0][0], kTileN, &a_panel[0][0], kATileStride, &b_panel[0][0], "
-         "kBTileStride, kTileK, panel_steps, last_k, tile_rows, tile_cols);", T);
+  w.line("kiln_host_gemm_multiply<{}>(&acc[0][0], kTileN, {}, {}, b_panel, "
+         "kTileN, kTileK, panel_steps, last_k, tile_rows, tile_cols);",
+         T, spec.a.k_contiguous ? "&a_panel[0][0]" : "a_panel",
+         spec.a.k_contiguous ? "1, kHostPanelSteps * kTileK" : "kTileM, 1");
   w.close();
   w.comment("3. The CUDA body's epilogue for every result.");
   w.open("for (int r = 0; r < kTileM; ++r)");

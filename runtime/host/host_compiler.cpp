@@ -107,10 +107,23 @@ HostCompiler probe_compiler() {
   // key says what a module needs: the GEMM template's host body vectorizes along its columns
   // (the seed CNN's convs: 2x faster with AVX2 than with SSE2). Results do not change: without
   // fast-math the compiler vectorizes only what keeps each operation and its order.
+  // KILN_HOST_ISA names them instead, comma-separated ("avx2,fma"); "sse2" is the baseline.
   if (const char* isa = std::getenv("KILN_HOST_ISA"); isa != nullptr && *isa != '\0') {
-    if (std::string_view(isa) != "sse2") compiler.flags.push_back("-m" + std::string(isa));
+    std::string_view rest = isa;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string_view extension = rest.substr(0, comma);
+      if (!extension.empty() && extension != "sse2")
+        compiler.flags.push_back("-m" + std::string(extension));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
   } else if (__builtin_cpu_supports("avx2")) {
     compiler.flags.push_back("-mavx2");
+    // The GEMM template writes its multiply-adds as fma() (what NVRTC emits on the GPU); with
+    // -mfma they are one instruction, without it a libm call each.
+    if (__builtin_cpu_supports("fma")) compiler.flags.push_back("-mfma");
+    // AVX-512 for the GEMMs' multiply (its vectors are written out).
+    if (__builtin_cpu_supports("avx512f")) compiler.flags.push_back("-mavx512f");
   }
 #endif
   compiler.flags.insert(compiler.flags.end(), {"-x", "c++"});
