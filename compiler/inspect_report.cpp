@@ -231,7 +231,7 @@ std::string format_inspection_text(const Inspection& in) {
                      bytes_text(t.bytes_before_fusion), ratio(t.bytes_before_fusion, t.bytes));
   out += fmt::format("  modeled {} time: {} (sum over kernels; launch gaps not modeled)\n", "H100",
                      time_text(t.seconds));
-  out += fmt::format("  host backend:      {} loop nests (GEMM host bodies), {} plain loops, {} on fibers "
+  out += fmt::format("  host backend:      {} loop nests (host bodies), {} plain loops, {} on fibers "
                      "(barriers, warp collectives)\n",
                      t.host_loop_nests, t.host_plain_loops, t.host_fibers);
 

@@ -130,6 +130,46 @@ std::string store_result(const KernelRequest& request, const Accumulator& acc,
                      store(request.node.results[0]->type.dtype, acc.finish));
 }
 
+// The host backend's body of a rows reduction (docs/codegen.md, "The host backend"): thread 0
+// computes the block's rows without shuffles or barriers. Each CUDA thread's strided fold runs
+// lane by lane (for each r0, the kHostThreads elements r0 + lane: every lane still folds its
+// own elements in order), then the same combining tree, so the results are the CUDA body's bit
+// for bit. On fibers, the shuffles and barriers cost more than the sums.
+void emit_rows_host_body(BodyWriter& w, const KernelRequest& request, const ReducePlan& plan,
+                         const Accumulator& acc, const std::string& type, bool per_warp) {
+  w.line("#ifndef __CUDACC__");
+  w.comment("Host backend: the block's rows as loops without shuffles or barriers, equal bit for");
+  w.comment("bit to the CUDA body below (codegen/kernels/reduce.cpp). Thread 0 runs it.");
+  w.open("if (kiln_host_variant())");
+  w.line("if (threadIdx.x != 0) return;");
+  w.line("constexpr int kHostThreads = {};  // the CUDA threads folding one row", per_warp ? "kWarpSize" : "kWarps * kWarpSize");
+  if (per_warp) {
+    w.open("for (int host_row_warp = 0; host_row_warp < kWarps; ++host_row_warp)");
+    w.open("for ({0} row = static_cast<{0}>(blockIdx.x) * kWarps + host_row_warp; row < kOutputs; "
+           "row += kWarps * gridDim.x)", type);
+  } else {
+    w.open("for ({} row = blockIdx.x; row < kOutputs; row += gridDim.x)", type);
+  }
+  emit_strided_offset(w, "base", "row", "Kept", plan.kept, type);
+  w.line("{} folds[kHostThreads];", acc.type);
+  w.line("for (int host_lane = 0; host_lane < kHostThreads; ++host_lane) folds[host_lane] = {};", acc.init);
+  w.open("for ({0} r0 = 0; r0 < kReduced; r0 += kHostThreads)", type);
+  w.open("for (int host_lane = 0; host_lane < kHostThreads && r0 + host_lane < kReduced; ++host_lane)");
+  w.line("const {} r = r0 + host_lane;", type);
+  emit_strided_offset(w, "offset", "r", "Reduced", plan.reduced, type);
+  w.line("{}& acc = folds[host_lane];", acc.type);
+  w.line(fold(acc, load_input(request, 0, "base + offset")));
+  w.close();
+  w.close();
+  emit_host_threads_combine(w, "acc", "folds", "kHostThreads", acc.combine, acc.type);
+  w.line(store_result(request, acc, "row"));
+  w.close();
+  if (per_warp) w.close();
+  w.line("return;");
+  w.close();
+  w.line("#endif");
+}
+
 KernelSpec emit_rows(const KernelRequest& request, const ReducePlan& plan, const Accumulator& acc) {
   const std::string type = index_type(plan.count);
   const bool per_warp = plan.per_output <= kMaxWarpRow;
@@ -138,6 +178,7 @@ KernelSpec emit_rows(const KernelRequest& request, const ReducePlan& plan, const
   emit_common_constants(w, plan, acc, type);
   emit_warp_constants(w, kRowBlock);
   if (!per_warp) w.line("{}* partial = reinterpret_cast<{}*>(kiln_smem);", acc.type, acc.type);
+  emit_rows_host_body(w, request, plan, acc, type, per_warp);
   open_row_loop(w, per_warp, type, "kOutputs");
   emit_strided_offset(w, "base", "row", "Kept", plan.kept, type);
   emit_fold_loop(w, request, plan, acc, type, per_warp ? "lane" : "threadIdx.x",
@@ -157,10 +198,53 @@ KernelSpec emit_rows(const KernelRequest& request, const ReducePlan& plan, const
   spec.grid = Dim3{grid_stride_blocks(plan.outputs, static_cast<uint32_t>(rows_per_block)), 1, 1};
   spec.shared_bytes = per_warp ? 0 : static_cast<uint32_t>(kRowBlock / kWarpSize * 8);
   spec.uses_barriers = true;
+  spec.host_variant = true;
   spec.body = w.take();
   spec.note = per_warp ? "one warp per output row, strided loads, shuffle tree"
                        : "one block per output row, strided loads, shuffle + shared-memory tree";
   return spec;
+}
+
+// The host backend's body of a sliced columns reduction: thread (0, 0) computes each pass's
+// kColumns x kSlices partial results, slice by slice with the columns innermost (consecutive
+// in memory), each still folding its elements in order, then each column's partials in slice
+// order, as the CUDA body does: bit for bit its results, without the barriers.
+void emit_columns_host_body(BodyWriter& w, const KernelRequest& request, const ReducePlan& plan,
+                            const Accumulator& acc, const std::string& type) {
+  w.line("#ifndef __CUDACC__");
+  w.comment("Host backend: each pass as loops without barriers, equal bit for bit to the CUDA");
+  w.comment("body below (codegen/kernels/reduce.cpp). Thread (0, 0) runs it.");
+  w.open("if (kiln_host_variant())");
+  w.line("if (threadIdx.x != 0 || threadIdx.y != 0) return;");
+  w.open("for ({0} first = static_cast<{0}>(blockIdx.x) * kColumns; first < kOutputs; "
+         "first += kColumns * gridDim.x)", type);
+  w.line("const int columns = kOutputs - first < kColumns ? static_cast<int>(kOutputs - first) : kColumns;");
+  w.line("{} partials[kSlices][kColumns];", acc.type);
+  w.open("for (int host_slice = 0; host_slice < kSlices; ++host_slice)");
+  w.line("for (int host_column = 0; host_column < columns; ++host_column) "
+         "partials[host_slice][host_column] = {};", acc.init);
+  w.open("for ({} r = host_slice; r < kReduced; r += kSlices)", type);
+  emit_strided_offset(w, "offset", "r", "Reduced", plan.reduced, type);
+  w.open("for (int host_column = 0; host_column < columns; ++host_column)");
+  w.line("const {} o = first + host_column;", type);
+  emit_strided_offset(w, "base", "o", "Kept", plan.kept, type);
+  w.line("{}& acc = partials[host_slice][host_column];", acc.type);
+  w.line(fold(acc, load_input(request, 0, "base + offset")));
+  w.close();
+  w.close();
+  w.close();
+  w.open("for (int host_column = 0; host_column < columns; ++host_column)");
+  w.line("const {} o = first + host_column;", type);
+  w.line("{} acc = partials[0][host_column];", acc.type);
+  w.open("for (int s = 1; s < kSlices; ++s)");
+  w.line(fold(acc, "partials[s][host_column]"));
+  w.close();
+  w.line(store_result(request, acc, "o"));
+  w.close();
+  w.close();
+  w.line("return;");
+  w.close();
+  w.line("#endif");
 }
 
 KernelSpec emit_columns(const KernelRequest& request, const ReducePlan& plan,
@@ -182,6 +266,7 @@ KernelSpec emit_columns(const KernelRequest& request, const ReducePlan& plan,
     w.line("constexpr int kSlices = {};  // blockDim.y: threads splitting one column", slices);
     w.line("{}* partial = reinterpret_cast<{}*>(kiln_smem);  // [kSlices][kColumns]", acc.type,
            acc.type);
+    emit_columns_host_body(w, request, plan, acc, type);
     w.comment("Block-uniform loop: every thread reaches every barrier, in range or not.");
     w.open(
         "for ({} first = static_cast<{}>(blockIdx.x) * kColumns; first < kOutputs; "
@@ -215,6 +300,7 @@ KernelSpec emit_columns(const KernelRequest& request, const ReducePlan& plan,
   spec.grid = Dim3{grid_stride_blocks(plan.outputs, static_cast<uint32_t>(columns)), 1, 1};
   spec.shared_bytes = slices == 1 ? 0 : static_cast<uint32_t>(kRowBlock * 8);
   spec.uses_barriers = slices > 1;
+  spec.host_variant = slices > 1;
   spec.body = w.take();
   spec.note = slices == 1 ? "one thread per output, sequential fold, coalesced across threads"
                           : "32 outputs x 8 slices per block, partials combined in shared memory";

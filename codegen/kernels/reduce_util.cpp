@@ -22,20 +22,27 @@ void open_row_loop(BodyWriter& w, bool per_warp, const std::string& type, const 
   w.open("for ({} row = first_row; row < {}; row += kWarps * gridDim.x)", type, rows);
 }
 
+void emit_combine(BodyWriter& w, const std::string& var, const std::string& other,
+                  Combine combine, const std::string& type) {
+  if (combine == Combine::Sum)
+    w.line("{} += {};", var, other);
+  else if (type == "float")
+    w.line("{} = kiln_max({}, {});", var, var, other);
+  else if (type == "double")  // kiln_max's test: NaN propagates
+    w.line("{0} = ({0} != {0} || {0} > {1}) ? {0} : {1};", var, other);
+  else
+    w.line("{0} = {1} > {0} ? {1} : {0};", var, other);
+}
+
 void emit_warp_combine(BodyWriter& w, const std::string& var, Combine combine,
                        const std::string& type) {
-  if (type == "float") {
+  if (type == "float") {  // kiln_warp_sum and kiln_warp_max: the loop below, as functions
     w.line("{} = {}({});", var, combine == Combine::Sum ? "kiln_warp_sum" : "kiln_warp_max", var);
     return;
   }
   w.open("for (int offset = kWarpSize / 2; offset > 0; offset /= 2)");
   w.line("const {} other = __shfl_xor_sync(kFullMask, {}, offset);", type, var);
-  if (combine == Combine::Sum)
-    w.line("{} += other;", var);
-  else if (type == "double")  // kiln_max's test: NaN propagates
-    w.line("{0} = ({0} != {0} || {0} > other) ? {0} : other;", var);
-  else
-    w.line("{} = other > {} ? other : {};", var, var, var);
+  emit_combine(w, var, "other", combine, type);
   w.close();
 }
 
@@ -49,17 +56,34 @@ void emit_block_combine(BodyWriter& w, const std::string& var, Combine combine,
   w.comment("Every thread folds the per-warp partials in the same order: same result in all.");
   w.line("{} = {}[0];", var, partial);
   w.open("for (int k = 1; k < kWarps; ++k)");
-  if (combine == Combine::Sum)
-    w.line("{} += {}[k];", var, partial);
-  else if (type == "float")
-    w.line("{} = kiln_max({}, {}[k]);", var, var, partial);
-  else if (type == "double")
-    w.line("{0} = ({0} != {0} || {0} > {1}[k]) ? {0} : {1}[k];", var, partial);
-  else
-    w.line("{} = {}[k] > {} ? {}[k] : {};", var, partial, var, partial, var);
+  emit_combine(w, var, partial + "[k]", combine, type);
   w.close();
   w.comment("Wait until every thread has read the partials before they are overwritten.");
   w.line("__syncthreads();");
+}
+
+void emit_host_threads_combine(BodyWriter& w, const std::string& var, const std::string& values,
+                               const std::string& threads, Combine combine,
+                               const std::string& type) {
+  w.comment("Each warp's shuffle butterfly, every lane's value at every step, as on the GPU;");
+  w.comment("then the warps' results (lane 0's) in warp order.");
+  w.open("for (int host_warp = 0; host_warp < {}; host_warp += kWarpSize)", threads);
+  w.open("for (int offset = kWarpSize / 2; offset > 0; offset /= 2)");
+  w.line("{} next[kWarpSize];", type);
+  w.open("for (int host_lane = 0; host_lane < kWarpSize; ++host_lane)");
+  w.line("{} v = {}[host_warp + host_lane];", type, values);
+  w.line("const {} other = {}[host_warp + (host_lane ^ offset)];", type, values);
+  emit_combine(w, "v", "other", combine, type);
+  w.line("next[host_lane] = v;");
+  w.close();
+  w.line("for (int host_lane = 0; host_lane < kWarpSize; ++host_lane) {}[host_warp + host_lane] "
+         "= next[host_lane];", values);
+  w.close();
+  w.close();
+  w.line("{} {} = {}[0];", type, var, values);
+  w.open("for (int host_warp = kWarpSize; host_warp < {}; host_warp += kWarpSize)", threads);
+  emit_combine(w, var, values + "[host_warp]", combine, type);
+  w.close();
 }
 
 // The reference computes max(row) (std::max, which skips NaN), then sum(exp(v - max)): the

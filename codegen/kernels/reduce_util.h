@@ -43,11 +43,25 @@ void open_row_loop(BodyWriter& w, bool per_warp, const std::string& type, const 
 void emit_warp_combine(BodyWriter& w, const std::string& var, Combine combine,
                        const std::string& type);
 
+// `var op= other` for the combine's operation on values of C type `type` (kiln_max for float
+// maxima, NaN-propagating for double ones).
+void emit_combine(BodyWriter& w, const std::string& var, const std::string& other,
+                  Combine combine, const std::string& type);
+
 // Combines `var` across the block: warp combine, one partial per warp in `partial` (shared,
 // kWarps entries of `type`), a barrier, then every thread folds the partials in warp order, so
 // all threads end with the same value. Ends with a barrier so `partial` can be reused.
 void emit_block_combine(BodyWriter& w, const std::string& var, Combine combine,
                         const std::string& type, const std::string& partial);
+
+// The host bodies' version of the two combines above: `values` holds one value per CUDA
+// thread of a group of `threads` (32: one warp, emit_warp_combine; a block: emit_block_combine),
+// in thread order. Declares `var` (of `type`) holding the result the CUDA threads compute, bit
+// for bit: each warp's butterfly over all its lanes, then the warps' results in warp order.
+// Overwrites `values`.
+void emit_host_threads_combine(BodyWriter& w, const std::string& var, const std::string& values,
+                               const std::string& threads, Combine combine,
+                               const std::string& type);
 
 // The online softmax state over a strided slice of a row: `float max_v`, `float sum_v` (sum of
 // exp(v - max_v)), updated per element with the NaN and infinity behaviour of the reference

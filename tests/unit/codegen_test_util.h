@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -164,8 +165,11 @@ inline std::vector<ir::Tensor> run_on_host(const Program& program, const std::st
 #endif
 
 // Emits `text`'s graph and checks it: NVRTC for sm_80 and sm_90 with no spills, then the host
-// backend under in-order, reverse and random:7 schedules against the reference interpreter.
-// Returns the program for source checks. `per_output` overrides the tolerance of some outputs.
+// backend under in-order, reverse and random:7 schedules against the reference interpreter,
+// running the kernels' CUDA bodies (HostOptions::cuda_variants); then, where kernels have a
+// host-specific body, the default run, whose outputs must equal the in-order run's byte for
+// byte. Returns the program for source checks. `per_output` overrides the tolerance of some
+// outputs.
 inline Program check_graph(const std::string& name, const std::string& text,
                            const std::vector<ir::Tensor>& inputs, Tolerance tolerance,
                            const std::map<size_t, Tolerance>& per_output = {}) {
@@ -180,20 +184,34 @@ inline Program check_graph(const std::string& name, const std::string& text,
   const runtime::host::HostModule module =
       runtime::host::HostModule::compile(program.source, name, nullptr);
   using Kind = runtime::host::Schedule::Kind;
+  std::vector<ir::Tensor> in_order;
   for (const runtime::host::Schedule schedule :
        {runtime::host::Schedule{Kind::InOrder, 0}, runtime::host::Schedule{Kind::Reverse, 0},
         runtime::host::Schedule{Kind::Random, 7}}) {
     runtime::host::HostOptions options;
     options.schedule = schedule;
     options.strict = true;
+    options.cuda_variants = true;
     // One worker for the in-order run, one per core for the others.
     options.workers = schedule.kind == Kind::InOrder ? 1 : 0;
     const std::vector<ir::Tensor> got =
         runtime::host::run_program(program, module, inputs, {}, options);
+    if (in_order.empty()) in_order = got;
     EXPECT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size() && i < want.size(); ++i)
       expect_close(got[i], want[i], per_output.count(i) ? per_output.at(i) : tolerance,
                    name + " output " + std::to_string(i) + " (" + schedule.describe() + ")");
+  }
+  if (std::any_of(program.kernels.begin(), program.kernels.end(),
+                  [](const Kernel& kernel) { return kernel.host_variant; })) {
+    runtime::host::HostOptions options;
+    options.strict = true;
+    const std::vector<ir::Tensor> got =
+        runtime::host::run_program(program, module, inputs, {}, options);
+    EXPECT_EQ(got.size(), in_order.size());
+    for (size_t i = 0; i < got.size() && i < in_order.size(); ++i)
+      EXPECT_TRUE(got[i].bytes() == in_order[i].bytes())
+          << name << " output " << i << ": the host bodies' result differs from the CUDA bodies'";
   }
 #else
   (void)inputs;
