@@ -105,7 +105,9 @@ void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
   for (const HostOperand& o : operands) {
     const bool along_memory = o.operand->k_contiguous;
     const auto open_outer = [&] {
-      w.open("for (int {0} = 0; {0} < {1}; ++{0})", o.index(), o.outer_tile);
+      // Only the rows (columns) the multiply reads: inside the matrix, rounded up to its blocks.
+      w.open("for (int {0} = 0; {0} < {1}; ++{0})", o.index(),
+             o.name == "a" ? "tile_rows" : "tile_cols");
       for (const auto& [type, name] : o.cached)
         w.line("const {0} {1} = {1}_of[{2}];", type, name, o.index());
     };
