@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -102,6 +103,16 @@ unsigned char* SharedArena::prepare(uint32_t bytes, bool poison) {
 }
 
 std::string SharedArena::check_guards() const {
+  // Every block ends with this check: compare whole guards against poison first (memcmp runs
+  // in vectors; the byte loop below cost 2 % of a training step), bytes only on a mismatch.
+  static const std::array<unsigned char, std::max(kFrontGuard, kBackGuard)> poisoned = [] {
+    std::array<unsigned char, std::max(kFrontGuard, kBackGuard)> bytes;
+    bytes.fill(kPoison);
+    return bytes;
+  }();
+  if (std::memcmp(payload_ - kFrontGuard, poisoned.data(), kFrontGuard) == 0 &&
+      std::memcmp(payload_ + bytes_, poisoned.data(), kBackGuard) == 0)
+    return "";
   auto changed = [](const unsigned char* begin, size_t size, long origin, long& first, long& last) {
     first = last = -1;
     for (size_t i = 0; i < size; ++i) {
