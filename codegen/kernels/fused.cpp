@@ -342,6 +342,56 @@ bool is_norm(const ir::Node& node) {
   return node.op == ir::OpId::LayerNorm || node.op == ir::OpId::RmsNorm;
 }
 
+// add_row_statistics for the GEMM's host body (GemmOperand::host_setup): each row's
+// kStatThreads CUDA threads' sums, then their shuffle steps over all of them, in the same
+// order, so `<prefix>_mean` and `<prefix>_rstd` (arrays of the host body here) hold the CUDA
+// body's values bit for bit.
+std::string host_row_statistics(const ir::Node& norm, const std::string& prefix,
+                                const std::string& element, const std::string& length,
+                                double epsilon) {
+  BodyWriter w(0);
+  w.comment(fmt::format("The row statistics of {}, as the CUDA threads compute them.", norm.describe()));
+  w.line("float {0}_mean[kTileM], {0}_rstd[kTileM];", prefix);
+  w.open("for (int stat_row = 0; stat_row < kTileM; ++stat_row)");
+  w.line("constexpr int kStatThreads = kThreads / kTileM;");
+  w.line("const index_t stat_global_row = block_row + stat_row;");
+  w.line("const bool stat_inside = stat_global_row < kM;");
+  // `float var` = lane 0's sum of `value` (or its square) after the shuffle steps.
+  const auto row_sum = [&](const std::string& var, const std::string& value, bool squared) {
+    w.line("float {}_parts[kStatThreads];", var);
+    w.open("for (int stat_part = 0; stat_part < kStatThreads; ++stat_part)");
+    w.line("float {} = 0.0f;", var);
+    w.open("if (stat_inside)");
+    w.open("for (index_t k = stat_part; k < {}; k += kStatThreads)", length);
+    w.line("const float value = {};", value);
+    w.line("{} += {};", var, squared ? "value * value" : "value");
+    w.close();
+    w.close();
+    w.line("{0}_parts[stat_part] = {0};", var);
+    w.close();
+    w.open("for (int step = 1; step < kStatThreads; step <<= 1)");
+    w.line("float next[kStatThreads];");
+    w.line("for (int stat_part = 0; stat_part < kStatThreads; ++stat_part) "
+           "next[stat_part] = {0}_parts[stat_part] + {0}_parts[stat_part ^ step];", var);
+    w.line("for (int stat_part = 0; stat_part < kStatThreads; ++stat_part) "
+           "{0}_parts[stat_part] = next[stat_part];", var);
+    w.close();
+    w.line("const float {0} = {0}_parts[0];", var);
+  };
+  if (norm.op == ir::OpId::RmsNorm) {
+    w.line("const float stat_mean = 0.0f;");
+  } else {
+    row_sum("stat_sum", element, false);
+    w.line("const float stat_mean = stat_sum / static_cast<float>({});", length);
+  }
+  row_sum("stat_squares", element + " - stat_mean", true);
+  w.line("{}_mean[stat_row] = stat_mean;", prefix);
+  w.line("{}_rstd[stat_row] = 1.0f / sqrtf(stat_squares / static_cast<float>({}) + {});", prefix,
+         length, literal(ir::DType::F32, epsilon));
+  w.close();
+  return w.take();
+}
+
 // Row statistics of a layer_norm or rms_norm the GEMM recomputes (a prologue norm, or a norm
 // its epilogue reads as the residual): before the K loop the block computes the mean and
 // 1/rms of its kTileM rows of the norm's input, kThreads / kTileM neighbouring threads per row
@@ -403,6 +453,7 @@ void add_row_statistics(nn::GemmSpec& spec, const ir::Node& norm, const Names& n
   w.line("__syncthreads();  // every row's statistics are in before the first tile");
   w.close();
   spec.a.setup += w.take();
+  spec.a.host_setup += host_row_statistics(norm, prefix, element, length, epsilon);
   spec.row_stat_arrays = std::max(spec.row_stat_arrays, first_array + 2);
 }
 

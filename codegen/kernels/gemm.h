@@ -61,6 +61,11 @@ struct GemmOperand {
   // known by then: `a_row`/`b_col` (outer offset within the tile) when !k_contiguous, plus
   // `block_row`/`block_col` and the z index.
   std::string setup;
+  // The setup as the GEMM's host body runs it (thread 0, once per block), where `setup` has the
+  // threads cooperate (a norm's row statistics): statements that give the same names the same
+  // values, bit for bit. Empty: the host body runs `setup` once per outer index, which needs
+  // it to be plain declarations (gemm_host.cpp).
+  std::string host_setup;
   // Statements that set `value` (a float, preset to 0) to the element at (outer, k).
   std::string fetch;
   // When the element is an f32 read unchanged from memory (no conversion, view or prologue):

@@ -68,7 +68,8 @@ std::vector<HostOperand> host_operands(const GemmSpec& spec, const GemmTiling& t
       {&spec.a, "a", "row", "kTileM", "kM", spec.m % tiling.tile_m != 0, {}},
       {&spec.b, "b", "col", "kTileN", "kN", spec.n % tiling.tile_n != 0, {}}};
   for (HostOperand& o : operands)  // host_body_applies has checked that they parse
-    if (!o.operand->setup.empty()) o.cached = *setup_declarations(o.operand->setup);
+    if (!o.operand->setup.empty() && o.operand->host_setup.empty())
+      o.cached = *setup_declarations(o.operand->setup);
   return operands;
 }
 
@@ -143,18 +144,19 @@ void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
   }
 }
 
-// Whether the setup of `operand` can run once per outer index (emit_setup_caches): none, or
-// plain declarations of a !k_contiguous operand (a k-contiguous operand's thread stages several
-// outer indices, so its setup could not depend on one).
+// Whether the host body can run the setup of `operand`: none; a host version of it (host_setup:
+// a norm's row statistics); or plain declarations of a !k_contiguous operand, run once per
+// outer index (emit_setup_caches; a k-contiguous operand's thread stages several outer
+// indices, so its setup could not depend on one).
 bool setup_cacheable(const GemmOperand& operand) {
-  if (operand.setup.empty()) return true;
+  if (operand.setup.empty() || !operand.host_setup.empty()) return true;
   return !operand.k_contiguous && setup_declarations(operand.setup).has_value();
 }
 
 }  // namespace
 
 bool host_body_applies(const GemmSpec& spec, const GemmTiling& tiling) {
-  return tiling.unit == GemmUnit::Fma && spec.row_stat_arrays == 0 &&
+  return tiling.unit == GemmUnit::Fma && (spec.row_stat_arrays == 0 || !spec.a.host_setup.empty()) &&
          tiling.tile_m % kHostRows == 0 && tiling.tile_n % kHostCols == 0 &&
          setup_cacheable(spec.a) && setup_cacheable(spec.b);
 }
@@ -193,6 +195,7 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   else
     w.line("constexpr int tile_cols = kTileN;");
   const std::vector<HostOperand> operands = host_operands(spec, tiling);
+  for (const HostOperand& o : operands) w.lines(o.operand->host_setup);
   emit_setup_caches(w, operands);
   w.open("for (index_t panel_k0 = {0}; panel_k0 < {1}; panel_k0 += kHostPanelSteps * kTileK)",
          spec.k_chunk > 0 ? "k_begin" : "0", k_end(spec));
