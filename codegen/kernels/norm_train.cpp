@@ -404,6 +404,40 @@ KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
   w.line("constexpr float kEpsilon = {};", literal(DType::F32, attr<double>(node, "epsilon")));
   emit_warp_constants(w, kRowBlock);
   if (!per_warp) w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
+  const std::vector<std::string> g_prelude = {
+      "const float xhat = (" + x + " - mean) * inv_std;", "const float g = " + dy + " * " + scale + ";"};
+  const std::vector<std::string> last_pass = {
+      "const float xhat = (" + x + " - mean) * inv_std;", "const float grad_out = " + dy + ";",
+      fmt::format("{}[row * kSize + k] = {};", request.output_params[0],
+                  store(dtype, "inv_std * (grad_out * " + scale + " - mean_g - xhat * mean_g_xhat)")),
+      fmt::format("{}[row * kSize + k] = {};", request.output_params[1], store(dtype, "grad_out * xhat"))};
+  // The host body (docs/codegen.md, "The host backend"): the same passes as loops over the
+  // block's rows, each sum as the CUDA threads compute it (emit_host_row_sums), so bit for bit
+  // the CUDA body's results.
+  open_host_rows(w, per_warp, type, "kRows", "norm_train.cpp");
+  if (centred) {
+    emit_host_row_sums(w, {{"sum", x}}, {}, "kSize");
+    w.line("const float mean = sum / kSizeF;");
+  } else {
+    w.line("const float mean = 0.0f;");
+  }
+  emit_host_row_sums(w, {{"squares", "centred * centred"}}, {"const float centred = " + x + " - mean;"},
+                     "kSize");
+  w.line("const float inv_std = 1.0f / sqrtf(squares / kSizeF + kEpsilon);");
+  if (centred) {
+    emit_host_row_sums(w, {{"sum_g", "g"}, {"sum_g_xhat", "g * xhat"}}, g_prelude, "kSize");
+    w.line("const float mean_g = sum_g / kSizeF;");
+  } else {
+    emit_host_row_sums(w, {{"sum_g_xhat", "g * xhat"}},
+                       {"const float xhat = " + x + " * inv_std;", g_prelude[1]}, "kSize");
+    w.line("const float mean_g = 0.0f;");
+  }
+  w.line("const float mean_g_xhat = sum_g_xhat / kSizeF;");
+  w.open("for (int k = 0; k < kSize; ++k)");
+  for (const std::string& line : last_pass) w.line("{}", line);
+  w.close();
+  close_host_rows(w, per_warp);
+
   open_row_loop(w, per_warp, type, "kRows");
   if (centred) {
     w.comment("Pass 1: the mean. Pass 2: the biased variance from centred values, as the forward.");
@@ -424,10 +458,7 @@ KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
     w.comment("Pass 3: sums of g = dy * scale and of g * xhat over the row.");
     w.line("float sum_g = 0.0f;");
     w.line("float sum_g_xhat = 0.0f;");
-    emit_row_fold(w, {{"sum_g", "g"}, {"sum_g_xhat", "g * xhat"}},
-                  {"const float xhat = (" + x + " - mean) * inv_std;",
-                   "const float g = " + dy + " * " + scale + ";"},
-                  first, step);
+    emit_row_fold(w, {{"sum_g", "g"}, {"sum_g_xhat", "g * xhat"}}, g_prelude, first, step);
     emit_row_combine(w, per_warp, "sum_g");
     emit_row_combine(w, per_warp, "sum_g_xhat");
     w.line("const float mean_g = sum_g / kSizeF;");
@@ -435,24 +466,19 @@ KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
     w.comment("Pass 2: the sum of g * xhat over the row, g = dy * scale.");
     w.line("float sum_g_xhat = 0.0f;");
     emit_row_fold(w, {{"sum_g_xhat", "g * xhat"}},
-                  {"const float xhat = " + x + " * inv_std;",
-                   "const float g = " + dy + " * " + scale + ";"},
-                  first, step);
+                  {"const float xhat = " + x + " * inv_std;", g_prelude[1]}, first, step);
     emit_row_combine(w, per_warp, "sum_g_xhat");
     w.line("const float mean_g = 0.0f;  // no centring, no -mean(g) term");
   }
   w.line("const float mean_g_xhat = sum_g_xhat / kSizeF;");
   w.comment("Last pass: dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)), and dy * xhat.");
   w.open("for (int k = {}; k < kSize; k += {})", first, step);
-  w.line("const float xhat = ({} - mean) * inv_std;", x);
-  w.line("const float grad_out = {};", dy);
-  w.line("{}[row * kSize + k] = {};", request.output_params[0],
-         store(dtype, "inv_std * (grad_out * " + scale + " - mean_g - xhat * mean_g_xhat)"));
-  w.line("{}[row * kSize + k] = {};", request.output_params[1], store(dtype, "grad_out * xhat"));
+  for (const std::string& line : last_pass) w.line("{}", line);
   w.close();
   w.close();
 
   KernelSpec spec;
+  spec.host_variant = true;
   spec.body = w.take();
   spec.block = Dim3{static_cast<uint32_t>(kRowBlock), 1, 1};
   const uint32_t rows_per_block = per_warp ? static_cast<uint32_t>(kRowBlock / kWarpSize) : 1;

@@ -127,54 +127,24 @@ void emit_row_sum(BodyWriter& w, bool per_warp, const std::string& var, const st
 }
 
 // The host backend's body of layer_norm and rms_norm (docs/codegen.md, "The host backend"):
-// thread 0 computes the block's rows without shuffles or barriers. Each sum runs every CUDA
-// thread's strided fold lane by lane, then the same combining tree (reduce_util.h), so mean
-// and inv_std, and so the outputs, are the CUDA body's bit for bit.
+// thread 0 computes the block's rows without shuffles or barriers; mean and inv_std, and so
+// the outputs, are the CUDA body's bit for bit (emit_host_row_sums).
 void emit_layer_norm_host_body(BodyWriter& w, bool per_warp, bool centred, const std::string& type,
                                const std::string& in_row_k, const std::string& write) {
-  w.line("#ifndef __CUDACC__");
-  w.comment("Host backend: the block's rows as loops without shuffles or barriers, equal bit for");
-  w.comment("bit to the CUDA body below (codegen/kernels/normalize.cpp). Thread 0 runs it.");
-  w.open("if (kiln_host_variant())");
-  w.line("if (threadIdx.x != 0) return;");
-  w.line("constexpr int kHostThreads = {};  // the CUDA threads of one row",
-         per_warp ? "kWarpSize" : "kWarps * kWarpSize");
-  if (per_warp) {
-    w.open("for (int host_row_warp = 0; host_row_warp < kWarps; ++host_row_warp)");
-    w.open("for ({0} row = static_cast<{0}>(blockIdx.x) * kWarps + host_row_warp; row < kRows; "
-           "row += kWarps * gridDim.x)", type);
-  } else {
-    w.open("for ({} row = blockIdx.x; row < kRows; row += gridDim.x)", type);
-  }
-  w.line("float folds[kHostThreads];");
-  // `float var`: the sum of `statement`'s `term` over the row, as the CUDA threads combine it.
-  const auto row_sum = [&](const std::string& var, const std::string& prelude, const std::string& term) {
-    w.line("for (int host_lane = 0; host_lane < kHostThreads; ++host_lane) folds[host_lane] = 0.0f;");
-    w.open("for (int k0 = 0; k0 < kSize; k0 += kHostThreads)");
-    w.open("for (int host_lane = 0; host_lane < kHostThreads && k0 + host_lane < kSize; ++host_lane)");
-    w.line("const int k = k0 + host_lane;");
-    if (!prelude.empty()) w.line(prelude);
-    w.line("folds[host_lane] += {};", term);
-    w.close();
-    w.close();
-    emit_host_threads_combine(w, var, "folds", "kHostThreads", Combine::Sum, "float");
-  };
+  open_host_rows(w, per_warp, type, "kRows", "normalize.cpp");
   if (centred) {
-    row_sum("sum", "", in_row_k);
+    emit_host_row_sums(w, {{"sum", in_row_k}}, {}, "kSize");
     w.line("const float mean = sum / kSizeF;");
   } else {
     w.line("const float mean = 0.0f;");
   }
-  row_sum("squares", "const float centred = " + in_row_k + " - mean;", "centred * centred");
+  emit_host_row_sums(w, {{"squares", "centred * centred"}},
+                     {"const float centred = " + in_row_k + " - mean;"}, "kSize");
   w.line("const float inv_std = 1.0f / sqrtf(squares / kSizeF + kEpsilon);");
   w.open("for (int k = 0; k < kSize; ++k)");
   w.lines(write);
   w.close();
-  w.close();
-  if (per_warp) w.close();
-  w.line("return;");
-  w.close();
-  w.line("#endif");
+  close_host_rows(w, per_warp);
 }
 
 KernelSpec emit_layer_norm(const KernelRequest& request) {

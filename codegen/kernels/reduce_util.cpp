@@ -86,6 +86,48 @@ void emit_host_threads_combine(BodyWriter& w, const std::string& var, const std:
   w.close();
 }
 
+void open_host_rows(BodyWriter& w, bool per_warp, const std::string& type, const std::string& rows,
+                    const std::string& file) {
+  w.line("#ifndef __CUDACC__");
+  w.comment("Host backend: the block's rows as loops without shuffles or barriers, equal bit for");
+  w.comment(fmt::format("bit to the CUDA body below (codegen/kernels/{}). Thread 0 runs it.", file));
+  w.open("if (kiln_host_variant())");
+  w.line("if (threadIdx.x != 0) return;");
+  w.line("constexpr int kHostThreads = {};  // the CUDA threads of one row",
+         per_warp ? "kWarpSize" : "kWarps * kWarpSize");
+  if (per_warp) {
+    w.open("for (int host_row_warp = 0; host_row_warp < kWarps; ++host_row_warp)");
+    w.open("for ({0} row = static_cast<{0}>(blockIdx.x) * kWarps + host_row_warp; row < {1}; "
+           "row += kWarps * gridDim.x)", type, rows);
+  } else {
+    w.open("for ({} row = blockIdx.x; row < {}; row += gridDim.x)", type, rows);
+  }
+}
+
+void close_host_rows(BodyWriter& w, bool per_warp) {
+  w.close();
+  if (per_warp) w.close();
+  w.line("return;");
+  w.close();
+  w.line("#endif");
+}
+
+void emit_host_row_sums(BodyWriter& w, const std::vector<std::pair<std::string, std::string>>& sums,
+                        const std::vector<std::string>& prelude, const std::string& count) {
+  for (const auto& [var, term] : sums)
+    w.line("float {0}_lanes[kHostThreads] = {{}};  // each CUDA thread's fold", var);
+  w.open("for (int k0 = 0; k0 < {}; k0 += kHostThreads)", count);
+  w.open("for (int host_lane = 0; host_lane < kHostThreads && k0 + host_lane < {}; ++host_lane)",
+         count);
+  w.line("const int k = k0 + host_lane;");
+  for (const std::string& line : prelude) w.line("{}", line);
+  for (const auto& [var, term] : sums) w.line("{}_lanes[host_lane] += {};", var, term);
+  w.close();
+  w.close();
+  for (const auto& [var, term] : sums)
+    emit_host_threads_combine(w, var, var + "_lanes", "kHostThreads", Combine::Sum, "float");
+}
+
 // The reference computes max(row) (std::max, which skips NaN), then sum(exp(v - max)): the
 // sum, and so every output, is NaN when the row holds a NaN, a +inf (exp(inf - inf)) or only
 // -inf (exp(-inf - -inf)). The online form keeps that:

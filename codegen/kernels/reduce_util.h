@@ -11,6 +11,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "codegen/kernels/emit_util.h"
 
@@ -62,6 +64,20 @@ void emit_block_combine(BodyWriter& w, const std::string& var, Combine combine,
 void emit_host_threads_combine(BodyWriter& w, const std::string& var, const std::string& values,
                                const std::string& threads, Combine combine,
                                const std::string& type);
+
+// Host bodies of the one-warp-or-one-block-per-row kernels (layer_norm and its gradient):
+// open_host_rows opens `#ifndef __CUDACC__`, `if (kiln_host_variant())`, thread 0's return
+// for the others, and the loop over the block's rows (`row`, of `type`, below `rows`), as
+// open_row_loop distributes them; close_host_rows closes them all after a `return`.
+void open_host_rows(BodyWriter& w, bool per_warp, const std::string& type, const std::string& rows,
+                    const std::string& file);
+void close_host_rows(BodyWriter& w, bool per_warp);
+// Inside them: `float VAR` for each (VAR, TERM) of `sums`, the sum over k < `count` of TERM
+// (after the `prelude` statements, which may use `k`) as the CUDA threads compute it: each
+// thread's strided fold (k = lane, lane + threads, ...) lane by lane, then
+// emit_host_threads_combine. Equal bit for bit to the CUDA body's fold and combine.
+void emit_host_row_sums(BodyWriter& w, const std::vector<std::pair<std::string, std::string>>& sums,
+                        const std::vector<std::string>& prelude, const std::string& count);
 
 // The online softmax state over a strided slice of a row: `float max_v`, `float sum_v` (sum of
 // exp(v - max_v)), updated per element with the NaN and infinity behaviour of the reference
