@@ -2,9 +2,9 @@
 # The host backend against PyTorch on this machine's CPU, in one run (issue 21's figures): the
 # seed CNN's training throughput at batch 64 (Adam, the same MNIST images) and its inference
 # latency at batch 64, and torchvision's ResNet-18 at batch 1 exported to ONNX. Each kiln figure
-# is given twice: as kiln runs by default (the GEMM template's host bodies, loop nests) and with
-# KILN_HOST_CUDA_BODIES=1 (every kernel's CUDA body, GEMMs on fibers: how kiln ran before host
-# bodies). kiln's start-up (compiles) is excluded from the timed figures and reported apart.
+# is given twice: as kiln runs by default (the host bodies of the GEMMs, reductions and norms:
+# loop nests) and with KILN_HOST_CUDA_BODIES=1 (every kernel's CUDA body, on fibers where its
+# threads cooperate: how kiln ran before host bodies). kiln's start-up (compiles) is excluded from the timed figures and reported apart.
 # Figures only; nothing is asserted.
 # Usage: bench/host_vs_torch.sh [build/kiln] [TRAIN_SAMPLES]
 set -euo pipefail
