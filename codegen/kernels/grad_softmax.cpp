@@ -67,6 +67,12 @@ KernelSpec emit_contiguous_softmax_grad(const KernelRequest& request, int64_t ro
   w.line("constexpr int kLen = {};  // row length", len);
   emit_warp_constants(w, kRowBlock);
   if (!per_warp) w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
+  open_host_rows(w, per_warp, type, "kRows", "grad_softmax.cpp");
+  emit_host_row_sums(w, {{"total", form.term}}, {}, "kLen");
+  w.open("for (int k = 0; k < kLen; ++k)");
+  w.line("{}[row * kLen + k] = {};", request.output_params[0], store(dtype, form.result));
+  w.close();
+  close_host_rows(w, per_warp);
   open_row_loop(w, per_warp, type, "kRows");
   w.comment(log_form ? "Pass 1: the row's sum of dy." : "Pass 1: the row's sum of dy * y.");
   w.line("float total = 0.0f;");
@@ -83,6 +89,7 @@ KernelSpec emit_contiguous_softmax_grad(const KernelRequest& request, int64_t ro
   w.close();
   w.close();
   KernelSpec spec = row_spec(per_warp, rows, static_cast<uint32_t>(kRowBlock / kWarpSize * 4));
+  spec.host_variant = true;
   spec.body = w.take();
   spec.note = std::string(per_warp ? "one warp" : "one block") +
               " per row: row-sum pass, shuffle combine, write pass";
@@ -157,6 +164,28 @@ KernelSpec emit_softmax_cross_entropy_grad(const KernelRequest& request) {
   }
   w.comment("The loss is the batch mean: each row's gradient is scaled by dy / N.");
   w.line("const float row_scale = {} / kRowsF;", load(node.inputs[0]->type.dtype, dy + "[0]"));
+  const std::vector<std::string> label_lines = {
+      fmt::format("const {} raw_label = {}[row];", compute_type(node.inputs[2]->type.dtype), labels),
+      "const bool valid = raw_label >= 0 && raw_label < kClasses;",
+      "const int label = valid ? static_cast<int>(raw_label) : -1;  // as -1 it matches no class",
+      "const float scale = valid ? row_scale : kNaN;"};
+  const std::vector<std::string> write = {
+      fmt::format("const float p = expf({} - max_v) * inv_sum;", load(dtype, "in_row[k]")),
+      "const float target = k == label ? 1.0f : 0.0f;",
+      fmt::format("out_row[k] = {};", store(dtype, "scale * (p - target)"))};
+  // The host body: each CUDA thread's online state, merged as on the GPU; element k is
+  // written with the state of the thread that writes it there.
+  open_host_rows(w, per_warp, type, "kRows", "grad_softmax.cpp");
+  w.line("const {}* in_row = {} + row * kClasses;", element, logits);
+  w.line("{}* out_row = {} + row * kClasses;", element, request.output_params[0]);
+  emit_host_online_softmax(w, load(dtype, "in_row[k]"), "kClasses");
+  for (const std::string& line : label_lines) w.line("{}", line);
+  w.open("for (int k = 0; k < kClasses; ++k)");
+  w.line("const float max_v = max_lanes[k % kHostThreads];");
+  w.line("const float inv_sum = 1.0f / sum_lanes[k % kHostThreads];");
+  for (const std::string& line : write) w.line("{}", line);
+  w.close();
+  close_host_rows(w, per_warp);
   open_row_loop(w, per_warp, type, "kRows");
   w.line("const {}* in_row = {} + row * kClasses;", element, logits);
   w.line("{}* out_row = {} + row * kClasses;", element, request.output_params[0]);
@@ -165,22 +194,18 @@ KernelSpec emit_softmax_cross_entropy_grad(const KernelRequest& request) {
     emit_warp_merge_softmax(w);
   else
     emit_block_merge_softmax(w);
-  w.line("const {} raw_label = {}[row];", compute_type(node.inputs[2]->type.dtype), labels);
-  w.line("const bool valid = raw_label >= 0 && raw_label < kClasses;");
-  w.comment("An invalid label makes the row NaN; as -1 it matches no class.");
-  w.line("const int label = valid ? static_cast<int>(raw_label) : -1;");
-  w.line("const float scale = valid ? row_scale : kNaN;");
+  w.comment("An invalid label makes the row NaN.");
+  for (const std::string& line : label_lines) w.line("{}", line);
   w.comment("One division per row: a division per element pulls in the IEEE divide's slow-path");
   w.comment("call, whose calling convention made ptxas spill registers here.");
   w.line("const float inv_sum = 1.0f / sum_v;");
   w.comment("Write pass: (softmax - onehot(label)) * dy / N.");
   w.open("for (int k = {}; k < kClasses; k += {})", first, step);
-  w.line("const float p = expf({} - max_v) * inv_sum;", load(dtype, "in_row[k]"));
-  w.line("const float target = k == label ? 1.0f : 0.0f;");
-  w.line("out_row[k] = {};", store(dtype, "scale * (p - target)"));
+  for (const std::string& line : write) w.line("{}", line);
   w.close();
   w.close();
   KernelSpec spec = row_spec(per_warp, shape[0], static_cast<uint32_t>(2 * kRowBlock / kWarpSize * 4));
+  spec.host_variant = true;
   spec.body = w.take();
   spec.note = std::string(per_warp ? "one warp" : "one block") +
               " per row: online max/sum-of-exp pass, shuffle merge, softmax - onehot write pass";

@@ -43,6 +43,37 @@ KernelSpec emit_softmax_cross_entropy(const KernelRequest& request) {
   w.line("const float kNaN = __int_as_float(0x7fc00000);  // the loss of an invalid label");
   emit_rescale_lambda(w);
   w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps] per-warp totals");
+  const std::string label_lines[] = {
+      fmt::format("const long long label = static_cast<long long>({}[row]);", labels),
+      "const bool valid = label >= 0 && label < kClasses;",
+      fmt::format("const float picked = valid ? {} : kNaN;", load(dtype, "in_row[label]"))};
+  // The host body (docs/codegen.md, "The host backend"): each warp's rows, their online
+  // states merged as on the GPU; lane 0's total per warp, folded in warp order.
+  w.line("#ifndef __CUDACC__");
+  w.comment("Host backend: the warps' rows as loops without shuffles or barriers, equal bit for");
+  w.comment("bit to the CUDA body below (codegen/kernels/loss.cpp). Thread 0 runs it.");
+  w.open("if (kiln_host_variant())");
+  w.line("if (threadIdx.x != 0) return;");
+  w.line("constexpr int kHostThreads = kWarpSize;  // the CUDA threads of one row");
+  w.line("float warp_totals[kWarps];");
+  w.open("for (int host_row_warp = 0; host_row_warp < kWarps; ++host_row_warp)");
+  w.line("float total = 0.0f;");
+  w.open("for ({} row = host_row_warp; row < kBatch; row += kWarps)", type);
+  w.line("const {}* in_row = {} + row * kClasses;", element, logits);
+  emit_host_online_softmax(w, load(dtype, "in_row[k]"), "kClasses");
+  w.line("const float max_v = max_lanes[0];");
+  w.line("const float sum_v = sum_lanes[0];");
+  for (const std::string& line : label_lines) w.line("{}", line);
+  w.line("total += max_v + logf(sum_v) - picked;");
+  w.close();
+  w.line("warp_totals[host_row_warp] = total;");
+  w.close();
+  w.line("float sum = warp_totals[0];");
+  w.line("for (int k = 1; k < kWarps; ++k) sum += warp_totals[k];");
+  w.line("{}[0] = {};", request.output_params[0], store(dtype, "sum / kBatchF"));
+  w.line("return;");
+  w.close();
+  w.line("#endif");
   w.comment("Every lane of a warp holds the same running total (the merges are symmetric).");
   w.line("float total = 0.0f;");
   w.comment("Warp-uniform loop: all 32 lanes reach every shuffle.");
@@ -50,9 +81,7 @@ KernelSpec emit_softmax_cross_entropy(const KernelRequest& request) {
   w.line("const {}* in_row = {} + row * kClasses;", element, logits);
   emit_online_softmax(w, load(dtype, "in_row[k]"), "lane", "kClasses", "kWarpSize", type);
   emit_warp_merge_softmax(w);
-  w.line("const long long label = static_cast<long long>({}[row]);", labels);
-  w.line("const bool valid = label >= 0 && label < kClasses;");
-  w.line("const float picked = valid ? {} : kNaN;", load(dtype, "in_row[label]"));
+  for (const std::string& line : label_lines) w.line("{}", line);
   w.line("total += max_v + logf(sum_v) - picked;");
   w.close();
   w.open("if (lane == 0)");
@@ -68,6 +97,7 @@ KernelSpec emit_softmax_cross_entropy(const KernelRequest& request) {
   w.line("{}[0] = {};", request.output_params[0], store(dtype, "sum / kBatchF"));
   w.close();
   KernelSpec spec = single_block_spec(kRowBlock);
+  spec.host_variant = true;
   spec.body = w.take();
   spec.note =
       "one block: a warp per row (online log-sum-exp, label gather), per-warp totals "

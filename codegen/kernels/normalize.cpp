@@ -50,9 +50,21 @@ KernelSpec emit_contiguous_softmax(const KernelRequest& request, int64_t rows, i
     w.line("float* partial_max = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
     w.line("float* partial_sum = partial_max + kWarps;  // [kWarps]");
   }
+  const std::string in_row_k = load_input(request, 0, "row * kLen + k");
+  // The host body: each CUDA thread's online state, merged as on the GPU; element k is
+  // written with the state of the thread that writes it there.
+  open_host_rows(w, per_warp, type, "kRows", "normalize.cpp");
+  emit_host_online_softmax(w, in_row_k, "kLen");
+  w.open("for (int k = 0; k < kLen; ++k)");
+  w.line("const float max_v = max_lanes[k % kHostThreads];");
+  w.line("const float sum_v = sum_lanes[k % kHostThreads];");
+  if (log_form) w.line("const float log_sum = logf(sum_v);");
+  w.line("{}[row * kLen + k] = {};", request.output_params[0],
+         store(dtype, softmax_value(log_form, in_row_k)));
+  w.close();
+  close_host_rows(w, per_warp);
   open_row_loop(w, per_warp, type, "kRows");
   w.line("{}* out_row = {} + row * kLen;", element, request.output_params[0]);
-  const std::string in_row_k = load_input(request, 0, "row * kLen + k");
   emit_online_softmax(w, in_row_k, first, "kLen", step, "int");
   if (per_warp)
     emit_warp_merge_softmax(w);
@@ -65,6 +77,7 @@ KernelSpec emit_contiguous_softmax(const KernelRequest& request, int64_t rows, i
   w.close();
   w.close();
   KernelSpec spec = row_spec(per_warp, rows, static_cast<uint32_t>(2 * kRowBlock / kWarpSize * 4));
+  spec.host_variant = true;
   spec.body = w.take();
   if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   spec.note = std::string(per_warp ? "one warp" : "one block") +

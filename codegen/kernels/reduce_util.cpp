@@ -194,3 +194,61 @@ void emit_block_merge_softmax(BodyWriter& w) {
 }
 
 }  // namespace kiln::codegen
+
+namespace kiln::codegen {
+
+void emit_host_online_softmax(BodyWriter& w, const std::string& element, const std::string& count) {
+  w.line("float max_lanes[kHostThreads], sum_lanes[kHostThreads];  // each CUDA thread's state");
+  w.line("for (int host_lane = 0; host_lane < kHostThreads; ++host_lane) "
+         "max_lanes[host_lane] = -INFINITY, sum_lanes[host_lane] = 0.0f;");
+  w.open("for (int k0 = 0; k0 < {}; k0 += kHostThreads)", count);
+  w.open("for (int host_lane = 0; host_lane < kHostThreads && k0 + host_lane < {}; ++host_lane)",
+         count);
+  w.line("const int k = k0 + host_lane;");
+  w.line("const float v = {};", element);
+  w.line("float& max_v = max_lanes[host_lane];");
+  w.line("float& sum_v = sum_lanes[host_lane];");
+  w.open("if (v > max_v)");
+  w.line("sum_v = rescale(sum_v, max_v, v) + expf(v - v);");
+  w.line("max_v = v;");
+  w.reopen("else if (v != -INFINITY)");
+  w.line("sum_v += expf(v - max_v);");
+  w.close();
+  w.close();
+  w.close();
+  w.comment("Each warp's merge butterfly, every lane's state at every step, as on the GPU.");
+  w.open("for (int host_warp = 0; host_warp < kHostThreads; host_warp += kWarpSize)");
+  w.open("for (int offset = kWarpSize / 2; offset > 0; offset /= 2)");
+  w.line("float next_max[kWarpSize], next_sum[kWarpSize];");
+  w.open("for (int host_lane = 0; host_lane < kWarpSize; ++host_lane)");
+  w.line("const float max_v = max_lanes[host_warp + host_lane];");
+  w.line("const float sum_v = sum_lanes[host_warp + host_lane];");
+  w.line("const float other_max = max_lanes[host_warp + (host_lane ^ offset)];");
+  w.line("const float other_sum = sum_lanes[host_warp + (host_lane ^ offset)];");
+  w.line("const float merged_max = other_max > max_v ? other_max : max_v;");
+  w.line("next_sum[host_lane] = rescale(sum_v, max_v, merged_max) + "
+         "rescale(other_sum, other_max, merged_max);");
+  w.line("next_max[host_lane] = merged_max;");
+  w.close();
+  w.open("for (int host_lane = 0; host_lane < kWarpSize; ++host_lane)");
+  w.line("max_lanes[host_warp + host_lane] = next_max[host_lane];");
+  w.line("sum_lanes[host_warp + host_lane] = next_sum[host_lane];");
+  w.close();
+  w.close();
+  w.close();
+  w.open("if (kHostThreads > kWarpSize)");
+  w.comment("The block merge: the warps' states (lane 0's) in warp order, the same in every thread.");
+  w.line("float max_v = max_lanes[0];");
+  w.line("float sum_v = sum_lanes[0];");
+  w.open("for (int host_warp = kWarpSize; host_warp < kHostThreads; host_warp += kWarpSize)");
+  w.line("const float merged_max = max_lanes[host_warp] > max_v ? max_lanes[host_warp] : max_v;");
+  w.line("sum_v = rescale(sum_v, max_v, merged_max) +");
+  w.line("        rescale(sum_lanes[host_warp], max_lanes[host_warp], merged_max);");
+  w.line("max_v = merged_max;");
+  w.close();
+  w.line("for (int host_lane = 0; host_lane < kHostThreads; ++host_lane) "
+         "max_lanes[host_lane] = max_v, sum_lanes[host_lane] = sum_v;");
+  w.close();
+}
+
+}  // namespace kiln::codegen

@@ -79,6 +79,13 @@ void close_host_rows(BodyWriter& w, bool per_warp);
 void emit_host_row_sums(BodyWriter& w, const std::vector<std::pair<std::string, std::string>>& sums,
                         const std::vector<std::string>& prelude, const std::string& count);
 
+// Inside open_host_rows (or any scope declaring kHostThreads and a `rescale` lambda):
+// `float max_lanes[kHostThreads], sum_lanes[kHostThreads]`, each CUDA thread's online softmax
+// state of `element` (a float of `k`, over k < `count`) after the warp merges (and, for a
+// block of several warps, the block merge, which leaves every thread the same state), as
+// emit_online_softmax, emit_warp_merge_softmax and emit_block_merge_softmax compute them.
+void emit_host_online_softmax(BodyWriter& w, const std::string& element, const std::string& count);
+
 // The online softmax state over a strided slice of a row: `float max_v`, `float sum_v` (sum of
 // exp(v - max_v)), updated per element with the NaN and infinity behaviour of the reference
 // (see reduce_util.cpp). Emits the `rescale` lambda and the declarations; `element` is a float

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -164,11 +165,43 @@ inline std::vector<ir::Tensor> run_on_host(const Program& program, const std::st
 }
 #endif
 
+// Whether two results hold the same values bit for bit, NaNs aside: a NaN equals any NaN. Which
+// NaN an operation on NaNs returns (its sign and payload) is not specified by C++ and depends on
+// the operand order the compiler picks (x86 returns the first operand's): two bodies that
+// compute the same values can differ there (softmax of a row holding a NaN).
+inline bool same_values(const ir::Tensor& a, const ir::Tensor& b) {
+  if (a.bytes() == b.bytes()) return true;
+  if (a.dtype() != b.dtype() || a.bytes().size() != b.bytes().size()) return false;
+  const auto* x = reinterpret_cast<const unsigned char*>(a.bytes().data());
+  const auto* y = reinterpret_cast<const unsigned char*>(b.bytes().data());
+  const auto bits = [](const unsigned char* p, size_t size) {
+    uint64_t v = 0;
+    std::memcpy(&v, p, size);
+    return v;
+  };
+  // (element size, exponent mask, mantissa mask) of the floating types; others compare bytes.
+  size_t size = 0;
+  uint64_t exponent = 0, mantissa = 0;
+  switch (a.dtype()) {
+    case ir::DType::F32: size = 4, exponent = 0x7f800000u, mantissa = 0x007fffffu; break;
+    case ir::DType::F64: size = 8, exponent = 0x7ff0000000000000u, mantissa = 0x000fffffffffffffu; break;
+    case ir::DType::F16: size = 2, exponent = 0x7c00u, mantissa = 0x03ffu; break;
+    case ir::DType::BF16: size = 2, exponent = 0x7f80u, mantissa = 0x007fu; break;
+    default: return false;
+  }
+  const auto is_nan = [&](uint64_t v) { return (v & exponent) == exponent && (v & mantissa) != 0; };
+  for (size_t i = 0; i < a.bytes().size(); i += size) {
+    const uint64_t u = bits(x + i, size), v = bits(y + i, size);
+    if (u != v && !(is_nan(u) && is_nan(v))) return false;
+  }
+  return true;
+}
+
 // Emits `text`'s graph and checks it: NVRTC for sm_80 and sm_90 with no spills, then the host
 // backend under in-order, reverse and random:7 schedules against the reference interpreter,
 // running the kernels' CUDA bodies (HostOptions::cuda_variants); then, where kernels have a
-// host-specific body, the default run, whose outputs must equal the in-order run's byte for
-// byte. Returns the program for source checks. `per_output` overrides the tolerance of some
+// host-specific body, the default run, whose outputs must equal the in-order run's bit for bit
+// (NaNs aside: same_values). Returns the program for source checks. `per_output` overrides the tolerance of some
 // outputs.
 inline Program check_graph(const std::string& name, const std::string& text,
                            const std::vector<ir::Tensor>& inputs, Tolerance tolerance,
@@ -210,7 +243,7 @@ inline Program check_graph(const std::string& name, const std::string& text,
         runtime::host::run_program(program, module, inputs, {}, options);
     EXPECT_EQ(got.size(), in_order.size());
     for (size_t i = 0; i < got.size() && i < in_order.size(); ++i)
-      EXPECT_TRUE(got[i].bytes() == in_order[i].bytes())
+      EXPECT_TRUE(same_values(got[i], in_order[i]))
           << name << " output " << i << ": the host bodies' result differs from the CUDA bodies'";
   }
 #else
