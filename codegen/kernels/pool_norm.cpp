@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "codegen/kernels/emit_util.h"
+#include "codegen/kernels/reduce_util.h"
 
 namespace kiln::codegen {
 namespace {
@@ -146,6 +147,24 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   w.line("const int warp = threadIdx.x / kWarpSize;");
   w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kWarpsPerBlock + warp;");
   w.line("const index_t grid_warps = static_cast<index_t>(gridDim.x) * kWarpsPerBlock;");
+  // The host body (docs/codegen.md, "The host backend"): each warp's planes, their sums as the
+  // lanes and the shuffle tree compute them (emit_host_row_sums).
+  w.line("#ifndef __CUDACC__");
+  w.comment("Host backend: the block's planes as loops without shuffles, equal bit for bit to");
+  w.comment("the CUDA body below (codegen/kernels/pool_norm.cpp). Thread 0 runs it.");
+  w.open("if (kiln_host_variant())");
+  w.line("if (threadIdx.x != 0) return;");
+  w.line("constexpr int kHostThreads = kWarpSize;  // the CUDA threads of one plane");
+  w.open("for (int host_warp_index = 0; host_warp_index < kWarpsPerBlock; ++host_warp_index)");
+  w.open("for (index_t plane = static_cast<index_t>(blockIdx.x) * kWarpsPerBlock + host_warp_index; "
+         "plane < kPlanes; plane += grid_warps)");
+  emit_host_row_sums(w, {{"sum", load_input(request, 0, "plane * kPlaneSize + k")}}, {}, "kPlaneSize");
+  w.line("{}[plane] = {};", request.output_params[0], store(dtype, "sum / static_cast<float>(kPlaneSize)"));
+  w.close();
+  w.close();
+  w.line("return;");
+  w.close();
+  w.line("#endif");
   w.open("for (index_t plane = first; plane < kPlanes; plane += grid_warps)");
   w.line("float sum = 0.0f;");
   w.open("for (int i = lane; i < kPlaneSize; i += kWarpSize)");
@@ -163,6 +182,7 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   spec.grid = Dim3{grid_stride_blocks(planes, kWarpsPerBlock), 1, 1};
   spec.block = Dim3{kDefaultBlock, 1, 1};
   spec.uses_barriers = true;  // warp shuffles
+  spec.host_variant = true;
   spec.note = "one warp per (n, c) plane, strided lane sums and a shuffle-tree sum";
   if (request.dynamic_rows) spec.dynamic_grid_axis = 0;  // planes in order, image-major
   return spec;
