@@ -342,6 +342,20 @@ bool is_norm(const ir::Node& node) {
   return node.op == ir::OpId::LayerNorm || node.op == ir::OpId::RmsNorm;
 }
 
+// `float var` = the sum of `value` (an expression of k), or of its square, over the row's
+// elements k = stat_part, stat_part + kStatThreads, ... below `length`: one statistics
+// thread's share, as both GEMM bodies fold it.
+void emit_stat_fold(BodyWriter& w, const std::string& var, const std::string& value, bool squared,
+                    const std::string& length) {
+  w.line("float {} = 0.0f;", var);
+  w.open("if (stat_inside)");
+  w.open("for (index_t k = stat_part; k < {}; k += kStatThreads)", length);
+  w.line("const float value = {};", value);
+  w.line("{} += {};", var, squared ? "value * value" : "value");
+  w.close();
+  w.close();
+}
+
 // add_row_statistics for the GEMM's host body (GemmOperand::host_setup): each row's
 // kStatThreads CUDA threads' sums, then their shuffle steps over all of them, in the same
 // order, so `<prefix>_mean` and `<prefix>_rstd` (arrays of the host body here) hold the CUDA
@@ -360,13 +374,7 @@ std::string host_row_statistics(const ir::Node& norm, const std::string& prefix,
   const auto row_sum = [&](const std::string& var, const std::string& value, bool squared) {
     w.line("float {}_parts[kStatThreads];", var);
     w.open("for (int stat_part = 0; stat_part < kStatThreads; ++stat_part)");
-    w.line("float {} = 0.0f;", var);
-    w.open("if (stat_inside)");
-    w.open("for (index_t k = stat_part; k < {}; k += kStatThreads)", length);
-    w.line("const float value = {};", value);
-    w.line("{} += {};", var, squared ? "value * value" : "value");
-    w.close();
-    w.close();
+    emit_stat_fold(w, var, value, squared, length);
     w.line("{0}_parts[stat_part] = {0};", var);
     w.close();
     w.open("for (int step = 1; step < kStatThreads; step <<= 1)");
@@ -426,13 +434,7 @@ void add_row_statistics(nn::GemmSpec& spec, const ir::Node& norm, const Names& n
   // `float var` = the sum over the row of `value` (an expression of k), or of its square; the
   // row's threads combined.
   const auto row_sum = [&](const std::string& var, const std::string& value, bool squared) {
-    w.line("float {} = 0.0f;", var);
-    w.open("if (stat_inside)");
-    w.open("for (index_t k = stat_part; k < {}; k += kStatThreads)", length);
-    w.line("const float value = {};", value);
-    w.line("{} += {};", var, squared ? "value * value" : "value");
-    w.close();
-    w.close();
+    emit_stat_fold(w, var, value, squared, length);
     w.line("#pragma unroll");
     w.line("for (int step = 1; step < kStatThreads; step <<= 1)");
     w.line("  {0} += __shfl_xor_sync(0xffffffffu, {0}, step);", var);

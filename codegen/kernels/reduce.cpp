@@ -137,19 +137,7 @@ std::string store_result(const KernelRequest& request, const Accumulator& acc,
 // for bit. On fibers, the shuffles and barriers cost more than the sums.
 void emit_rows_host_body(BodyWriter& w, const KernelRequest& request, const ReducePlan& plan,
                          const Accumulator& acc, const std::string& type, bool per_warp) {
-  w.line("#ifndef __CUDACC__");
-  w.comment("Host backend: the block's rows as loops without shuffles or barriers, equal bit for");
-  w.comment("bit to the CUDA body below (codegen/kernels/reduce.cpp). Thread 0 runs it.");
-  w.open("if (kiln_host_variant())");
-  w.line("if (threadIdx.x != 0) return;");
-  w.line("constexpr int kHostThreads = {};  // the CUDA threads folding one row", per_warp ? "kWarpSize" : "kWarps * kWarpSize");
-  if (per_warp) {
-    w.open("for (int host_row_warp = 0; host_row_warp < kWarps; ++host_row_warp)");
-    w.open("for ({0} row = static_cast<{0}>(blockIdx.x) * kWarps + host_row_warp; row < kOutputs; "
-           "row += kWarps * gridDim.x)", type);
-  } else {
-    w.open("for ({} row = blockIdx.x; row < kOutputs; row += gridDim.x)", type);
-  }
+  open_host_rows(w, per_warp, type, "kOutputs", "reduce.cpp");
   emit_strided_offset(w, "base", "row", "Kept", plan.kept, type);
   w.line("{} folds[kHostThreads];", acc.type);
   w.line("for (int host_lane = 0; host_lane < kHostThreads; ++host_lane) folds[host_lane] = {};", acc.init);
@@ -163,11 +151,7 @@ void emit_rows_host_body(BodyWriter& w, const KernelRequest& request, const Redu
   w.close();
   emit_host_threads_combine(w, "acc", "folds", "kHostThreads", acc.combine, acc.type);
   w.line(store_result(request, acc, "row"));
-  w.close();
-  if (per_warp) w.close();
-  w.line("return;");
-  w.close();
-  w.line("#endif");
+  close_host_rows(w, per_warp);
 }
 
 KernelSpec emit_rows(const KernelRequest& request, const ReducePlan& plan, const Accumulator& acc) {
