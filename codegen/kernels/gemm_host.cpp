@@ -3,18 +3,20 @@
 // On the CPU a block's 256 CUDA threads are fibers on one OS thread, and the CUDA body's two
 // barriers per k step cost more than its arithmetic (HOST_BACKEND.md: 12-22 ns per thread per
 // barrier; 64 x 64 x 16 = 16,384 multiply-adds per step). The host body computes the same tile
-// without barriers, as one loop nest a C++ compiler vectorizes:
-//   1. stage a panel of up to kHostPanelSteps k steps of both operands along k, through the
-//      operands' own fetches (so it stages exactly what the CUDA threads stage, zeros outside
-//      the matrices included), the fetches' arithmetic on k hoisted out of the inner loops and
-//      each column's setup (a conv's patch position) done once per block;
+// without barriers, as one loop nest:
+//   1. stage a panel of up to kHostPanelSteps k steps of both operands through the operands'
+//      own fetches (so it stages exactly what the CUDA threads stage, zeros outside the
+//      matrices included), each in the order its memory wants (emit_panel_staging), and each
+//      column's setup (a conv's patch position) once per block, or the operand's host_setup
+//      (a norm prologue's row statistics);
 //   2. multiply the panel into the block's result tile (kiln_host_gemm_multiply, in the host
-//      prelude: one copy per module), 4 x 16 results at a time held in registers, the
-//      innermost loop running along contiguous columns;
+//      prelude: one copy per module), 4 rows x 2 vectors of results at a time held in
+//      registers, FMA instructions along contiguous columns;
 //   3. store every result with the CUDA body's epilogue.
-// Each result is the same sum as in the CUDA body: zero, then one product at a time in k order
-// (the k tiles' zero padding included), with no contraction on the host (host_compiler.cpp).
-// So the two bodies agree bit for bit, which tests check (HostOptions::cuda_variants).
+// Each result is the same sum as in the CUDA body: zero, then one fused multiply-add at a time
+// in k order (the CUDA source writes fmaf; the k tiles' zero padding folded into one +0), and
+// the host never contracts anything else (host_compiler.cpp). So the two bodies agree bit for
+// bit, which tests check (HostOptions::cuda_variants).
 // This is the loop fission of MCUDA and COX, done by the template that knows where its barriers
 // are, rather than by a compiler pass over arbitrary kernels.
 #include <algorithm>
@@ -28,12 +30,12 @@
 namespace kiln::codegen::nn::gemm_parts {
 namespace {
 
-// k steps staged per panel: 8 x 16 k of a 64-wide A and B tile is 67 KB of stack with the
-// padding, and the multiply keeps each register block of results over 128 k.
+// k steps staged per panel: 8 x 16 k of a 64-wide A and B tile is 64 KB of stack, and the
+// multiply keeps each register block of results over 128 k.
 constexpr int64_t kHostPanelSteps = 8;
-// kiln_host_gemm_multiply's register block (kiln_host_prelude.h): 4 rows x 16 columns of
-// floats are 8 AVX or 16 SSE registers, and each A value loaded feeds 16 multiply-adds. The
-// rows and columns it covers are rounded up to them.
+// kiln_host_gemm_multiply's register blocks (kiln_host_prelude.h) are 4 rows by one or two
+// vectors (16 or 32 floats with AVX-512, 8 or 16 with AVX2): the rows and columns a tile's
+// multiply covers are rounded up to 4 and 16.
 constexpr int kHostRows = 4;
 constexpr int kHostCols = 16;
 
