@@ -135,6 +135,20 @@ std::string array_literal(const std::vector<int64_t>& values, std::string_view t
   return text + "}";
 }
 
+void open_host_body(BodyWriter& w, const std::vector<std::string>& comment,
+                    std::string_view others_leave) {
+  w.line("#ifndef __CUDACC__");
+  for (const std::string& line : comment) w.comment(line);
+  w.open("if (kiln_host_variant())");
+  w.line("if ({}) return;", others_leave);
+}
+
+void close_host_body(BodyWriter& w) {
+  w.line("return;");
+  w.close();
+  w.line("#endif");
+}
+
 void open_grid_stride_loop(BodyWriter& w, std::string_view var, std::string_view type,
                            std::string_view count_name, std::string_view start) {
   const bool wide = type != "int";

@@ -129,6 +129,14 @@ std::string int_literal(int64_t value, std::string_view type);
 // "{1, 2, 3}" with `type`'s literal suffix.
 std::string array_literal(const std::vector<int64_t>& values, std::string_view type);
 
+// A kernel's host-specific body (docs/codegen.md, "The host backend"): open_host_body opens
+// `#ifndef __CUDACC__` and `if (kiln_host_variant())` with `comment` (its lines, saying what
+// runs and that it equals the CUDA body below), and makes every thread but the one that
+// `others_leave` excludes ("threadIdx.x != 0") return; close_host_body returns and closes them.
+void open_host_body(BodyWriter& w, const std::vector<std::string>& comment,
+                    std::string_view others_leave = "threadIdx.x != 0");
+void close_host_body(BodyWriter& w);
+
 // The first line of a grid-stride loop over [start, count_name):
 //   for (int i = thread_index; i < kCount; i += thread_count)
 // declaring thread_index (this thread's rank in the grid) and thread_count (threads in the

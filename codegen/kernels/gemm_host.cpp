@@ -169,11 +169,8 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   const int64_t panel_steps =
       std::min(kHostPanelSteps, (k_range + tiling.tile_k - 1) / tiling.tile_k);
   BodyWriter w(0);  // its own writer: its declarations are dropped or kept on their own
-  w.line("#ifndef __CUDACC__");
-  w.comment("Host backend: the block's whole tile as one loop nest without barriers, equal bit");
-  w.comment("for bit to the CUDA body below (codegen/kernels/gemm_host.cpp). Thread 0 runs it.");
-  w.open("if (kiln_host_variant())");
-  w.line("if (threadIdx.x != 0) return;");
+  open_host_body(w, {"Host backend: the block's whole tile as one loop nest without barriers, equal bit",
+                     "for bit to the CUDA body below (codegen/kernels/gemm_host.cpp). Thread 0 runs it."});
   w.line("constexpr int kHostPanelSteps = {};  // k steps staged at a time", panel_steps);
   w.line("constexpr int kHostRows = {};  // kiln_host_gemm_multiply's register block: rows", kHostRows);
   w.line("constexpr int kHostCols = {};  // and columns", kHostCols);
@@ -221,9 +218,7 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   emit_result(w, spec, tiling, "acc[r][c]");
   w.close();
   w.close();
-  w.line("return;");
-  w.close();
-  w.line("#endif");
+  close_host_body(w);
   out.lines(w.take());
 }
 

@@ -49,11 +49,8 @@ KernelSpec emit_softmax_cross_entropy(const KernelRequest& request) {
       fmt::format("const float picked = valid ? {} : kNaN;", load(dtype, "in_row[label]"))};
   // The host body (docs/codegen.md, "The host backend"): each warp's rows, their online
   // states merged as on the GPU; lane 0's total per warp, folded in warp order.
-  w.line("#ifndef __CUDACC__");
-  w.comment("Host backend: the warps' rows as loops without shuffles or barriers, equal bit for");
-  w.comment("bit to the CUDA body below (codegen/kernels/loss.cpp). Thread 0 runs it.");
-  w.open("if (kiln_host_variant())");
-  w.line("if (threadIdx.x != 0) return;");
+  open_host_body(w, {"Host backend: the warps' rows as loops without shuffles or barriers, equal bit for",
+                     "bit to the CUDA body below (codegen/kernels/loss.cpp). Thread 0 runs it."});
   w.line("constexpr int kHostThreads = kWarpSize;  // the CUDA threads of one row");
   w.line("float warp_totals[kWarps];");
   w.open("for (int host_row_warp = 0; host_row_warp < kWarps; ++host_row_warp)");
@@ -71,9 +68,7 @@ KernelSpec emit_softmax_cross_entropy(const KernelRequest& request) {
   w.line("float sum = warp_totals[0];");
   w.line("for (int k = 1; k < kWarps; ++k) sum += warp_totals[k];");
   w.line("{}[0] = {};", request.output_params[0], store(dtype, "sum / kBatchF"));
-  w.line("return;");
-  w.close();
-  w.line("#endif");
+  close_host_body(w);
   w.comment("Every lane of a warp holds the same running total (the merges are symmetric).");
   w.line("float total = 0.0f;");
   w.comment("Warp-uniform loop: all 32 lanes reach every shuffle.");

@@ -149,11 +149,8 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   w.line("const index_t grid_warps = static_cast<index_t>(gridDim.x) * kWarpsPerBlock;");
   // The host body (docs/codegen.md, "The host backend"): each warp's planes, their sums as the
   // lanes and the shuffle tree compute them (emit_host_row_sums).
-  w.line("#ifndef __CUDACC__");
-  w.comment("Host backend: the block's planes as loops without shuffles, equal bit for bit to");
-  w.comment("the CUDA body below (codegen/kernels/pool_norm.cpp). Thread 0 runs it.");
-  w.open("if (kiln_host_variant())");
-  w.line("if (threadIdx.x != 0) return;");
+  open_host_body(w, {"Host backend: the block's planes as loops without shuffles, equal bit for bit to",
+                     "the CUDA body below (codegen/kernels/pool_norm.cpp). Thread 0 runs it."});
   w.line("constexpr int kHostThreads = kWarpSize;  // the CUDA threads of one plane");
   w.open("for (int host_warp_index = 0; host_warp_index < kWarpsPerBlock; ++host_warp_index)");
   w.open("for (index_t plane = static_cast<index_t>(blockIdx.x) * kWarpsPerBlock + host_warp_index; "
@@ -162,9 +159,7 @@ KernelSpec emit_global_avg_pool(const KernelRequest& request) {
   w.line("{}[plane] = {};", request.output_params[0], store(dtype, "sum / static_cast<float>(kPlaneSize)"));
   w.close();
   w.close();
-  w.line("return;");
-  w.close();
-  w.line("#endif");
+  close_host_body(w);
   w.open("for (index_t plane = first; plane < kPlanes; plane += grid_warps)");
   w.line("float sum = 0.0f;");
   w.open("for (int i = lane; i < kPlaneSize; i += kWarpSize)");

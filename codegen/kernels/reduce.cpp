@@ -195,11 +195,9 @@ KernelSpec emit_rows(const KernelRequest& request, const ReducePlan& plan, const
 // order, as the CUDA body does: bit for bit its results, without the barriers.
 void emit_columns_host_body(BodyWriter& w, const KernelRequest& request, const ReducePlan& plan,
                             const Accumulator& acc, const std::string& type) {
-  w.line("#ifndef __CUDACC__");
-  w.comment("Host backend: each pass as loops without barriers, equal bit for bit to the CUDA");
-  w.comment("body below (codegen/kernels/reduce.cpp). Thread (0, 0) runs it.");
-  w.open("if (kiln_host_variant())");
-  w.line("if (threadIdx.x != 0 || threadIdx.y != 0) return;");
+  open_host_body(w, {"Host backend: each pass as loops without barriers, equal bit for bit to the CUDA",
+                     "body below (codegen/kernels/reduce.cpp). Thread (0, 0) runs it."},
+                 "threadIdx.x != 0 || threadIdx.y != 0");
   w.open("for ({0} first = static_cast<{0}>(blockIdx.x) * kColumns; first < kOutputs; "
          "first += kColumns * gridDim.x)", type);
   w.line("const int columns = kOutputs - first < kColumns ? static_cast<int>(kOutputs - first) : kColumns;");
@@ -226,9 +224,7 @@ void emit_columns_host_body(BodyWriter& w, const KernelRequest& request, const R
   w.line(store_result(request, acc, "o"));
   w.close();
   w.close();
-  w.line("return;");
-  w.close();
-  w.line("#endif");
+  close_host_body(w);
 }
 
 KernelSpec emit_columns(const KernelRequest& request, const ReducePlan& plan,

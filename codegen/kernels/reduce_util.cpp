@@ -88,11 +88,8 @@ void emit_host_threads_combine(BodyWriter& w, const std::string& var, const std:
 
 void open_host_rows(BodyWriter& w, bool per_warp, const std::string& type, const std::string& rows,
                     const std::string& file) {
-  w.line("#ifndef __CUDACC__");
-  w.comment("Host backend: the block's rows as loops without shuffles or barriers, equal bit for");
-  w.comment(fmt::format("bit to the CUDA body below (codegen/kernels/{}). Thread 0 runs it.", file));
-  w.open("if (kiln_host_variant())");
-  w.line("if (threadIdx.x != 0) return;");
+  open_host_body(w, {"Host backend: the block's rows as loops without shuffles or barriers, equal bit for",
+                     fmt::format("bit to the CUDA body below (codegen/kernels/{}). Thread 0 runs it.", file)});
   w.line("constexpr int kHostThreads = {};  // the CUDA threads of one row",
          per_warp ? "kWarpSize" : "kWarps * kWarpSize");
   if (per_warp) {
@@ -107,9 +104,7 @@ void open_host_rows(BodyWriter& w, bool per_warp, const std::string& type, const
 void close_host_rows(BodyWriter& w, bool per_warp) {
   w.close();
   if (per_warp) w.close();
-  w.line("return;");
-  w.close();
-  w.line("#endif");
+  close_host_body(w);
 }
 
 void emit_host_row_sums(BodyWriter& w, const std::vector<std::pair<std::string, std::string>>& sums,
