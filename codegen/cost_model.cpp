@@ -261,6 +261,8 @@ FlopRule flop_rule(ir::OpId op) {
     // The warmup ramp or the cosine of the progress: a handful of scalar operations.
     case OpId::LrSchedule: return lr_schedule_flops;
     case OpId::GradNormClip: return grad_norm_clip_flops;
+    // Communication, no arithmetic on one rank (the ranks' sum is the network's time).
+    case OpId::AllReduce: return no_flops;
     // Two comparisons per element.
     case OpId::MaximumShare:
     case OpId::MinimumShare: return per_result<2>;

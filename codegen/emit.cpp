@@ -350,6 +350,8 @@ class ProgramBuilder {
       kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
     }
     kernel.library = select_library_call(node, libraries_, precision_);
+    if (node.op == ir::OpId::AllReduce)
+      kernel.all_reduce_bucket = static_cast<int>(std::get<int64_t>(node.attrs.at("bucket")));
     const NodeCost cost = node_cost(node);
     kernel.flops = cost.flops;
     kernel.bytes_read = cost.bytes_read;

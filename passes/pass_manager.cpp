@@ -217,8 +217,8 @@ std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeli
   return pipeline;
 }
 
-std::vector<std::string> training_pipeline(const std::string& optimizer) {
-  return {
+std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed) {
+  std::vector<std::string> pipeline = {
       "canonicalize",
       // Before autodiff, so that the backward pass is attention_grad, not the S x S chain's.
       "fuse-attention",
@@ -238,6 +238,9 @@ std::vector<std::string> training_pipeline(const std::string& optimizer) {
       // Activations saved for the backward pass, gradients and temporaries share one arena.
       "plan-memory",
   };
+  // Data-parallel: every rank updates with the gradients averaged over the ranks.
+  if (distributed) pipeline.insert(pipeline.begin() + 3, "all-reduce-gradients");
+  return pipeline;
 }
 
 }  // namespace kiln::passes

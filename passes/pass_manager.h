@@ -64,7 +64,9 @@ std::vector<std::string> inference_pipeline(int opt_level);
 // The training step: the gradients of the loss (the first output) and one optimizer update
 // (`optimizer`: the append-optimizer options, "optimizer=adam lr=0.001"), then the inference
 // pipeline's fusion and planning. No constant folding: parameters change every step.
-std::vector<std::string> training_pipeline(const std::string& optimizer);
+// `distributed`: data-parallel training, whose gradients are averaged over the ranks before the
+// update (all-reduce-gradients).
+std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed = false);
 
 // `pipeline` with split-k told which forward GEMMs a vendor library may compute (--library:
 // cuDNN for conv2d, cuBLASLt for dense and matmul): split-k leaves those whole

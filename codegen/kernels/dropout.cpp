@@ -2,7 +2,7 @@
 //
 // The generator is the one in ir/philox.h, written out in the kernel so that the reference
 // interpreter, the host backend (this same source on the CPU) and the GPU draw the identical
-// mask for the same (seed, step): element i is kept when the top 24 bits of word i of the
+// mask for the same (seed, step): element i is kept when the top 24 bits of word i + word_offset of the
 // stream reach dropout_threshold(rate). Each thread computes the Philox block of its element
 // (a block holds 4 words; recomputing it per element keeps the kernel a plain grid-stride map).
 #include <fmt/format.h>
@@ -18,6 +18,7 @@ KernelSpec emit_philox_dropout(const KernelRequest& request) {
   const int64_t count = ir::num_elements(type.shape);
   const double rate = attr<double>(node, "rate");
   const uint64_t seed = static_cast<uint64_t>(attr<int64_t>(node, "seed"));
+  const int64_t word_offset = attr<int64_t>(node, "word_offset");
   const std::string index = "long long";
   const std::string& x = request.input_params[0];
   const std::string& step = request.input_params[1];
@@ -35,7 +36,15 @@ KernelSpec emit_philox_dropout(const KernelRequest& request) {
   w.line("const unsigned long long offset = static_cast<unsigned long long>({}[0]);", step);
   open_grid_stride_loop(w, "i", index, "kCount");
   w.comment("Counter (block of 4 words, offset); key = the seed. Ten rounds, as ir/philox.h.");
-  w.line("const unsigned long long block = static_cast<unsigned long long>(i) / 4;");
+  if (word_offset != 0) {
+    w.comment("This tensor's element 0 draws word " + std::to_string(word_offset) +
+              " of the stream (a data-parallel rank's shard of the global batch).");
+    w.line("const unsigned long long word_index = static_cast<unsigned long long>(i) + {}ull;",
+           word_offset);
+  } else {
+    w.line("const unsigned long long word_index = static_cast<unsigned long long>(i);");
+  }
+  w.line("const unsigned long long block = word_index / 4;");
   w.line("unsigned int c0 = static_cast<unsigned int>(block), c1 = static_cast<unsigned int>(block >> 32);");
   w.line("unsigned int c2 = static_cast<unsigned int>(offset), c3 = static_cast<unsigned int>(offset >> 32);");
   w.line("unsigned int k0 = {}u, k1 = {}u;", static_cast<uint32_t>(seed),
@@ -52,7 +61,7 @@ KernelSpec emit_philox_dropout(const KernelRequest& request) {
   w.line("  k0 += 0x{:X}u;", ir::philox::kWeyl0);
   w.line("  k1 += 0x{:X}u;", ir::philox::kWeyl1);
   w.line("}");
-  w.line("const unsigned int lane = static_cast<unsigned int>(i % 4);");
+  w.line("const unsigned int lane = static_cast<unsigned int>(word_index % 4);");
   w.line("const unsigned int word = lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;");
   w.line("const {} value = {};", compute_type(type.dtype), load(type.dtype, fmt::format("{}[i]", x)));
   w.line("{}[i] = {};", out,

@@ -369,11 +369,41 @@ KernelSpec emit_grad_norm_clip(const KernelRequest& request) {
   return spec;
 }
 
+// all_reduce in one process: the mean over one rank is each gradient itself, so the kernel
+// copies them (what `kiln run` and the tests of a data-parallel program compute). Across
+// processes the runtime performs the all-reduce in this kernel's place (Kernel::collective,
+// runtime/distributed/), as a library call replaces a generated kernel.
+KernelSpec emit_all_reduce(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  BodyWriter w;
+  w.comment(fmt::format("bucket {}: one rank's mean is its own gradients; across ranks the "
+                        "runtime all-reduces this bucket instead of launching this kernel",
+                        attr<int64_t>(node, "bucket")));
+  int64_t largest = 1;
+  for (const ir::Value* x : node.inputs) largest = std::max(largest, ir::num_elements(x->type.shape));
+  const std::string index = index_type(largest);
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const ir::TensorType& type = node.inputs[k]->type;
+    const int64_t count = ir::num_elements(type.shape);
+    w.comment(fmt::format("%{} {}", node.inputs[k]->name, type.to_string()));
+    open_grid_stride_loop(w, "i" + std::to_string(k), index, int_literal(count, index));
+    w.line("{}[i{}] = {}[i{}];", request.output_params[k], k, request.input_params[k], k);
+    w.close();
+  }
+  KernelSpec spec = grid_stride_spec(largest);
+  spec.body = w.take();
+  spec.note = fmt::format("one process: a copy of {} gradient(s); across processes the "
+                          "runtime's all-reduce",
+                          node.inputs.size());
+  return spec;
+}
+
 }  // namespace
 
 void add_optimizer_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::LrSchedule, emit_lr_schedule);
   table.emplace_back(ir::OpId::GradNormClip, emit_grad_norm_clip);
+  table.emplace_back(ir::OpId::AllReduce, emit_all_reduce);
   table.emplace_back(ir::OpId::SgdUpdate, emit_update);
   table.emplace_back(ir::OpId::AdamUpdate, emit_update);
   table.emplace_back(ir::OpId::AdamwUpdate, emit_update);

@@ -85,7 +85,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::SoftmaxGrad: case OpId::LogSoftmaxGrad: case OpId::SoftmaxCrossEntropyGrad:
       return KernelFamily::Grad;
     case OpId::SgdUpdate: case OpId::AdamUpdate: case OpId::AdamwUpdate:
-    case OpId::LrSchedule: case OpId::GradNormClip:
+    case OpId::LrSchedule: case OpId::GradNormClip: case OpId::AllReduce:
       return KernelFamily::Optimizer;
     case OpId::BatchNormTrain: case OpId::BatchNormTrainGrad: case OpId::LayerNormGrad:
     case OpId::RmsNormGrad: case OpId::BatchNormChunkStats: case OpId::BatchNormChunkSums:

@@ -244,18 +244,19 @@ void add_elementwise_kernels(KernelTable& table) {
   table[ir::OpId::Cast] = [](const ir::Node& node, const Inputs& in) {
     return Results{ref::make_result(node, in[0]->to_doubles())};
   };
-  // Training mode: the mask is Philox word i of the stream (seed, step), as in every backend
+  // Training mode: the mask is Philox word i + word_offset of the stream (seed, step), as in every backend
   // (ir/philox.h); kept elements are scaled by 1 / (1 - rate).
   table[ir::OpId::Dropout] = [](const ir::Node& node, const Inputs& in) {
     if (!ref::attr_bool(node, "training")) return Results{*in[0]};
     const double rate = ref::attr_float(node, "rate");
     const uint64_t seed = static_cast<uint64_t>(std::get<int64_t>(node.attrs.at("seed")));
     const uint64_t step = static_cast<uint64_t>(in[1]->to_doubles().at(0));
+    const uint64_t word_offset = static_cast<uint64_t>(std::get<int64_t>(node.attrs.at("word_offset")));
     const uint32_t threshold = ir::philox::dropout_threshold(rate);
     const std::vector<double> x = in[0]->to_doubles();
     std::vector<double> y(x.size());
     for (size_t i = 0; i < x.size(); ++i)
-      y[i] = ir::philox::dropout_keeps(seed, step, i, threshold) ? x[i] / (1.0 - rate) : 0.0;
+      y[i] = ir::philox::dropout_keeps(seed, step, i + word_offset, threshold) ? x[i] / (1.0 - rate) : 0.0;
     return Results{ref::make_result(node, y)};
   };
 }

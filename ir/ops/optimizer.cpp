@@ -149,4 +149,16 @@ Types infer_grad_norm_clip(const InferContext& ctx) {
   return {scalar, scalar};
 }
 
+Types infer_all_reduce(const InferContext& ctx) {
+  Types results;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    require_float(ctx, static_cast<int>(i));
+    results.push_back(ctx.inputs[i]);
+  }
+  if (ctx.get_int("bucket") < 0)
+    throw OpError{"attribute 'bucket' must be >= 0, got " + std::to_string(ctx.get_int("bucket")),
+                  -1, "bucket"};
+  return results;
+}
+
 }  // namespace kiln::ir::type_rules

@@ -132,6 +132,24 @@ def optimizer_cases():
         add_case(f"grad_norm_clip_{max_norm:g}", "grad_norm_clip", {"max_norm": max_norm}, grads,
                  clip_oracle(max_norm))
 
+    # all_reduce against torch.distributed's own all_reduce, in a group of one process (gloo has
+    # no AVG: the sum over the ranks divided by their number): one rank's mean is each tensor.
+    def all_reduce_oracle(*tensors):
+        import tempfile
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0,
+                                    world_size=1)
+        means = []
+        for tensor in tensors:
+            tensor = tensor.clone()
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            means.append(tensor / dist.get_world_size())
+        return tuple(means)
+
+    add_case("all_reduce_bucket", "all_reduce", {"bucket": 3}, [randn(3, 4), randn(5), randn(2, 3, 2)],
+             all_reduce_oracle)
+
     # lr_schedule against torch.optim.lr_scheduler itself: LinearLR from 1 / warmup for the
     # warmup, then CosineAnnealingLR (or LinearLR) to min_scale, chained by SequentialLR at
     # milestone warmup; the factor of the 1-based step t is the lr after t - 1 scheduler steps
