@@ -19,6 +19,8 @@
 # libonnx-testdata (tests): ONNX's backend node tests, run by the conformance table.
 # python3-onnx (tests): builds small .onnx files for the importer's lit tests.
 # python3-torchvision (tests): the zoo models exported to ONNX and compared with PyTorch.
+# libopenmpi-dev, openmpi-bin: data-parallel training (`mpirun -np N kiln train`, docs/distributed.md):
+# kiln links OpenMPI's libmpi, which launches, shards and averages gradients across processes.
 # fortunes: English text (fortune cookies, 2.6 MB) for `kiln train --data fortunes`, the corpus
 # of examples/gpt.json (docs/data.md).
 set -euo pipefail
@@ -26,7 +28,8 @@ set -euo pipefail
 build_packages=(cmake g++ ninja-build nlohmann-json3-dev libfmt-dev libgtest-dev libcli11-dev
                 python3 llvm-14-tools llvm-14-dev libboost-context-dev zlib1g-dev
                 dataset-fashion-mnist fortunes graphviz ccache libonnx-dev libprotobuf-dev libhdf5-dev
-                pkg-config libxxhash-dev libcpp-httplib-dev pybind11-dev python3-dev python3-numpy)
+                pkg-config libxxhash-dev libcpp-httplib-dev pybind11-dev python3-dev python3-numpy
+                libopenmpi-dev openmpi-bin)
 test_packages=(python3-torch python3-numpy python3-jsonschema chromium libonnx-testdata
                python3-onnx python3-torchvision clang-14 libclang-rt-14-dev curl python3-pytest)
 

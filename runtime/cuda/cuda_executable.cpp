@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -28,6 +29,7 @@
 #include "ir/memory_plan.h"
 #include "runtime/cuda/driver_api.h"
 #include "runtime/cuda/library_runner.h"
+#include "runtime/cuda/nccl_api.h"
 #include "runtime/cuda/pinned_staging.h"
 #include "runtime/cuda/plan.h"
 
@@ -177,6 +179,7 @@ class DeviceExecutable final : public CudaExecutable {
   std::deque<Pending> pending_;
   int next_slot_ = 0;
   std::unique_ptr<LibraryContext> library_context_;
+  std::unique_ptr<DeviceBuckets> buckets_;  // data-parallel: the all_reduce kernels over NCCL
   Owned<CUgraphExec> graph_;
   std::vector<int64_t> graph_sizes_;  // the sizes graph_ was captured with: its launches' grids
   std::vector<Launch> launches_;
@@ -236,6 +239,16 @@ DeviceExecutable::DeviceExecutable(const DriverApi& api, const codegen::Program&
 
   allocate_arena(parameters);
   prepare_library_calls(options);
+  // Data-parallel training: the all_reduce kernels become NCCL all-reduces across the ranks.
+  if (options.communicator != nullptr &&
+      std::any_of(program_.kernels.begin(), program_.kernels.end(),
+                  [](const codegen::Kernel& k) { return k.all_reduce_bucket >= 0; })) {
+    std::vector<CUdeviceptr> addresses;
+    for (size_t id = 0; id < program_.buffers.size(); ++id) addresses.push_back(address(static_cast<int>(id)));
+    buckets_ = std::make_unique<DeviceBuckets>(api_, nccl(options.library_paths.nccl), program_,
+                                               *options.communicator, std::move(addresses));
+    use_graph_ = false;  // kernel by kernel (nccl_api.h says why)
+  }
 }
 
 codegen::LibrarySelection DeviceExecutable::load_libraries(const CudaOptions& options) {
@@ -377,6 +390,14 @@ void DeviceExecutable::prepare_library_calls(const CudaOptions& options) {
 }
 
 void DeviceExecutable::enqueue(Launch& launch) {
+  if (buckets_) {
+    const auto index = static_cast<size_t>(launch.kernel - program_.kernels.data());
+    buckets_->before(index, stream_.get());
+    if (launch.kernel->all_reduce_bucket >= 0) {
+      buckets_->start(index, stream_.get());
+      return;
+    }
+  }
   if (launch.library) {
     launch.library->enqueue();
     return;
@@ -392,6 +413,7 @@ void DeviceExecutable::enqueue(Launch& launch) {
 
 void DeviceExecutable::enqueue_all() {
   for (Launch& launch : launches_) enqueue(launch);
+  if (buckets_) buckets_->finish_all(stream_.get());
 }
 
 // Each launch between two events on the stream; the times are read after the launches, so the
@@ -407,6 +429,7 @@ void DeviceExecutable::enqueue_profiled(RunProfile& profile) {
     api_.check(api_.cuEventRecord(events[i].get(), stream_.get()), "cuEventRecord");
     enqueue(launches_[i]);
   }
+  if (buckets_) buckets_->finish_all(stream_.get());
   api_.check(api_.cuEventRecord(events.back().get(), stream_.get()), "cuEventRecord");
   api_.check(api_.cuEventSynchronize(events.back().get()), "cuEventSynchronize",
              fmt::format("running graph '{}'", program_.graph_name));

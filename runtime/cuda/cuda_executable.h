@@ -16,6 +16,10 @@
 #include "runtime/cuda/library_paths.h"
 #include "runtime/executor/profile.h"
 
+namespace kiln::runtime::distributed {
+class Communicator;
+}
+
 namespace kiln::runtime::cuda {
 
 class DriverApi;  // runtime/cuda/driver_api.h
@@ -32,6 +36,9 @@ struct CudaOptions {
   // default uses what the kernel table asks for: codegen's --library already chose.
   codegen::LibrarySelection libraries{true, true};
   LibraryPaths library_paths;
+  // Data-parallel training: the ranks the all_reduce kernels (codegen::Kernel::
+  // all_reduce_bucket) average over with NCCL (nccl_api.h); nullptr: one process.
+  distributed::Communicator* communicator = nullptr;
 };
 
 // Whether a driver and at least one device can be opened; `why` says why not: the reason

@@ -47,6 +47,7 @@
   X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                  \
   X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                             \
   X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                        \
+  X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020)                            \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                  \
   X(cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010)                  \
   X(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000)                         \

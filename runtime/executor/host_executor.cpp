@@ -1,6 +1,7 @@
 #include "runtime/executor/host_executor.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 
 #include "ir/diagnostic.h"
+#include "runtime/distributed/communicator.h"
 
 namespace kiln::runtime::host {
 
@@ -46,6 +48,96 @@ struct HostExecutable::Storage {
   std::vector<Block> blocks;
 };
 
+// The all_reduce kernels of a data-parallel step (Kernel::all_reduce_bucket), performed across
+// the ranks instead of launched. At its kernel a bucket's gradients are packed into one
+// contiguous buffer (so that the planner may reuse their memory at once) and its mean started;
+// the wait, and the unpacking into the kernel's results, come right before the first kernel that
+// reads a result. In between the backward pass goes on, and the communicator progresses the
+// transfer between kernels.
+class HostExecutable::Collectives {
+ public:
+  Collectives(const codegen::Program& program, distributed::Communicator& communicator)
+      : program_(program), communicator_(communicator) {
+    for (size_t k = 0; k < program.kernels.size(); ++k) {
+      const codegen::Kernel& kernel = program.kernels[k];
+      if (kernel.all_reduce_bucket < 0) continue;
+      const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
+      KILN_CHECK(operands * 2 == kernel.args.size())
+          << kernel.name << ": an all_reduce has one result per operand";
+      int64_t bytes = 0;
+      for (size_t i = 0; i < operands; ++i) {
+        bytes += program.buffers[kernel.args[i]].bytes;
+        KILN_CHECK(program.buffers[kernel.args[i]].type.dtype == dtype_of(kernel))
+            << kernel.name << ": a bucket holds one dtype";
+        reader_of_.emplace(kernel.args[operands + i], k);
+      }
+      staging_.emplace(k, std::vector<std::byte>(static_cast<size_t>(bytes)));
+    }
+  }
+
+  // Before kernel `k` runs: completes every bucket it reads.
+  void before(size_t k, const std::vector<void*>& pointers) {
+    if (pending_.empty()) return;
+    const codegen::Kernel& kernel = program_.kernels[k];
+    const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
+    for (size_t i = 0; i < operands; ++i) {
+      auto it = reader_of_.find(kernel.args[i]);
+      if (it != reader_of_.end() && pending_.count(it->second)) finish(it->second, pointers);
+    }
+  }
+
+  // Kernel `k`, an all_reduce: packs its operands and starts their mean.
+  void start(size_t k, const std::vector<void*>& pointers) {
+    const codegen::Kernel& kernel = program_.kernels[k];
+    std::vector<std::byte>& staging = staging_.at(k);
+    const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
+    size_t offset = 0;
+    for (size_t i = 0; i < operands; ++i) {
+      const auto bytes = static_cast<size_t>(program_.buffers[kernel.args[i]].bytes);
+      std::memcpy(staging.data() + offset, pointers[kernel.args[i]], bytes);
+      offset += bytes;
+    }
+    const ir::DType dtype = dtype_of(kernel);
+    const auto count = static_cast<int64_t>(staging.size() / ir::dtype_size(dtype));
+    pending_[k] = communicator_.start_mean(staging.data(), count, dtype);
+  }
+
+  void progress() {
+    if (!pending_.empty()) communicator_.progress();
+  }
+
+  // At the end of the step: every bucket still outstanding.
+  void finish_all(const std::vector<void*>& pointers) {
+    while (!pending_.empty()) finish(pending_.begin()->first, pointers);
+  }
+
+ private:
+  ir::DType dtype_of(const codegen::Kernel& kernel) const {
+    return program_.buffers[kernel.args.at(0)].type.dtype;
+  }
+
+  void finish(size_t k, const std::vector<void*>& pointers) {
+    communicator_.wait(pending_.at(k));
+    pending_.erase(k);
+    const codegen::Kernel& kernel = program_.kernels[k];
+    const std::vector<std::byte>& staging = staging_.at(k);
+    const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
+    size_t offset = 0;
+    for (size_t i = 0; i < operands; ++i) {
+      const int result = kernel.args[operands + i];
+      const auto bytes = static_cast<size_t>(program_.buffers[result].bytes);
+      std::memcpy(pointers[result], staging.data() + offset, bytes);
+      offset += bytes;
+    }
+  }
+
+  const codegen::Program& program_;
+  distributed::Communicator& communicator_;
+  std::map<int, size_t> reader_of_;  // a result's buffer id -> its all_reduce kernel
+  std::map<size_t, std::vector<std::byte>> staging_;  // per all_reduce kernel
+  std::map<size_t, int> pending_;  // all_reduce kernel -> its outstanding request
+};
+
 HostExecutable::HostExecutable(const codegen::Program& program, const HostModule& module,
                                const std::vector<ir::Tensor>& parameters, HostOptions options)
     : program_(program), module_(module), options_(std::move(options)),
@@ -63,6 +155,10 @@ HostExecutable::HostExecutable(const codegen::Program& program, const HostModule
   }
   skips_padding_ = std::any_of(program.kernels.begin(), program.kernels.end(),
                                [](const codegen::Kernel& k) { return k.dynamic_symbol >= 0; });
+  if (options_.communicator != nullptr &&
+      std::any_of(program.kernels.begin(), program.kernels.end(),
+                  [](const codegen::Kernel& k) { return k.all_reduce_bucket >= 0; }))
+    collectives_ = std::make_unique<Collectives>(program, *options_.communicator);
   input_buffers_ = program.buffer_ids(codegen::BufferRole::Input);
   parameter_buffers_ = program.buffer_ids(codegen::BufferRole::Parameter);
   check_count(parameter_buffers_, parameters.size(), program, "parameter");
@@ -107,6 +203,13 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
   }
   for (size_t k = 0; k < program_.kernels.size(); ++k) {
     const codegen::Kernel& kernel = program_.kernels[k];
+    if (collectives_) {
+      collectives_->before(k, pointers_);
+      if (kernel.all_reduce_bucket >= 0) {
+        collectives_->start(k, pointers_);
+        continue;
+      }
+    }
     args.clear();
     for (int id : kernel.args) args.push_back(pointers_.at(id));
     // A kernel of real rows only takes this run's size of its symbol after the buffers.
@@ -124,7 +227,9 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
     if (profile)
       profile->kernels.push_back({static_cast<int>(k), microseconds(start - first),
                                   microseconds(Clock::now() - start)});
+    if (collectives_) collectives_->progress();
   }
+  if (collectives_) collectives_->finish_all(pointers_);
 
   std::vector<ir::Tensor> outputs;
   for (int id : program_.outputs) {

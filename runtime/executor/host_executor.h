@@ -47,10 +47,12 @@ class HostExecutable {
                                         const std::vector<int64_t>& sizes, RunProfile* profile);
   void poison_skipped_padding(const std::vector<int64_t>& sizes);
   struct Storage;
+  class Collectives;  // the all_reduce kernels of a data-parallel step, across the ranks
   const codegen::Program& program_;
   const HostModule& module_;
   HostOptions options_;
   std::unique_ptr<Storage> storage_;
+  std::unique_ptr<Collectives> collectives_;  // null in one process
   std::vector<void*> pointers_;           // per buffer id
   std::vector<int> input_buffers_;        // buffer id per graph input
   std::vector<int> parameter_buffers_;    // buffer id per graph parameter

@@ -21,6 +21,10 @@
 #include "codegen/program.h"
 #include "runtime/compile/kernel_cache.h"
 
+namespace kiln::runtime::distributed {
+class Communicator;
+}
+
 namespace kiln::runtime::host {
 
 // The order in which the threads of a block run between two barriers (and, with one worker,
@@ -41,6 +45,9 @@ struct Schedule {
 };
 
 struct HostOptions {
+  // Data-parallel training: the ranks the all_reduce kernels (codegen::Kernel::
+  // all_reduce_bucket) average over; nullptr: one process, which launches them.
+  distributed::Communicator* communicator = nullptr;
   Schedule schedule;
   int workers = 0;            // OS threads running blocks; 0: one per core
   bool poison_shared = true;  // fill shared memory with 0xFF (NaN) before each block

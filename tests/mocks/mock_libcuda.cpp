@@ -450,6 +450,16 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream stream) {
   return mock->capturing ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
+// Streams run synchronously here: the event a stream waits for has already happened.
+CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  MOCK_ENTER();
+  MOCK_NEED_CONTEXT();
+  if (find_stream(stream) == nullptr || !state().events.count(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  ++state().stats.event_waits;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x, unsigned int grid_y,
                                 unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                                 unsigned int block_z, unsigned int shared_bytes, CUstream stream,

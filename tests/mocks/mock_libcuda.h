@@ -34,6 +34,7 @@ struct KilnMockStats {
   int kernel_runs = 0;         // kernels executed (directly or by a graph)
   int events = 0;              // live events
   int event_records = 0;
+  int event_waits = 0;         // cuStreamWaitEvent calls
   int pinned_allocations = 0;  // live cuMemHostAlloc blocks
   int pinned_uploads = 0;      // host-to-device copies from pinned memory
   int pageable_uploads = 0;    // ... and from pageable memory
