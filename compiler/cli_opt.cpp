@@ -30,6 +30,8 @@ struct Options {
   std::string params_out;
   int64_t training_batch = 0;  // --training-graph
   uint64_t training_seed = 0;
+  bool distributed = false;  // --distributed: the step of a data-parallel run
+  int rank = 0;
   PipelineFlags pipeline;
   InputShapeFlag input_shapes;
 };
@@ -120,6 +122,10 @@ int run(const Options& options) {
     std::cout << "default pipeline (-O1): " << fmt::format("{}", fmt::join(passes::inference_pipeline(1), ",")) << "\n";
     return kExitOk;
   }
+  if ((options.distributed || options.rank != 0) && options.training_batch == 0) {
+    std::cerr << "kiln opt: --distributed and --rank need --training-graph BATCH\n";
+    return kExitUsage;
+  }
   if (options.input.empty()) {
     std::cerr << "kiln opt: FILE is required (a model, textual IR, or - for stdin)\n"
                  "Run with --help for more information.\n";
@@ -133,9 +139,18 @@ int run(const Options& options) {
     ir::Graph graph = compiler::load_model(options.input, options.input_shapes.options(options.input));
     if (options.training_batch != 0) {
       compiler::load_parameter_data(graph);
-      compiler::make_training_graph(graph, {options.training_batch, options.training_seed});
+      compiler::make_training_graph(graph,
+                                    {options.training_batch, options.training_seed, options.rank});
     }
-    options.pipeline.run(graph);
+    if (options.distributed && !options.pipeline.passes_given) {
+      // The whole step as `mpirun ... kiln train` compiles it (Adam at its defaults).
+      PipelineFlags step = options.pipeline;
+      step.passes = passes::training_pipeline("optimizer=adam lr=0.001", /*distributed=*/true);
+      step.passes_given = true;
+      step.run(graph);
+    } else {
+      options.pipeline.run(graph);
+    }
     if (!options.params_out.empty()) {
       move_inline_params(graph, options.params_out);
     } else if (const size_t values = inline_values(graph); values > kLargeInlineValues) {
@@ -172,6 +187,15 @@ Command add_opt_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   opt->add_option("--training-seed", options->training_seed,
                   "with --training-graph: the seed of the dropout streams")
+      ->capture_default_str();
+  opt->add_flag("--distributed", options->distributed,
+                "with --training-graph: the training step of a data-parallel run (mpirun), "
+                "its gradients averaged over the ranks by all_reduce nodes; without --passes, "
+                "the whole pipeline of kiln train (Adam)");
+  opt->add_option("--rank", options->rank,
+                  "with --training-graph: the data-parallel rank whose step to build (its "
+                  "dropouts draw from its shard of the global batch)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   opt->add_option("--params-out", options->params_out,
                   "write inline parameters (such as weights folded by the passes) to this "

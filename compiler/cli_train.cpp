@@ -31,13 +31,16 @@ int run(Options& options, const CLI::App& command) {
   options.train.cache = cache.get();
   options.train.verbose = options.cache.verbose;
   const compiler::TrainSummary summary = compiler::train(options.train, std::cout);
+  if (summary.rank != 0) return kExitOk;  // rank 0 reports for a data-parallel run
   if (options.train.quiet) {
     std::cout << fmt::format("test accuracy {:.2f}%\n", 100 * summary.test_accuracy);
     return kExitOk;
   }
-  std::cout << fmt::format("trained {} steps in {} ({:.0f} {}, {} kernels per step); final "
+  std::cout << fmt::format("trained {} steps{} in {} ({:.0f} {}, {} kernels per step); final "
                            "loss {:.4f}; test accuracy {:.2f}%{}\n",
-                           summary.steps, compiler::format_duration(summary.seconds),
+                           summary.steps,
+                           summary.ranks > 1 ? fmt::format(" on {} ranks", summary.ranks) : "",
+                           compiler::format_duration(summary.seconds),
                            summary.throughput, summary.throughput_unit, summary.kernels_per_step,
                            summary.final_loss, 100 * summary.test_accuracy,
                            options.train.checkpoint.empty()

@@ -59,6 +59,15 @@ std::string format_kernel_table(const codegen::Program& program, const runtime::
       out += fmt::format("    library call: {} {} ({}), workspace {} B\n", kernel.library->library,
                          kernel.library->routine, kernel.library->descriptor,
                          kernel.library->workspace_bytes);
+    // Across the processes of a data-parallel run the runtime replaces it with a collective.
+    if (kernel.all_reduce_bucket >= 0) {
+      int64_t bytes = 0;
+      for (size_t i = 0; i + static_cast<size_t>(kernel.num_outputs) < kernel.args.size(); ++i)
+        bytes += program.buffers.at(kernel.args[i]).bytes;
+      out += fmt::format("    all-reduce: bucket {}, {} B averaged over the ranks (MPI on the "
+                         "host, NCCL on the GPU); one process launches this copy\n",
+                         kernel.all_reduce_bucket, bytes);
+    }
   }
   return out;
 }

@@ -5,6 +5,7 @@
 #include "compiler/cli.h"
 #include "compiler/interrupt.h"
 #include "ir/diagnostic.h"
+#include "runtime/distributed/communicator.h"
 
 int main(int argc, char** argv) {
   using namespace kiln::cli;
@@ -45,12 +46,16 @@ int main(int argc, char** argv) {
     std::cerr << "kiln: interrupted (" << kiln::compiler::interrupt_signal_name() << ")\n";
     return kiln::compiler::kExitInterrupted;
   } catch (const kiln::Error& error) {
-    std::cerr << error.what() << "\n";
+    std::cerr << kiln::runtime::distributed::rank_prefix() << error.what() << "\n";
     // A child process (the host compiler) killed by the same Ctrl-C fails with an error.
     if (kiln::compiler::interrupted()) return kiln::compiler::kExitInterrupted;
+    // The other ranks of a data-parallel run may wait for this one in a collective: stop them.
+    if (auto* world = kiln::runtime::distributed::started_world()) world->abort(kExitUserError);
     return kExitUserError;
   } catch (const kiln::InternalError& error) {
-    std::cerr << error.what() << "\nplease report this as a bug in kiln\n";
+    std::cerr << kiln::runtime::distributed::rank_prefix() << error.what()
+              << "\nplease report this as a bug in kiln\n";
+    if (auto* world = kiln::runtime::distributed::started_world()) world->abort(70);
     return 70;
   }
   return kExitUsage;

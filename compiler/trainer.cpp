@@ -27,6 +27,7 @@
 #include "compiler/training_graph.h"
 #include "ir/diagnostic.h"
 #include "passes/pass_manager.h"
+#include "runtime/distributed/communicator.h"
 
 namespace kiln::compiler {
 namespace {
@@ -149,7 +150,7 @@ void check_resume_settings(const SafetensorsFile& file,
   static const std::map<std::string, std::string> kFlags = {
       {"kiln.batch_size", "--batch-size"}, {"kiln.data", "--data"},
       {"kiln.train_samples", "the number of training samples (--train-samples)"},
-      {"kiln.seed", "--seed"}};
+      {"kiln.seed", "--seed"}, {"kiln.ranks", "the number of ranks (mpirun -np)"}};
   for (const auto& [key, value] : settings) {
     auto it = file.metadata().find(key);
     if (it == file.metadata().end() || it->second == value) continue;
@@ -221,6 +222,26 @@ data::Dataset load_split(const TrainOptions& options, data::Split split, int64_t
     throw Error(flag, fmt::format("{} asked for, {} has {}", samples, dataset.source, dataset.size()));
   if (samples > 0 && samples < dataset.size()) dataset = data::take_first(dataset, samples);
   return dataset;
+}
+
+// Rows [first, first + count) of `tensor` (its dim 0): a rank's shard of a global batch.
+ir::Tensor rows_of(const ir::Tensor& tensor, int64_t first, int64_t count) {
+  ir::Shape shape = tensor.type().shape;
+  const int64_t row_bytes = tensor.byte_size() / shape[0];
+  shape[0] = count;
+  ir::Tensor rows(ir::TensorType{tensor.type().dtype, shape});
+  std::memcpy(rows.data(), tensor.data() + first * row_bytes,
+              static_cast<size_t>(count * row_bytes));
+  return rows;
+}
+
+// Every rank starts from rank 0's state: its parameters (however initialized) and, after
+// --resume, the checkpoint rank 0 read.
+void broadcast_state(runtime::TrainingExecutable& executable,
+                     runtime::distributed::Communicator& world) {
+  std::map<std::string, ir::Tensor> state = executable.state();
+  for (auto& [name, tensor] : state) world.broadcast(tensor.data(), tensor.byte_size(), 0);
+  executable.load_state(state);
 }
 
 // --print-plan: where the training step's memory goes.
@@ -310,7 +331,7 @@ std::string optimizer_spec(const std::string& optimizer, double lr, double momen
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
                                          uint64_t seed, const std::string& optimizer,
                                          const codegen::LibrarySelection& libraries,
-                                         codegen::Precision precision) {
+                                         codegen::Precision precision, int rank) {
   if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
   // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
   // An imported model's symbolic batch dim starts at 1; set_batch_size gives it its size.
@@ -324,10 +345,11 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
   programs.batch_size = batch_size;
   programs.optimizer = optimizer;
   programs.seed = seed;
-  programs.info = make_training_graph(step_graph, TrainingGraphOptions{batch_size, seed});
+  programs.info =
+      make_training_graph(step_graph, TrainingGraphOptions{batch_size, seed, std::max(rank, 0)});
   run_pipeline(step_graph,
-               passes::keep_vendor_gemms_whole(passes::training_pipeline(optimizer), libraries.cudnn,
-                                               libraries.cublaslt),
+               passes::keep_vendor_gemms_whole(passes::training_pipeline(optimizer, rank >= 0),
+                                               libraries.cudnn, libraries.cublaslt),
                &programs.step_decisions);
   set_batch_size(eval_graph, batch_size);
   run_pipeline(eval_graph, kEvalPipeline);
@@ -378,7 +400,20 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   // directories go with the unwinding stack, and the tool exits 130.
   const InterruptScope interrupt_scope;
   if (options.epochs < 1) throw Error("--epochs", fmt::format("must be >= 1, got {}", options.epochs));
+  // A data-parallel run: this process is one of `ranks`, training on its shard of each batch.
+  runtime::distributed::Communicator* world = runtime::distributed::world();
+  const int ranks = world ? world->size() : 1;
+  const int rank = world ? world->rank() : 0;
+  const bool reporter = rank == 0;  // prints, evaluates, writes checkpoints and the loss log
+  const bool quiet = options.quiet || !reporter;
   const bool from_package = runtime::is_package_file(options.model);
+  if (world && from_package)
+    throw Error(options.model, fmt::format("a package's training step was compiled for one "
+                                           "process; under mpirun ({} ranks), train the model "
+                                           "file itself",
+                                           ranks));
+  if (world && options.check_numerics)
+    throw Error("--check-numerics", "replays one process's step; run it without mpirun");
   std::optional<runtime::Package> package;
   if (from_package) {
     package = runtime::read_package(options.model);
@@ -400,7 +435,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
                                     "package (train the model itself with it)");
 
   // The checkpoint's directory now, so that an epoch's work is never lost to a missing one.
-  if (!options.checkpoint.empty()) {
+  if (!options.checkpoint.empty() && reporter) {
     const std::filesystem::path dir = std::filesystem::path(options.checkpoint).parent_path();
     std::error_code ec;
     if (!dir.empty()) std::filesystem::create_directories(dir, ec);
@@ -450,14 +485,17 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   data::Dataset test_set = options.test_data ? *options.test_data
                                              : load_split(options, data::Split::Test,
                                                           options.test_samples, "--test-samples", context);
-  if (train_set.size() < batch_size)
-    throw Error("--batch-size", fmt::format("{} is larger than the {} training samples",
-                                            batch_size, train_set.size()));
+  if (train_set.size() < batch_size * ranks)
+    throw Error("--batch-size", ranks == 1 ? fmt::format("{} is larger than the {} training samples",
+                                                         batch_size, train_set.size())
+                                           : fmt::format("{} per rank x {} ranks is larger than "
+                                                         "the {} training samples",
+                                                         batch_size, ranks, train_set.size()));
   // A decaying schedule ends with the last epoch unless --total-steps says otherwise (not at
   // --max-steps, which stops a run early: resuming it must continue the same schedule).
   StepScalarFlags step_scalars = options.step_scalars;
   if (step_scalars.total_steps == 0 && step_scalars.lr_schedule != "none")
-    step_scalars.total_steps = options.epochs * (train_set.size() / batch_size);
+    step_scalars.total_steps = options.epochs * (train_set.size() / (batch_size * ranks));
   const std::string optimizer =
       package ? std::string()
               : optimizer_spec(options.optimizer, options.lr, options.momentum,
@@ -477,20 +515,27 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   TrainingPrograms programs =
       packaged ? std::move(*packaged)
                : build_training_programs(options.model, batch_size, options.seed, optimizer,
-                                         options.libraries, options.precision);
+                                         options.libraries, options.precision,
+                                         world ? rank : -1);
 
-  if (!options.quiet)
-    out << fmt::format("kiln train: {} on {} ({} train / {} test samples), batch {}, {}, "
+  if (!quiet)
+    out << fmt::format("kiln train: {} on {} ({} train / {} test samples), batch {}{}, {}, "
                        "backend {}\n",
                        programs.step.graph_name, options.data, train_set.size(), test_set.size(),
-                       batch_size, programs.optimizer,
-                       backend == runtime::Backend::Cuda ? "cuda" : "host");
+                       batch_size,
+                       ranks > 1 ? fmt::format(" per rank x {} ranks = {}", ranks, batch_size * ranks)
+                                 : std::string(),
+                       programs.optimizer, backend == runtime::Backend::Cuda ? "cuda" : "host");
   const auto compile_start = Clock::now();
   runtime::ExecutableOptions exe_options;
   exe_options.backend = backend;
   exe_options.cache = options.cache;
   exe_options.verbose = options.verbose;
   exe_options.host = runtime::host::host_options_from_environment();
+  exe_options.host.communicator = world;
+  exe_options.cuda.communicator = world;
+  // One rank per GPU: the ranks of a machine take its devices in order.
+  if (world) exe_options.cuda.device = world->local_rank();
   exe_options.cuda.libraries = options.libraries;
   const int kernels_per_step = static_cast<int>(programs.step.kernels.size());
   if (options.print_plan) print_plan(programs.step, programs.info, out);
@@ -505,7 +550,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   runtime::TrainingExecutable executable(
       runtime::Executable::create(std::move(programs.step), step_parameters, exe_options, step_binary),
       runtime::Executable::create(std::move(programs.eval), eval_parameters, exe_options, eval_binary));
-  if (!options.quiet)
+  if (!quiet)
     out << fmt::format("{} the training step ({} kernels) and the inference graph in {:.1f} s\n",
                        package ? "loaded" : "compiled", kernels_per_step, seconds_since(compile_start));
 
@@ -516,8 +561,10 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       {"kiln.data", options.data},
       {"kiln.train_samples", std::to_string(train_set.size())},
       {"kiln.seed", std::to_string(options.seed)},
+      {"kiln.ranks", std::to_string(ranks)},
   };
-  if (!options.resume.empty()) {
+  // Rank 0 reads the checkpoint; every rank then starts from rank 0's state.
+  if (!options.resume.empty() && reporter) {
     const SafetensorsFile file = SafetensorsFile::open(options.resume);
     check_resume_settings(file, settings);
     std::map<std::string, ir::Tensor> state;
@@ -528,8 +575,10 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       throw Error(options.resume, error.diagnostic().message);
     }
   }
+  if (world) broadcast_state(executable, *world);
 
-  const int64_t steps_per_epoch = train_set.size() / batch_size;
+  const int64_t steps_per_epoch = train_set.size() / (batch_size * ranks);
+  const int64_t global_batch = batch_size * ranks;
   // Accuracy counts positions (a label per token for a language model); throughput tokens.
   const int64_t per_sample = train_set.labels_per_sample();
   const bool tokens = train_set.is_tokens();
@@ -537,15 +586,18 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   const char* throughput_unit = tokens ? "tok/s" : "img/s";
   int64_t done = executable.step_count() - 1;  // steps already taken (a resumed checkpoint's)
   if (done < 0) done = 0;
-  const bool draw = !options.quiet && (options.progress || isatty(fileno(stdout)));
+  const bool draw = !quiet && (options.progress || isatty(fileno(stdout)));
   TrainSummary summary;
   summary.kernels_per_step = kernels_per_step;
-  if (!options.resume.empty() && !options.quiet) out << fmt::format("resumed from step {}\n", done);
+  summary.rank = rank;
+  summary.ranks = ranks;
+  if (!options.resume.empty() && !quiet) out << fmt::format("resumed from step {}\n", done);
   if (!options.resume.empty() && done >= options.epochs * steps_per_epoch) {
     // Nothing left to train: say so, and report the checkpoint's accuracy rather than none.
-    summary.test_accuracy = test_set.size() > 0 ? evaluate(executable, test_set, batch_size) : -1;
+    summary.test_accuracy =
+        test_set.size() > 0 && reporter ? evaluate(executable, test_set, batch_size) : -1;
     if (options.final_state) *options.final_state = executable.state();
-    if (!options.quiet)
+    if (!quiet)
       out << fmt::format("the checkpoint has finished all {} epochs ({} steps); nothing to "
                          "train (give more --epochs to continue)\n",
                          options.epochs, done);
@@ -561,7 +613,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   // --loss-log: one line per step, flushed as it goes (a run stopped early keeps its curve).
   // Resuming appends to the log of the run it continues.
   std::ofstream loss_log;
-  if (!options.loss_log.empty()) {
+  if (!options.loss_log.empty() && reporter) {
     const bool append = !options.resume.empty() && std::filesystem::exists(options.loss_log);
     loss_log.open(options.loss_log, append ? std::ios::app : std::ios::trunc);
     if (!loss_log)
@@ -576,6 +628,23 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   const size_t depth = replay ? 1 : 2;
   struct Submitted {
     ir::Tensor images, labels;
+  };
+  // A step's result, over the whole global batch in a data-parallel run: the ranks' mean loss
+  // (each rank's is the mean over its equal shard) and their correct predictions.
+  struct Collected {
+    runtime::TrainingExecutable::StepResult result;
+    int64_t correct = 0;
+  };
+  const auto collect = [&](const Submitted& batch) {
+    Collected step{executable.collect_step(), 0};
+    step.correct = count_correct(step.result.logits, batch.labels, batch.labels.num_elements());
+    if (world) {
+      double totals[2] = {step.result.loss, static_cast<double>(step.correct)};
+      world->sum(totals, 2);
+      step.result.loss = static_cast<float>(totals[0] / ranks);
+      step.correct = std::llround(totals[1]);
+    }
+    return step;
   };
   std::deque<Submitted> submitted;
   // A collected step: its loss checked and logged, counted as done.
@@ -611,8 +680,9 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   for (int64_t epoch = done / steps_per_epoch; epoch < options.epochs; ++epoch) {
     // Resuming mid-epoch: the same shuffled order, from the first batch not yet trained on.
     const int64_t skip = epoch == done / steps_per_epoch ? done % steps_per_epoch : 0;
-    data::BatchIterator batches(train_set, batch_size, options.seed, epoch, true);
-    ProgressBar bar(out, draw, epoch + 1, options.epochs, steps_per_epoch * batch_size);
+    // Global batches, the same on every rank; each rank trains on its slice of each.
+    data::BatchIterator batches(train_set, global_batch, options.seed, epoch, true);
+    ProgressBar bar(out, draw, epoch + 1, options.epochs, steps_per_epoch * global_batch);
     ir::Tensor images, labels;
     double loss_sum = 0;
     int64_t correct = 0, seen = 0, batch_index = 0, handled = skip;
@@ -632,6 +702,10 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
           }
           if (drawing) {
             ++batch_index;
+            if (world) {
+              images = rows_of(images, rank * batch_size, batch_size);
+              labels = rows_of(labels, rank * batch_size, batch_size);
+            }
             executable.submit_step({images, labels});
             submitted.push_back({std::move(images), std::move(labels)});
           }
@@ -639,18 +713,19 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       }
       if (submitted.empty()) break;
       if (drawing && submitted.size() < depth) continue;
-      const runtime::TrainingExecutable::StepResult result = executable.collect_step();
       const Submitted batch = std::move(submitted.front());
       submitted.pop_front();
+      const Collected step = collect(batch);
+      const runtime::TrainingExecutable::StepResult& result = step.result;
       account(result, batch, epoch);
       if (interrupted()) {
         // The step submitted after this one has run too: count it before saving the state.
         while (!submitted.empty()) {
-          account(executable.collect_step(), submitted.front(), epoch);
+          account(collect(submitted.front()).result, submitted.front(), epoch);
           submitted.pop_front();
         }
         std::string saved;
-        if (!options.checkpoint.empty()) {
+        if (!options.checkpoint.empty() && reporter) {
           std::map<std::string, std::string> metadata = settings;
           metadata["kiln.step"] = std::to_string(done);
           write_safetensors(options.checkpoint, executable.state(), metadata);
@@ -661,26 +736,27 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
         throw Interrupted();
       }
       loss_sum += result.loss;
-      correct += count_correct(result.logits, batch.labels, batch.labels.num_elements());
-      seen += batch_size;
+      correct += step.correct;
+      seen += global_batch;
       ++handled;
-      bar.update(handled * batch_size, loss_sum * batch_size / seen,
+      bar.update(handled * global_batch, loss_sum * global_batch / seen,
                  static_cast<double>(correct) / static_cast<double>(seen * per_sample));
     }
     const double epoch_seconds = seconds_since(epoch_start);
     train_seconds += epoch_seconds;
     bar.finish();
-    if (seen > 0) summary.final_loss = loss_sum * batch_size / seen;
-    if (!options.checkpoint.empty()) {
+    if (seen > 0) summary.final_loss = loss_sum * global_batch / seen;
+    if (!options.checkpoint.empty() && reporter) {
       std::map<std::string, std::string> metadata = settings;
       metadata["kiln.step"] = std::to_string(done);
       write_safetensors(options.checkpoint, executable.state(), metadata);
     }
     if (stopped && seen == 0) break;
-    summary.test_accuracy = test_set.size() > 0 ? evaluate(executable, test_set, batch_size) : -1;
+    summary.test_accuracy =
+        test_set.size() > 0 && reporter ? evaluate(executable, test_set, batch_size) : -1;
     const double train_accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen * per_sample) : 0.0;
     const double throughput = epoch_seconds > 0 ? seen * units_per_sample / epoch_seconds : 0.0;
-    if (!options.quiet)
+    if (!quiet)
       out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  {}{:.0f} {}  {}\n",
                          epoch + 1, options.epochs, summary.final_loss, 100 * train_accuracy,
                          summary.test_accuracy >= 0
@@ -694,7 +770,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   }
   if (options.final_state) *options.final_state = executable.state();
   summary.seconds = train_seconds;
-  summary.throughput = train_seconds > 0 ? static_cast<double>(summary.steps * batch_size *
+  summary.throughput = train_seconds > 0 ? static_cast<double>(summary.steps * global_batch *
                                                                 units_per_sample) /
                                                train_seconds
                                          : 0;

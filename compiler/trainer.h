@@ -103,10 +103,13 @@ std::string optimizer_spec(const std::string& optimizer, double lr, double momen
                            double weight_decay, const StepScalarFlags& step_scalars = {});
 // Loads `model`, builds the training step (passes::training_pipeline) and the inference graph
 // and emits both. `libraries`: as --library; `precision`: as --precision.
+// `rank` >= 0: the step of that rank of a data-parallel run (all-reduce-gradients, dropouts
+// keyed by the global sample); -1: one process.
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
                                          uint64_t seed, const std::string& optimizer,
                                          const codegen::LibrarySelection& libraries = {},
-                                         codegen::Precision precision = codegen::Precision::F32);
+                                         codegen::Precision precision = codegen::Precision::F32,
+                                         int rank = -1);
 
 // The training programs of a package compiled with --train (kiln::Error naming the package
 // when it has none).
@@ -123,9 +126,15 @@ struct TrainSummary {
   double final_loss = 0;           // mean loss of the last epoch run
   double test_accuracy = -1;       // after the last epoch; -1 when not evaluated
   int kernels_per_step = 0;
+  // A data-parallel run (mpirun): this process's rank and the ranks; throughput and loss are the
+  // whole run's. Only rank 0 reports.
+  int rank = 0, ranks = 1;
 };
 
 // Runs the whole training; progress and epoch lines go to `out`. Throws kiln::Error.
+// Launched by mpirun with N > 1 processes (runtime/distributed/communicator.h), each process
+// trains on its shard of every global batch of N x batch_size samples, the gradients averaged
+// over the ranks; rank 0 alone prints, evaluates and writes checkpoints (docs/distributed.md).
 TrainSummary train(const TrainOptions& options, std::ostream& out);
 
 }  // namespace kiln::compiler

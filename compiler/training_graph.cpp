@@ -148,6 +148,8 @@ TrainingGraphInfo make_training_graph(ir::Graph& graph, const TrainingGraphOptio
     }
     node->attrs["training"] = true;
     node->attrs["seed"] = static_cast<int64_t>(mix(options.seed * 1000003u + index++) >> 1);
+    // Rank r's input is the r-th slice of the global batch's (the batch leads every input).
+    node->attrs["word_offset"] = options.rank * ir::num_elements(node->inputs[0]->type.shape);
     node->inputs.push_back(step);
     reinfer(*node);
     ++info.dropout_nodes;

@@ -22,6 +22,10 @@ void set_batch_size(ir::Graph& graph, int64_t batch);
 struct TrainingGraphOptions {
   int64_t batch_size = 32;
   uint64_t seed = 0;  // dropout streams: node k draws from Philox key mix(seed, k)
+  // Data-parallel training: this process's shard of each global batch (rank r trains on samples
+  // r * batch_size ... of it). Dropouts draw from where the shard starts in the stream, so
+  // that the masks are keyed by the global sample (as one process training the global batch).
+  int rank = 0;
 };
 
 // What make_training_graph did, for messages and for the trainer.
@@ -40,7 +44,8 @@ struct TrainingGraphInfo {
 //     (a language model's [batch, sequence, vocabulary]) take a label per position, i32
 //     [batch, ...], and the loss is the mean over all positions (both viewed as rows);
 //   - dropout nodes switch to training mode, reading the step counter "train.step" (an i32[1]
-//     parameter starting at 1, which the optimizer step advances) and each its own seed;
+//     parameter starting at 1, which the optimizer step advances) and each its own seed (and,
+//     on rank r of a data-parallel run, word_offset r x its input's elements);
 //   - batch_norm nodes normalize with batch statistics and update their running averages
 //     (outputs next.<running_mean>, next.<running_var>: passes/batch_norm_training.h).
 // Throws kiln::Error when no loss can be derived (the model must end in softmax).
