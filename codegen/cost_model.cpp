@@ -262,7 +262,8 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::LrSchedule: return lr_schedule_flops;
     case OpId::GradNormClip: return grad_norm_clip_flops;
     // Communication, no arithmetic on one rank (the ranks' sum is the network's time).
-    case OpId::AllReduce: return no_flops;
+    case OpId::AllReduce:
+    case OpId::Broadcast: return no_flops;
     // Two comparisons per element.
     case OpId::MaximumShare:
     case OpId::MinimumShare: return per_result<2>;

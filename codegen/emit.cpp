@@ -351,7 +351,11 @@ class ProgramBuilder {
     }
     kernel.library = select_library_call(node, libraries_, precision_);
     if (node.op == ir::OpId::AllReduce)
-      kernel.all_reduce_bucket = static_cast<int>(std::get<int64_t>(node.attrs.at("bucket")));
+      kernel.collective = Collective{Collective::Mean,
+                                     static_cast<int>(std::get<int64_t>(node.attrs.at("bucket")))};
+    if (node.op == ir::OpId::Broadcast)
+      kernel.collective = Collective{Collective::Broadcast,
+                                     static_cast<int>(std::get<int64_t>(node.attrs.at("root")))};
     const NodeCost cost = node_cost(node);
     kernel.flops = cost.flops;
     kernel.bytes_read = cost.bytes_read;

@@ -48,6 +48,15 @@ struct GemmGeometry {
   bool async_copies = false;  // an operand goes global -> shared by cp.async (tensor cores)
 };
 
+// What a collective kernel does across the ranks: all_reduce's mean (of gradient bucket
+// `index`), or broadcast's copy of rank `index`'s values.
+struct Collective {
+  enum Kind { Mean, Broadcast };
+  Kind kind = Mean;
+  int index = 0;  // Mean: the bucket; Broadcast: the root rank
+  friend bool operator==(const Collective&, const Collective&) = default;
+};
+
 // One kernel launch, in program order.
 struct Kernel {
   std::string name;                       // "conv2d_3": what it computes, plus an index
@@ -86,11 +95,11 @@ struct Kernel {
   int64_t unfused_bytes = 0;
   // Set when --library chose a vendor routine for this kernel.
   std::optional<LibraryCall> library;
-  // An all_reduce of data-parallel training (ir/ops.def): >= 0, the gradient bucket it
-  // averages over the ranks, from its operands into its results. In a run of several processes
-  // the runtime performs that all-reduce in the kernel's place (runtime/distributed/); one
-  // process launches the kernel, whose copy is one rank's mean. -1: a kernel like any other.
-  int all_reduce_bucket = -1;
+  // A collective of data-parallel training (ir/ops.def: all_reduce, broadcast), from its
+  // operands into its results. In a run of several processes the runtime performs it in the
+  // kernel's place (runtime/distributed/); one process launches the kernel, whose copy is what
+  // one rank computes. Unset: a kernel like any other.
+  std::optional<Collective> collective;
   // A kernel that computes only the real rows of a run with dynamic dims (codegen/dynamic_rows.h):
   // it takes the run's size of symbol `dynamic_symbol` as one more parameter, an int after the
   // buffers, and the runtime launches ceil(grid[dynamic_grid_axis] × size / bound) blocks along

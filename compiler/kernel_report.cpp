@@ -60,13 +60,16 @@ std::string format_kernel_table(const codegen::Program& program, const runtime::
                          kernel.library->routine, kernel.library->descriptor,
                          kernel.library->workspace_bytes);
     // Across the processes of a data-parallel run the runtime replaces it with a collective.
-    if (kernel.all_reduce_bucket >= 0) {
+    if (kernel.collective) {
       int64_t bytes = 0;
       for (size_t i = 0; i + static_cast<size_t>(kernel.num_outputs) < kernel.args.size(); ++i)
         bytes += program.buffers.at(kernel.args[i]).bytes;
-      out += fmt::format("    all-reduce: bucket {}, {} B averaged over the ranks (MPI on the "
-                         "host, NCCL on the GPU); one process launches this copy\n",
-                         kernel.all_reduce_bucket, bytes);
+      out += kernel.collective->kind == codegen::Collective::Mean
+                 ? fmt::format("    all-reduce: bucket {}, {} B averaged over the ranks",
+                               kernel.collective->index, bytes)
+                 : fmt::format("    broadcast: {} B from rank {} to every rank", bytes,
+                               kernel.collective->index);
+      out += " (MPI on the host, NCCL on the GPU); one process launches this copy\n";
     }
   }
   return out;

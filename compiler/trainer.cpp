@@ -15,6 +15,7 @@
 #include <ostream>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "codegen/emit.h"
 #include "compiler/dataset_dir.h"
@@ -534,8 +535,14 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   exe_options.host = runtime::host::host_options_from_environment();
   exe_options.host.communicator = world;
   exe_options.cuda.communicator = world;
-  // One rank per GPU: the ranks of a machine take its devices in order.
-  if (world) exe_options.cuda.device = world->local_rank();
+  // One rank per GPU: the ranks of a machine take its devices in order. On the host backend the
+  // ranks of a machine share its cores: each runs blocks on its share (not a pool per core each).
+  if (world) {
+    exe_options.cuda.device = world->local_rank();
+    if (exe_options.host.workers == 0)
+      exe_options.host.workers =
+          std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world->local_size());
+  }
   exe_options.cuda.libraries = options.libraries;
   const int kernels_per_step = static_cast<int>(programs.step.kernels.size());
   if (options.print_plan) print_plan(programs.step, programs.info, out);

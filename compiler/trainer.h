@@ -103,7 +103,7 @@ std::string optimizer_spec(const std::string& optimizer, double lr, double momen
                            double weight_decay, const StepScalarFlags& step_scalars = {});
 // Loads `model`, builds the training step (passes::training_pipeline) and the inference graph
 // and emits both. `libraries`: as --library; `precision`: as --precision.
-// `rank` >= 0: the step of that rank of a data-parallel run (all-reduce-gradients, dropouts
+// `rank` >= 0: the step of that rank of a data-parallel run (data-parallel, dropouts
 // keyed by the global sample); -1: one process.
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
                                          uint64_t seed, const std::string& optimizer,

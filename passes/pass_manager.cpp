@@ -239,7 +239,7 @@ std::vector<std::string> training_pipeline(const std::string& optimizer, bool di
       "plan-memory",
   };
   // Data-parallel: every rank updates with the gradients averaged over the ranks.
-  if (distributed) pipeline.insert(pipeline.begin() + 3, "all-reduce-gradients");
+  if (distributed) pipeline.insert(pipeline.begin() + 3, "data-parallel");
   return pipeline;
 }
 

@@ -65,7 +65,7 @@ std::vector<std::string> inference_pipeline(int opt_level);
 // (`optimizer`: the append-optimizer options, "optimizer=adam lr=0.001"), then the inference
 // pipeline's fusion and planning. No constant folding: parameters change every step.
 // `distributed`: data-parallel training, whose gradients are averaged over the ranks before the
-// update (all-reduce-gradients).
+// update (data-parallel).
 std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed = false);
 
 // `pipeline` with split-k told which forward GEMMs a vendor library may compute (--library:

@@ -369,16 +369,22 @@ KernelSpec emit_grad_norm_clip(const KernelRequest& request) {
   return spec;
 }
 
-// all_reduce in one process: the mean over one rank is each gradient itself, so the kernel
-// copies them (what `kiln run` and the tests of a data-parallel program compute). Across
-// processes the runtime performs the all-reduce in this kernel's place (Kernel::collective,
-// runtime/distributed/), as a library call replaces a generated kernel.
-KernelSpec emit_all_reduce(const KernelRequest& request) {
+// all_reduce and broadcast in one process: the mean over one rank, and the root's values, are
+// each input itself, so the kernel copies them (what `kiln run` and the tests of a
+// data-parallel program compute). Across processes the runtime performs the collective in this
+// kernel's place (Kernel::collective, runtime/distributed/), as a library call replaces a
+// generated kernel.
+KernelSpec emit_collective(const KernelRequest& request) {
   const ir::Node& node = request.node;
   BodyWriter w;
-  w.comment(fmt::format("bucket {}: one rank's mean is its own gradients; across ranks the "
-                        "runtime all-reduces this bucket instead of launching this kernel",
-                        attr<int64_t>(node, "bucket")));
+  if (node.op == ir::OpId::AllReduce)
+    w.comment(fmt::format("bucket {}: one rank's mean is its own gradients; across ranks the "
+                          "runtime all-reduces this bucket instead of launching this kernel",
+                          attr<int64_t>(node, "bucket")));
+  else
+    w.comment(fmt::format("broadcast from rank {}: one rank holds the root's values; across "
+                          "ranks the runtime broadcasts instead of launching this kernel",
+                          attr<int64_t>(node, "root")));
   int64_t largest = 1;
   for (const ir::Value* x : node.inputs) largest = std::max(largest, ir::num_elements(x->type.shape));
   const std::string index = index_type(largest);
@@ -392,9 +398,9 @@ KernelSpec emit_all_reduce(const KernelRequest& request) {
   }
   KernelSpec spec = grid_stride_spec(largest);
   spec.body = w.take();
-  spec.note = fmt::format("one process: a copy of {} gradient(s); across processes the "
-                          "runtime's all-reduce",
-                          node.inputs.size());
+  spec.note = fmt::format("one process: a copy of {} tensor(s); across processes the "
+                          "runtime's {}",
+                          node.inputs.size(), node.op == ir::OpId::AllReduce ? "all-reduce" : "broadcast");
   return spec;
 }
 
@@ -403,7 +409,8 @@ KernelSpec emit_all_reduce(const KernelRequest& request) {
 void add_optimizer_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::LrSchedule, emit_lr_schedule);
   table.emplace_back(ir::OpId::GradNormClip, emit_grad_norm_clip);
-  table.emplace_back(ir::OpId::AllReduce, emit_all_reduce);
+  table.emplace_back(ir::OpId::AllReduce, emit_collective);
+  table.emplace_back(ir::OpId::Broadcast, emit_collective);
   table.emplace_back(ir::OpId::SgdUpdate, emit_update);
   table.emplace_back(ir::OpId::AdamUpdate, emit_update);
   table.emplace_back(ir::OpId::AdamwUpdate, emit_update);

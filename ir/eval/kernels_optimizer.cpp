@@ -123,7 +123,7 @@ Results grad_norm_clip(const ir::Node& node, const Inputs& in) {
   return {ref::make_result(node, {scale}), ref::make_result(node, {norm}, 1)};
 }
 
-// The evaluator is one process: the mean over one rank is each input itself.
+// The evaluator is one process: the mean over one rank, and the root's value, is each input.
 Results all_reduce(const ir::Node&, const Inputs& in) {
   Results results;
   for (const ir::Tensor* x : in) results.push_back(*x);
@@ -134,6 +134,7 @@ Results all_reduce(const ir::Node&, const Inputs& in) {
 
 void add_optimizer_kernels(KernelTable& table) {
   table[ir::OpId::AllReduce] = all_reduce;
+  table[ir::OpId::Broadcast] = all_reduce;
   table[ir::OpId::LrSchedule] = lr_schedule;
   table[ir::OpId::GradNormClip] = grad_norm_clip;
   table[ir::OpId::SgdUpdate] = sgd_update;

@@ -161,4 +161,11 @@ Types infer_all_reduce(const InferContext& ctx) {
   return results;
 }
 
+Types infer_broadcast(const InferContext& ctx) {
+  if (ctx.get_int("root") < 0)
+    throw OpError{"attribute 'root' must be >= 0, got " + std::to_string(ctx.get_int("root")), -1,
+                  "root"};
+  return Types(ctx.inputs.begin(), ctx.inputs.end());
+}
+
 }  // namespace kiln::ir::type_rules

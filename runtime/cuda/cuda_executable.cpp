@@ -239,10 +239,10 @@ DeviceExecutable::DeviceExecutable(const DriverApi& api, const codegen::Program&
 
   allocate_arena(parameters);
   prepare_library_calls(options);
-  // Data-parallel training: the all_reduce kernels become NCCL all-reduces across the ranks.
+  // Data-parallel training: the collective kernels become NCCL calls across the ranks.
   if (options.communicator != nullptr &&
       std::any_of(program_.kernels.begin(), program_.kernels.end(),
-                  [](const codegen::Kernel& k) { return k.all_reduce_bucket >= 0; })) {
+                  [](const codegen::Kernel& k) { return k.collective.has_value(); })) {
     std::vector<CUdeviceptr> addresses;
     for (size_t id = 0; id < program_.buffers.size(); ++id) addresses.push_back(address(static_cast<int>(id)));
     buckets_ = std::make_unique<DeviceBuckets>(api_, nccl(options.library_paths.nccl), program_,
@@ -393,7 +393,7 @@ void DeviceExecutable::enqueue(Launch& launch) {
   if (buckets_) {
     const auto index = static_cast<size_t>(launch.kernel - program_.kernels.data());
     buckets_->before(index, stream_.get());
-    if (launch.kernel->all_reduce_bucket >= 0) {
+    if (launch.kernel->collective) {
       buckets_->start(index, stream_.get());
       return;
     }

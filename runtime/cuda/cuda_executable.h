@@ -36,8 +36,8 @@ struct CudaOptions {
   // default uses what the kernel table asks for: codegen's --library already chose.
   codegen::LibrarySelection libraries{true, true};
   LibraryPaths library_paths;
-  // Data-parallel training: the ranks the all_reduce kernels (codegen::Kernel::
-  // all_reduce_bucket) average over with NCCL (nccl_api.h); nullptr: one process.
+  // Data-parallel training: the ranks the collective kernels (codegen::Kernel::collective) run
+  // across with NCCL (nccl_api.h); nullptr: one process.
   distributed::Communicator* communicator = nullptr;
 };
 

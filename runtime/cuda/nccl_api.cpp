@@ -72,19 +72,25 @@ DeviceBuckets::DeviceBuckets(const DriverApi& api, const NcclApi& nccl, const co
   comm_stream_ = Owned<CUstream>(stream, api_.cuStreamDestroy_v2);
   for (size_t k = 0; k < program.kernels.size(); ++k) {
     const codegen::Kernel& kernel = program.kernels[k];
-    if (kernel.all_reduce_bucket < 0) continue;
+    if (!kernel.collective) continue;
     Bucket bucket;
-    const ir::DType dtype = program.buffers[kernel.args.at(0)].type.dtype;
-    bucket.dtype = nccl_type(dtype, kernel.name);
     int64_t bytes = 0;
     for (size_t i = 0; i < operand_count(kernel); ++i) {
       bytes += program.buffers[kernel.args[i]].bytes;
       reader_of_.emplace(kernel.args[operand_count(kernel) + i], k);
     }
-    bucket.count = bytes / static_cast<int64_t>(ir::dtype_size(dtype));
+    if (kernel.collective->kind == codegen::Collective::Broadcast) {
+      bucket.root = kernel.collective->index;  // bytes, whatever the tensors' types
+      bucket.dtype = ncclInt8;
+      bucket.count = bytes;
+    } else {
+      const ir::DType dtype = program.buffers[kernel.args.at(0)].type.dtype;
+      bucket.dtype = nccl_type(dtype, kernel.name);
+      bucket.count = bytes / static_cast<int64_t>(ir::dtype_size(dtype));
+    }
     CUdeviceptr buffer = 0;
     api_.check(api_.cuMemAlloc_v2(&buffer, static_cast<size_t>(bytes)), "cuMemAlloc",
-               fmt::format("the {} B buffer of all-reduce bucket {}", bytes, kernel.all_reduce_bucket));
+               fmt::format("the {} B buffer of collective kernel '{}'", bytes, kernel.name));
     bucket.buffer = Owned<CUdeviceptr>(buffer, api_.cuMemFree_v2);
     for (Owned<CUevent>* event : {&bucket.ready, &bucket.done}) {
       CUevent handle = nullptr;
@@ -115,15 +121,21 @@ void DeviceBuckets::start(size_t k, CUstream stream) {
   for (size_t i = 0; i < operand_count(kernel); ++i) {
     const auto bytes = static_cast<size_t>(program_.buffers[kernel.args[i]].bytes);
     api_.check(api_.cuMemcpyDtoDAsync_v2(cursor, addresses_[kernel.args[i]], bytes, stream),
-               "cuMemcpyDtoDAsync", "packing a gradient bucket");
+               "cuMemcpyDtoDAsync", "packing a collective's tensors");
     cursor += bytes;
   }
   api_.check(api_.cuEventRecord(bucket.ready.get(), stream), "cuEventRecord");
   api_.check(api_.cuStreamWaitEvent(comm_stream_.get(), bucket.ready.get(), 0), "cuStreamWaitEvent");
   void* data = reinterpret_cast<void*>(bucket.buffer.get());
-  nccl_.check(nccl_.ncclAllReduce(data, data, static_cast<size_t>(bucket.count), bucket.dtype,
-                                  ncclAvg, comm_, comm_stream_.get()),
-              "ncclAllReduce");
+  const auto count = static_cast<size_t>(bucket.count);
+  if (bucket.root >= 0)
+    nccl_.check(nccl_.ncclBroadcast(data, data, count, bucket.dtype, bucket.root, comm_,
+                                    comm_stream_.get()),
+                "ncclBroadcast");
+  else
+    nccl_.check(nccl_.ncclAllReduce(data, data, count, bucket.dtype, ncclAvg, comm_,
+                                    comm_stream_.get()),
+                "ncclAllReduce");
   api_.check(api_.cuEventRecord(bucket.done.get(), comm_stream_.get()), "cuEventRecord");
   pending_.insert(k);
 }
@@ -137,7 +149,7 @@ void DeviceBuckets::finish(size_t k, CUstream stream) {
     const int result = kernel.args[operand_count(kernel) + i];
     const auto bytes = static_cast<size_t>(program_.buffers[result].bytes);
     api_.check(api_.cuMemcpyDtoDAsync_v2(addresses_[result], cursor, bytes, stream),
-               "cuMemcpyDtoDAsync", "unpacking a gradient bucket");
+               "cuMemcpyDtoDAsync", "unpacking a collective's tensors");
     cursor += bytes;
   }
   pending_.erase(k);

@@ -2,12 +2,13 @@
 // the CUDA backend's all-reduce of data-parallel training (runtime/distributed/). A machine
 // without libnccl.so.2 trains on one GPU as before; only a run under mpirun needs it.
 //
-// DeviceBuckets performs the all_reduce kernels of a training step (codegen::Kernel::
-// all_reduce_bucket) on the GPU, as runtime/executor/host_executor.cpp does on the CPU: at the
-// kernel, the bucket's gradients are copied into one device buffer on the compute stream; the
-// communication stream waits for that (an event), averages the buffer in place across the ranks
-// (ncclAllReduce with ncclAvg) and records a second event; the compute stream waits for it, and
-// copies the means into the kernel's results, only before the first kernel that reads them. So
+// DeviceBuckets performs the collective kernels of a training step (codegen::Kernel::
+// collective) on the GPU, as runtime/executor/host_executor.cpp does on the CPU: at the kernel,
+// its operands are copied into one device buffer on the compute stream; the communication
+// stream waits for that (an event), averages the buffer in place across the ranks
+// (ncclAllReduce with ncclAvg; or ncclBroadcast from the root) and records a second event; the
+// compute stream waits for it, and copies the buffer into the kernel's results, only before the
+// first kernel that reads them (or at the end of the step). So
 // the all-reduce overlaps the rest of the backward pass, and the memory plan may reuse the
 // gradients' memory as soon as they are copied. A data-parallel step is not captured into a
 // CUDA graph (cuda_executable.cpp launches it kernel by kernel): NCCL in captured graphs has
@@ -43,7 +44,8 @@ namespace kiln::runtime::cuda {
   X(ncclCommInitRank)          \
   X(ncclCommDestroy)           \
   X(ncclCommAbort)             \
-  X(ncclAllReduce)
+  X(ncclAllReduce)              \
+  X(ncclBroadcast)
 
 class NcclApi {
  public:
@@ -79,9 +81,9 @@ class DeviceBuckets {
   DeviceBuckets(const DeviceBuckets&) = delete;
   DeviceBuckets& operator=(const DeviceBuckets&) = delete;
 
-  // Before kernel `k` is enqueued on `stream`: completes every bucket it reads.
+  // Before kernel `k` is enqueued on `stream`: completes every collective it reads.
   void before(size_t k, CUstream stream);
-  // Kernel `k`, an all_reduce: copies its operands into the bucket's buffer and starts its mean.
+  // Kernel `k`, a collective: copies its operands into its buffer and starts it.
   void start(size_t k, CUstream stream);
   // At the end of the step: every bucket still outstanding.
   void finish_all(CUstream stream);
@@ -92,6 +94,7 @@ class DeviceBuckets {
     Owned<CUevent> ready, done;  // buffer filled (compute stream); mean computed (comm stream)
     int64_t count = 0;
     ncclDataType_t dtype = ncclFloat32;
+    int root = -1;  // >= 0: a broadcast from that rank, else an all-reduce (mean)
   };
   void finish(size_t k, CUstream stream);
 
@@ -101,8 +104,8 @@ class DeviceBuckets {
   std::vector<CUdeviceptr> addresses_;  // per buffer id
   ncclComm_t comm_ = nullptr;
   Owned<CUstream> comm_stream_;
-  std::map<size_t, Bucket> buckets_;  // per all_reduce kernel
-  std::map<int, size_t> reader_of_;   // a result's buffer id -> its all_reduce kernel
+  std::map<size_t, Bucket> buckets_;  // per collective kernel
+  std::map<int, size_t> reader_of_;   // a result's buffer id -> its collective kernel
   std::set<size_t> pending_;          // started and not yet waited for, in this enqueue
 };
 

@@ -3,7 +3,7 @@
 //
 // `mpirun -np N kiln train ...` starts N processes; each trains on its shard of every global
 // batch, and the gradients are averaged across them before the optimizer (the all_reduce
-// kernels of passes/all_reduce_gradients.cpp). MPI launches the processes and carries the host
+// kernels of passes/data_parallel.cpp). MPI launches the processes and carries the host
 // backend's collectives; the CUDA backend averages device buffers with NCCL (runtime/cuda/
 // nccl_api.h), bootstrapped over MPI. Outside a launcher there is no communicator and kiln
 // trains as one process.
@@ -23,15 +23,18 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // The rank among the processes of this machine (the CUDA backend's device).
+  // The rank among the processes of this machine (the CUDA backend's device), and their number.
   int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
 
   // Starts averaging `count` elements of `dtype` (f32 or f64) at `data` over the ranks, in
   // place; returns the request to wait() for. Every rank gets the same bits: the ranks' values
   // are summed in rank order (x0 + x1 + ... in that order), then divided by size(), whatever the
   // transport's own reduction order. `data` must stay valid and untouched until the wait.
   virtual int start_mean(void* data, int64_t count, ir::DType dtype) = 0;
-  // Completes request `request`: `data` then holds the mean.
+  // Starts copying `bytes` at rank `root`'s `data` into every rank's `data`; a request too.
+  virtual int start_broadcast(void* data, int64_t bytes, int root) = 0;
+  // Completes request `request`: `data` then holds the mean, or the root's bytes.
   virtual void wait(int request) = 0;
   // Lets outstanding requests advance (MPI moves data only inside its calls): the executor
   // calls it between kernels, so that a bucket's transfer overlaps the backward pass.
@@ -45,7 +48,7 @@ class Communicator {
   [[noreturn]] virtual void abort(int exit_code) = 0;
 
  protected:
-  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
 // Whether a launcher (mpirun, srun, mpiexec) started this process: its environment names the

@@ -47,6 +47,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
           "MPI_Comm_split_type");
     check(MPI_Comm_rank(local, &local_rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(local, &local_size_), "MPI_Comm_size");
     MPI_Comm_free(&local);
   }
   ~MpiCommunicator() override {
@@ -64,6 +65,7 @@ class MpiCommunicator final : public Communicator {
                                   "MPI's 2 GiB count",
                                   bytes, size_));
     Request request;
+    request.mean = true;
     request.data = data;
     request.count = count;
     request.dtype = dtype;
@@ -76,11 +78,27 @@ class MpiCommunicator final : public Communicator {
     return id;
   }
 
+  int start_broadcast(void* data, int64_t bytes, int root) override {
+    if (bytes > INT_MAX)
+      throw Error("", fmt::format("a broadcast of {} bytes exceeds MPI's 2 GiB count", bytes));
+    Request request;
+    check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD,
+                     &request.handle),
+          "MPI_Ibcast");
+    const int id = next_request_++;
+    requests_.emplace(id, std::move(request));
+    return id;
+  }
+
   void wait(int id) override {
     auto it = requests_.find(id);
     KILN_CHECK(it != requests_.end()) << "no outstanding collective " << id;
     Request& request = it->second;
     check(MPI_Wait(&request.handle, MPI_STATUS_IGNORE), "MPI_Wait");
+    if (!request.mean) {
+      requests_.erase(it);
+      return;
+    }
     if (request.dtype == ir::DType::F32)
       mean_in_rank_order(static_cast<float*>(request.data),
                          reinterpret_cast<const float*>(request.gathered.data()), request.count);
@@ -128,6 +146,7 @@ class MpiCommunicator final : public Communicator {
  private:
   struct Request {
     MPI_Request handle = MPI_REQUEST_NULL;
+    bool mean = false;  // else a broadcast, complete at its wait
     void* data = nullptr;
     int64_t count = 0;
     ir::DType dtype = ir::DType::F32;

@@ -48,26 +48,28 @@ struct HostExecutable::Storage {
   std::vector<Block> blocks;
 };
 
-// The all_reduce kernels of a data-parallel step (Kernel::all_reduce_bucket), performed across
-// the ranks instead of launched. At its kernel a bucket's gradients are packed into one
-// contiguous buffer (so that the planner may reuse their memory at once) and its mean started;
-// the wait, and the unpacking into the kernel's results, come right before the first kernel that
-// reads a result. In between the backward pass goes on, and the communicator progresses the
-// transfer between kernels.
+// The collective kernels of a data-parallel step (Kernel::collective: all_reduce's mean of a
+// gradient bucket, broadcast's copy of the root's tensors), performed across the ranks instead
+// of launched. At its kernel the operands are packed into one contiguous buffer (so that the
+// planner may reuse their memory at once) and the collective started; the wait, and the
+// unpacking into the kernel's results, come right before the first kernel that reads a result
+// (or at the end of the step). In between the backward pass goes on, and the communicator
+// progresses the transfer between kernels.
 class HostExecutable::Collectives {
  public:
   Collectives(const codegen::Program& program, distributed::Communicator& communicator)
       : program_(program), communicator_(communicator) {
     for (size_t k = 0; k < program.kernels.size(); ++k) {
       const codegen::Kernel& kernel = program.kernels[k];
-      if (kernel.all_reduce_bucket < 0) continue;
+      if (!kernel.collective) continue;
       const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
       KILN_CHECK(operands * 2 == kernel.args.size())
-          << kernel.name << ": an all_reduce has one result per operand";
+          << kernel.name << ": a collective has one result per operand";
       int64_t bytes = 0;
       for (size_t i = 0; i < operands; ++i) {
         bytes += program.buffers[kernel.args[i]].bytes;
-        KILN_CHECK(program.buffers[kernel.args[i]].type.dtype == dtype_of(kernel))
+        KILN_CHECK(kernel.collective->kind == codegen::Collective::Broadcast ||
+                   program.buffers[kernel.args[i]].type.dtype == dtype_of(kernel))
             << kernel.name << ": a bucket holds one dtype";
         reader_of_.emplace(kernel.args[operands + i], k);
       }
@@ -75,7 +77,7 @@ class HostExecutable::Collectives {
     }
   }
 
-  // Before kernel `k` runs: completes every bucket it reads.
+  // Before kernel `k` runs: completes every collective it reads.
   void before(size_t k, const std::vector<void*>& pointers) {
     if (pending_.empty()) return;
     const codegen::Kernel& kernel = program_.kernels[k];
@@ -86,7 +88,7 @@ class HostExecutable::Collectives {
     }
   }
 
-  // Kernel `k`, an all_reduce: packs its operands and starts their mean.
+  // Kernel `k`, a collective: packs its operands and starts it.
   void start(size_t k, const std::vector<void*>& pointers) {
     const codegen::Kernel& kernel = program_.kernels[k];
     std::vector<std::byte>& staging = staging_.at(k);
@@ -97,6 +99,12 @@ class HostExecutable::Collectives {
       std::memcpy(staging.data() + offset, pointers[kernel.args[i]], bytes);
       offset += bytes;
     }
+    if (kernel.collective->kind == codegen::Collective::Broadcast) {
+      pending_[k] = communicator_.start_broadcast(staging.data(),
+                                                  static_cast<int64_t>(staging.size()),
+                                                  kernel.collective->index);
+      return;
+    }
     const ir::DType dtype = dtype_of(kernel);
     const auto count = static_cast<int64_t>(staging.size() / ir::dtype_size(dtype));
     pending_[k] = communicator_.start_mean(staging.data(), count, dtype);
@@ -106,7 +114,7 @@ class HostExecutable::Collectives {
     if (!pending_.empty()) communicator_.progress();
   }
 
-  // At the end of the step: every bucket still outstanding.
+  // At the end of the step: every collective still outstanding.
   void finish_all(const std::vector<void*>& pointers) {
     while (!pending_.empty()) finish(pending_.begin()->first, pointers);
   }
@@ -133,9 +141,9 @@ class HostExecutable::Collectives {
 
   const codegen::Program& program_;
   distributed::Communicator& communicator_;
-  std::map<int, size_t> reader_of_;  // a result's buffer id -> its all_reduce kernel
-  std::map<size_t, std::vector<std::byte>> staging_;  // per all_reduce kernel
-  std::map<size_t, int> pending_;  // all_reduce kernel -> its outstanding request
+  std::map<int, size_t> reader_of_;  // a result's buffer id -> its collective kernel
+  std::map<size_t, std::vector<std::byte>> staging_;  // per collective kernel
+  std::map<size_t, int> pending_;  // collective kernel -> its outstanding request
 };
 
 HostExecutable::HostExecutable(const codegen::Program& program, const HostModule& module,
@@ -157,7 +165,7 @@ HostExecutable::HostExecutable(const codegen::Program& program, const HostModule
                                [](const codegen::Kernel& k) { return k.dynamic_symbol >= 0; });
   if (options_.communicator != nullptr &&
       std::any_of(program.kernels.begin(), program.kernels.end(),
-                  [](const codegen::Kernel& k) { return k.all_reduce_bucket >= 0; }))
+                  [](const codegen::Kernel& k) { return k.collective.has_value(); }))
     collectives_ = std::make_unique<Collectives>(program, *options_.communicator);
   input_buffers_ = program.buffer_ids(codegen::BufferRole::Input);
   parameter_buffers_ = program.buffer_ids(codegen::BufferRole::Parameter);
@@ -205,7 +213,7 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
     const codegen::Kernel& kernel = program_.kernels[k];
     if (collectives_) {
       collectives_->before(k, pointers_);
-      if (kernel.all_reduce_bucket >= 0) {
+      if (kernel.collective) {
         collectives_->start(k, pointers_);
         continue;
       }

@@ -45,8 +45,8 @@ struct Schedule {
 };
 
 struct HostOptions {
-  // Data-parallel training: the ranks the all_reduce kernels (codegen::Kernel::
-  // all_reduce_bucket) average over; nullptr: one process, which launches them.
+  // Data-parallel training: the ranks the collective kernels (codegen::Kernel::collective)
+  // run across; nullptr: one process, which launches them.
   distributed::Communicator* communicator = nullptr;
   Schedule schedule;
   int workers = 0;            // OS threads running blocks; 0: one per core

@@ -210,7 +210,9 @@ Json kernel_to_json(const codegen::Kernel& k) {
                     {"tile_m", k.gemm.tile_m}, {"tile_n", k.gemm.tile_n}, {"tile_k", k.gemm.tile_k},
                     {"async_copies", k.gemm.async_copies}};
   if (k.library) json["library"] = library_to_json(*k.library);
-  if (k.all_reduce_bucket >= 0) json["all_reduce_bucket"] = k.all_reduce_bucket;
+  if (k.collective)
+    json["collective"] = {{"kind", k.collective->kind == codegen::Collective::Mean ? "mean" : "broadcast"},
+                          {"index", k.collective->index}};
   if (!k.entry.empty()) json["entry"] = k.entry;
   if (k.dynamic_symbol >= 0) json["dynamic_rows"] = {{"symbol", k.dynamic_symbol}, {"grid_axis", k.dynamic_grid_axis}};
   return json;
@@ -249,9 +251,14 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
   k.bytes_written = at["bytes_written"].integer();
   k.unfused_bytes = at["unfused_bytes"].integer();
   if (at.has("library")) k.library = library_from_json(at["library"]);
-  if (at.has("all_reduce_bucket")) {  // absent: not a collective
-    k.all_reduce_bucket = to_int(at["all_reduce_bucket"]);
-    if (k.all_reduce_bucket < 0) at["all_reduce_bucket"].fail("must be >= 0");
+  if (at.has("collective")) {  // absent: not a collective
+    const JsonAt c = at["collective"];
+    const std::string kind = c["kind"].string();
+    if (kind != "mean" && kind != "broadcast") c["kind"].fail("expected mean or broadcast");
+    k.collective = codegen::Collective{
+        kind == "mean" ? codegen::Collective::Mean : codegen::Collective::Broadcast,
+        to_int(c["index"])};
+    if (k.collective->index < 0) c["index"].fail("must be >= 0");
   }
   if (at.has("dynamic_rows")) {
     k.dynamic_symbol = to_int(at["dynamic_rows"]["symbol"]);

@@ -9,6 +9,7 @@
 #     to 1e-4 (2.1e-5 measured): Adam divides each gradient by its own running magnitude, so the
 #     ulps left on near-zero gradients grow to a fraction of the learning rate. The figures are
 #     printed.
+#   - a model with batch norm trains under mpirun (its running statistics broadcast from rank 0);
 #   - resuming a 2-rank run from its checkpoint (rank 0 reads it, every rank gets it) ends with
 #     the same bits and loss curve as the run that was not stopped;
 #   - an error on one rank (rank 0 cannot write the checkpoint) stops every rank with its
@@ -58,6 +59,11 @@ compare adam_np1 adam_np4 1e-4 1e-6
 train resumed 2 8 "${adam[@]}" --max-steps 12
 train resumed 2 8 "${adam[@]}" --resume resumed.safetensors
 compare adam_np2 resumed 0 0
+
+# Batch norm: its running statistics are broadcast from rank 0 every step (an MPI_Ibcast).
+timeout 300 "${mpirun[@]}" -np 2 "$kiln" train "$here/../lit/Inputs/mnist_mlp_bn.json" "${common[@]}" \
+  --batch-size 8 --max-steps 8 > bn.log
+echo "batch norm under mpirun -np 2: $(cat bn.log)"
 
 # Rank 0 cannot create the checkpoint's directory (a file is in the way): every rank stops.
 set +e

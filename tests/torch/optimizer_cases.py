@@ -134,12 +134,13 @@ def optimizer_cases():
 
     # all_reduce against torch.distributed's own all_reduce, in a group of one process (gloo has
     # no AVG: the sum over the ranks divided by their number): one rank's mean is each tensor.
+    import tempfile
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0,
+                                world_size=1)
+
     def all_reduce_oracle(*tensors):
-        import tempfile
-        import torch.distributed as dist
-        if not dist.is_initialized():
-            dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0,
-                                    world_size=1)
         means = []
         for tensor in tensors:
             tensor = tensor.clone()
@@ -149,6 +150,16 @@ def optimizer_cases():
 
     add_case("all_reduce_bucket", "all_reduce", {"bucket": 3}, [randn(3, 4), randn(5), randn(2, 3, 2)],
              all_reduce_oracle)
+
+    # broadcast against torch.distributed.broadcast from rank 0 in the same group of one.
+    def broadcast_oracle(*tensors):
+        import torch.distributed as dist
+        copies = [tensor.clone() for tensor in tensors]
+        for copy in copies:
+            dist.broadcast(copy, src=0)
+        return tuple(copies)
+
+    add_case("broadcast_state", "broadcast", {}, [randn(6), randn(2, 5)], broadcast_oracle)
 
     # lr_schedule against torch.optim.lr_scheduler itself: LinearLR from 1 / warmup for the
     # warmup, then CosineAnnealingLR (or LinearLR) to min_scale, chained by SequentialLR at

@@ -1,4 +1,4 @@
-// The all_reduce kernels of a data-parallel step (codegen::Kernel::all_reduce_bucket) on both
+// The collective kernels of a data-parallel step (codegen::Kernel::collective) on both
 // backends, with a fake world of two ranks whose other rank holds kPeer everywhere: the CUDA
 // backend against the mock driver and the mock NCCL (tests/mocks/), the host backend through
 // the Communicator interface. Each checks that the bucket's gradients go out packed, come back
@@ -39,12 +39,18 @@ class FakeWorld final : public distributed::Communicator {
   }
   int start_mean(void* data, int64_t count, ir::DType dtype) override {
     EXPECT_EQ(dtype, ir::DType::F32);
-    requests.push_back({static_cast<float*>(data), count});
+    requests.push_back({static_cast<float*>(data), count, false});
+    return static_cast<int>(requests.size()) - 1;
+  }
+  int start_broadcast(void* data, int64_t bytes, int root) override {
+    // From the other rank: its floats, all kPeer; from this one: nothing changes.
+    requests.push_back({root == rank_ ? nullptr : static_cast<float*>(data), bytes / 4, true});
     return static_cast<int>(requests.size()) - 1;
   }
   void wait(int request) override {
-    auto [data, count] = requests.at(static_cast<size_t>(request));
-    for (int64_t i = 0; i < count; ++i) data[i] = (data[i] + kPeer) / 2;
+    const Request& r = requests.at(static_cast<size_t>(request));
+    for (int64_t i = 0; r.data && i < r.count; ++i)
+      r.data[i] = r.broadcast ? kPeer : (r.data[i] + kPeer) / 2;
     ++waits;
   }
   void progress() override {}
@@ -52,7 +58,12 @@ class FakeWorld final : public distributed::Communicator {
   void broadcast(void*, int64_t, int) override { ++broadcasts; }
   [[noreturn]] void abort(int) override { std::abort(); }
 
-  std::vector<std::pair<float*, int64_t>> requests;
+  struct Request {
+    float* data;
+    int64_t count;
+    bool broadcast;
+  };
+  std::vector<Request> requests;
   int waits = 0, broadcasts = 0;
 };
 
@@ -72,7 +83,7 @@ codegen::Kernel make_kernel(std::string name, std::vector<int> args, int outputs
 }
 
 // Buffer ids: 0 x [4], 1 g [4] and 2 h [2] (this rank's gradients), 3 gm and 4 hm (their
-// means), 5 y [4] = gm + hm[0] (a kernel after the bucket reads the means).
+// means), 5 y [4] = gm + hm[0] (a kernel after the bucket reads the means), 6 r [4]: rank 1's x.
 codegen::Program make_program() {
   codegen::Program program;
   program.graph_name = "data_parallel";
@@ -81,12 +92,15 @@ codegen::Program make_program() {
                      make_buffer("h", {2}, BufferRole::Intermediate, -1),
                      make_buffer("gm", {4}, BufferRole::Intermediate, -1),
                      make_buffer("hm", {2}, BufferRole::Intermediate, -1),
-                     make_buffer("y", {4}, BufferRole::Output, 0)};
+                     make_buffer("y", {4}, BufferRole::Output, 0),
+                     make_buffer("r", {4}, BufferRole::Output, 1)};
   codegen::Kernel bucket = make_kernel("all_reduce_1", {1, 2, 3, 4}, 2);
-  bucket.all_reduce_bucket = 0;
+  bucket.collective = codegen::Collective{codegen::Collective::Mean, 0};
+  codegen::Kernel broadcast = make_kernel("broadcast_3", {0, 6});
+  broadcast.collective = codegen::Collective{codegen::Collective::Broadcast, 1};
   program.kernels = {make_kernel("grads_0", {0, 1, 2}, 2), bucket,
-                     make_kernel("use_2", {3, 4, 5})};
-  program.outputs = {5};
+                     make_kernel("use_2", {3, 4, 5}), broadcast};
+  program.outputs = {5, 6};
   return program;
 }
 
@@ -103,6 +117,7 @@ void copy_kernel(void* const* args, unsigned long long) {
   std::memcpy(args[2], args[0], 16);
   std::memcpy(args[3], args[1], 8);
 }
+void copy_x_kernel(void* const* args, unsigned long long) { std::memcpy(args[1], args[0], 16); }
 void use_kernel(void* const* args, unsigned long long) {
   auto* gm = static_cast<const float*>(args[0]);
   auto* hm = static_cast<const float*>(args[1]);
@@ -145,6 +160,7 @@ class DataParallelCuda : public ::testing::Test {
     reg("grads_0", 3, grads_kernel);
     reg("all_reduce_1", 4, copy_kernel);
     reg("use_2", 3, use_kernel);
+    reg("broadcast_3", 2, copy_x_kernel);
     symbol<void (*)(double)>(nccl_, "kiln_mock_nccl_set_peer")(kPeer);
   }
   template <typename F>
@@ -175,13 +191,18 @@ TEST_F(DataParallelCuda, BucketIsAveragedWithNcclBeforeItsReaders) {
   FakeWorld world;
   auto executable = create(&world);
   EXPECT_EQ(world.broadcasts, 1);  // rank 0's NCCL unique id
-  for (int run = 0; run < 2; ++run) EXPECT_EQ(floats(executable->run({input()}).at(0)), kAveraged);
+  for (int run = 0; run < 2; ++run) {
+    const std::vector<ir::Tensor> outputs = executable->run({input()});
+    EXPECT_EQ(floats(outputs.at(0)), kAveraged);
+    EXPECT_EQ(floats(outputs.at(1)), std::vector<float>(4, kPeer));  // rank 1's x
+  }
   EXPECT_EQ(symbol<int (*)()>(nccl_, "kiln_mock_nccl_all_reduces")(), 2);  // one per step
+  EXPECT_EQ(symbol<int (*)()>(nccl_, "kiln_mock_nccl_broadcasts")(), 2);
   const KilnMockStats s = stats();
   EXPECT_EQ(s.captures, 0);        // kernel by kernel: no CUDA graph with NCCL
-  EXPECT_EQ(s.kernel_runs, 4);     // grads and use; the all_reduce kernel never launches
-  EXPECT_EQ(s.event_waits, 4);     // per step: comm waits for the packing, compute for the mean
-  EXPECT_EQ(s.allocations, 2);     // the arena and the bucket's buffer
+  EXPECT_EQ(s.kernel_runs, 4);     // grads and use; the collective kernels never launch
+  EXPECT_EQ(s.event_waits, 8);     // per collective: comm waits for the packing, compute for it
+  EXPECT_EQ(s.allocations, 3);     // the arena and the collectives' buffers
   executable.reset();
   EXPECT_EQ(symbol<int (*)()>(nccl_, "kiln_mock_nccl_live_comms")(), 0);
   EXPECT_EQ(stats().allocations, 0);
@@ -191,8 +212,10 @@ TEST_F(DataParallelCuda, BucketIsAveragedWithNcclBeforeItsReaders) {
 
 TEST_F(DataParallelCuda, OneProcessLaunchesTheCopy) {
   auto executable = create(nullptr);
-  EXPECT_EQ(floats(executable->run({input()}).at(0)), kOneProcess);
-  EXPECT_EQ(stats().kernel_runs, 3);
+  const std::vector<ir::Tensor> outputs = executable->run({input()});
+  EXPECT_EQ(floats(outputs.at(0)), kOneProcess);
+  EXPECT_EQ(floats(outputs.at(1)), floats(input()));
+  EXPECT_EQ(stats().kernel_runs, 4);
 }
 
 TEST_F(DataParallelCuda, MissingNcclIsAClearError) {
@@ -213,12 +236,13 @@ TEST_F(DataParallelCuda, MissingNcclIsAClearError) {
 // The host backend, on the CUDA source codegen emits for a graph with an all_reduce: the mean
 // replaces the kernel's copy, and the kernel after it reads the means.
 TEST(DataParallelHost, BucketIsAveragedThroughTheCommunicator) {
-  ir::Graph graph = ir::parse_graph(R"(graph @step(%x: f32[4]) -> (f32[4]) {
+  ir::Graph graph = ir::parse_graph(R"(graph @step(%x: f32[4]) -> (f32[4], f32[4]) {
   %g = mul(%x, %x) : f32[4]
   %h = add(%x, %x) : f32[4]
   %gm, %hm = all_reduce(%g, %h) : f32[4], f32[4]
   %y = sub(%gm, %hm) : f32[4]
-  return %y
+  %r = broadcast(%x) {root = 1} : f32[4]
+  return %y, %r
 })",
                                     "data_parallel.ir");
   ir::verify(graph);
@@ -231,12 +255,18 @@ TEST(DataParallelHost, BucketIsAveragedThroughTheCommunicator) {
   host::HostOptions options;
   options.communicator = &world;
   host::HostExecutable distributed(program, module, {}, options);
-  for (int run = 0; run < 2; ++run) EXPECT_EQ(floats(distributed.run({input()}).at(0)), averaged);
-  EXPECT_EQ(world.waits, 2);
-  ASSERT_EQ(world.requests.size(), 2u);
-  EXPECT_EQ(world.requests[0].second, 8);  // both gradients in one packed transfer
+  for (int run = 0; run < 2; ++run) {
+    const std::vector<ir::Tensor> outputs = distributed.run({input()});
+    EXPECT_EQ(floats(outputs.at(0)), averaged);
+    EXPECT_EQ(floats(outputs.at(1)), std::vector<float>(4, kPeer));  // rank 1's x
+  }
+  EXPECT_EQ(world.waits, 4);
+  ASSERT_EQ(world.requests.size(), 4u);
+  EXPECT_EQ(world.requests[0].count, 8);  // both gradients in one packed transfer
   host::HostExecutable alone(program, module, {}, host::HostOptions{});
-  EXPECT_EQ(floats(alone.run({input()}).at(0)), one_process);
+  const std::vector<ir::Tensor> outputs = alone.run({input()});
+  EXPECT_EQ(floats(outputs.at(0)), one_process);
+  EXPECT_EQ(floats(outputs.at(1)), floats(input()));
 }
 
 }  // namespace
