@@ -1,6 +1,7 @@
 #include "runtime/host/host_memory.h"
 
 #include <fmt/format.h>
+#include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -84,6 +85,11 @@ boost::context::stack_context StackPool::stack(size_t index) {
   boost::context::stack_context context;
   context.size = stack_bytes_ - colour;
   context.sp = static_cast<char*>(mappings_[index]) + guard_bytes_ + stack_bytes_ - colour;
+  // A stack lent again may still carry AddressSanitizer's marks of the frames a fiber left on
+  // it (one torn down mid-kernel never unwound them): the next fiber starts on clean shadow, or
+  // ASan reports its own bookkeeping (sigaltstack in __asan_handle_no_return) as a use after
+  // scope. A no-op without ASan.
+  ASAN_UNPOISON_MEMORY_REGION(static_cast<char*>(mappings_[index]) + guard_bytes_, stack_bytes_);
   return context;
 }
 
