@@ -58,6 +58,9 @@ Command add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a classifier or a language model (a model ending in softmax) and report "
                "its test accuracy");
+  cmd->footer("Data-parallel: `mpirun -np N kiln train ...` trains on N processes, each on its "
+              "shard of every global batch of N x --batch-size, gradients averaged across them; "
+              "rank 0 prints and writes checkpoints (docs/distributed.md).");
   cmd->add_option("MODEL", t.model,
                   "model file (.json, .onnx, Keras (.json, .h5) or textual IR), or a package from `kiln compile --train`")
       ->required();
@@ -70,8 +73,8 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--epochs", t.epochs, "passes over the training set")
       ->check(at_least_one())
       ->capture_default_str();
-  cmd->add_option("--batch-size", t.batch_size, "samples per step (the last partial batch of "
-                                                "an epoch is dropped)")
+  cmd->add_option("--batch-size", t.batch_size, "samples per step, per process under mpirun "
+                                                "(the last partial batch of an epoch is dropped)")
       ->check(at_least_one())
       ->capture_default_str();
   cmd->add_option("--optimizer", t.optimizer, "sgd, adam or adamw")
