@@ -240,6 +240,7 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::GlobalAvgPool:
     case OpId::ReduceMean: return mean_flops;
     case OpId::ReduceSum:
+    case OpId::PairwiseSum:
     case OpId::ReduceMax:
     case OpId::GatherElementsGrad: return reduce_flops;  // an add per dy element
     case OpId::BatchNorm: return batch_norm_flops;

@@ -274,7 +274,8 @@ class ProgramBuilder {
         if (ir::is_integer(dtype)) return "";
         break;
       // In double for f64: sums, means and maxima, GEMMs (matmul, dense, conv2d).
-      case OpId::ReduceSum: case OpId::ReduceMean: case OpId::ReduceMax: case OpId::Matmul:
+      case OpId::ReduceSum: case OpId::ReduceMean: case OpId::ReduceMax: case OpId::PairwiseSum:
+      case OpId::Matmul:
       case OpId::Dense: case OpId::Conv2d: case OpId::GatherElementsGrad:
         if (dtype == DType::F64) return "";
         break;

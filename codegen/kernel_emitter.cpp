@@ -65,7 +65,8 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::Slice:
       return EmitterFamily::Shape;
     // Row and whole-tensor reductions: reduce.cpp, normalize.cpp, loss.cpp.
-    case OpId::ReduceSum: case OpId::ReduceMean: case OpId::ReduceMax: case OpId::Softmax:
+    case OpId::ReduceSum: case OpId::ReduceMean: case OpId::ReduceMax: case OpId::PairwiseSum:
+    case OpId::Softmax:
     case OpId::LogSoftmax: case OpId::LayerNorm: case OpId::RmsNorm: case OpId::SoftmaxCrossEntropy:
     case OpId::MseLoss:
       return EmitterFamily::Reduce;

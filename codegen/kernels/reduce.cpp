@@ -1,5 +1,5 @@
 // Kernel emitters for reduce_sum, reduce_mean and reduce_max over any axes (keepdims only
-// changes the result's shape, not its row-major order).
+// changes the result's shape, not its row-major order), and for pairwise_sum (at the end).
 //
 // The input is split into kept dims (one output element each) and reduced dims, each list
 // collapsed (see StridedDims): element (o, r) sits at kept_offset(o) + reduced_offset(r).
@@ -13,6 +13,8 @@
 // Accumulation: float for f32, f16 and bf16 (see reduce_util.h for the order and tolerance),
 // double for f64, 64-bit for i32 sums (saturated to i32 at the end, as the reference's store), i64 sums wrap past
 // 2^63 where the reference saturates.
+#include <bit>
+
 #include "codegen/kernels/reduce_util.h"
 
 namespace kiln::codegen {
@@ -295,11 +297,64 @@ KernelSpec emit_reduce(const KernelRequest& request) {
   return emit_columns(request, plan, acc);
 }
 
+// pairwise_sum: one thread per column (consecutive threads on consecutive columns: coalesced
+// reads), its rows added in ir/pairwise_sum.h's order, which the reference evaluator and the
+// communicator's mean over ranks share. The level loop is unrolled, so every level[l] has a
+// constant index and stays in a register (no stack frame; ptxas reports it).
+KernelSpec emit_pairwise_sum(const KernelRequest& request) {
+  const ir::Shape& shape = request.node.inputs[0]->type.shape;
+  const int64_t rows = shape[0];
+  const int64_t columns = ir::num_elements(ir::Shape(shape.begin() + 1, shape.end()));
+  const DType dtype = request.node.inputs[0]->type.dtype;
+  const std::string acc = dtype == DType::F64 ? "double" : "float";
+  const std::string type = index_type(std::max<int64_t>(rows, 1) * columns);
+  const int levels = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(rows))));
+  BodyWriter w;
+  w.comment(fmt::format("Sum in {} of each column's rows in a fixed pairwise tree (ir/pairwise_sum.h):", acc));
+  w.comment("row r joins as a block of one, then merges with each finished block of its size on");
+  w.comment("its left; the blocks left at the end are added largest first.");
+  w.line("constexpr {} kColumns = {};", type, int_literal(columns, type));
+  w.line("constexpr {} kRows = {};", type, int_literal(rows, type));
+  w.line("constexpr int kLevels = {};  // bits of kRows", levels);
+  open_grid_stride_loop(w, "c", type, "kColumns");
+  if (rows == 0) {
+    w.line("{}[c] = {};", request.output_params[0], store(dtype, acc == "double" ? "0.0" : "0.0f"));
+  } else {
+    w.line("{} level[kLevels];  // level[l]: a finished block of 2^l rows, waiting for its right neighbour", acc);
+    w.open("for ({} r = 0; r < kRows; ++r)", type);
+    w.line("{} carry = {};", acc, load_input(request, 0, "r * kColumns + c"));
+    w.comment("One merge per trailing 1 bit of r; r < kRows < 2^kLevels has a 0 bit below kLevels.");
+    w.line("#pragma unroll");
+    w.open("for (int l = 0; l < kLevels; ++l)");
+    w.open("if (((r >> l) & 1) == 0)");
+    w.line("level[l] = carry;");
+    w.line("break;");
+    w.close();
+    w.line("carry = level[l] + carry;");
+    w.close();
+    w.close();
+    w.comment("kRows = " + std::to_string(rows) + ": one block per set bit, added left to right.");
+    bool first = true;
+    for (int l = levels - 1; l >= 0; --l) {
+      if (((rows >> l) & 1) == 0) continue;
+      w.line(first ? fmt::format("{} sum = level[{}];", acc, l) : fmt::format("sum = sum + level[{}];", l));
+      first = false;
+    }
+    w.line("{}[c] = {};", request.output_params[0], store(dtype, "sum"));
+  }
+  w.close();
+  KernelSpec spec = grid_stride_spec(columns);
+  spec.body = w.take();
+  spec.note = "one thread per column, rows added in a fixed pairwise tree";
+  return spec;
+}
+
 }  // namespace
 
 void add_reduce_emitters(EmitterTable& table) {
   for (const ir::OpId op : {ir::OpId::ReduceSum, ir::OpId::ReduceMean, ir::OpId::ReduceMax})
     table.emplace_back(op, emit_reduce);
+  table.emplace_back(ir::OpId::PairwiseSum, emit_pairwise_sum);
   add_normalize_emitters(table);
   add_loss_emitters(table);
 }

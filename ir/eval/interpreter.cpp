@@ -77,7 +77,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::Reshape: case OpId::Flatten: case OpId::Transpose: case OpId::Concat:
     case OpId::Slice:
       return KernelFamily::Shape;
-    case OpId::ReduceSum: case OpId::ReduceMean: case OpId::ReduceMax:
+    case OpId::ReduceSum: case OpId::ReduceMean: case OpId::ReduceMax: case OpId::PairwiseSum:
     case OpId::SoftmaxCrossEntropy: case OpId::MseLoss:
       return KernelFamily::Reduce;
     case OpId::BroadcastTo: case OpId::Scale: case OpId::AbsGrad: case OpId::ClipGrad:

@@ -1,9 +1,11 @@
-// Reference kernels for reductions (reduce_sum, reduce_mean, reduce_max) and losses
-// (softmax_cross_entropy, mse_loss). Sums accumulate in double.
+// Reference kernels for reductions (reduce_sum, reduce_mean, reduce_max, pairwise_sum) and
+// losses (softmax_cross_entropy, mse_loss). Sums accumulate in double, except pairwise_sum's,
+// whose order and precision are its definition.
 #include <cmath>
 #include <limits>
 
 #include "ir/eval/kernel_util.h"
+#include "ir/pairwise_sum.h"
 
 namespace kiln::eval {
 namespace {
@@ -43,6 +45,23 @@ Results reduce(const ir::Node& node, const Inputs& in, Reduction kind) {
   }
   if (kind == Reduction::Mean)
     for (double& v : out) v /= static_cast<double>(count);
+  return {ref::make_result(node, out)};
+}
+
+// The rows of x [S, ...] added in pairwise_sum's order (ir/pairwise_sum.h), accumulated as the
+// kernels do: in float for f32 and the half types (rounded once at the end), in double for f64.
+Results pairwise_sum(const ir::Node& node, const Inputs& in) {
+  const ir::Shape& xs = in[0]->shape();
+  const int64_t rows = xs[0];
+  const int64_t columns = ir::num_elements(ir::Shape(xs.begin() + 1, xs.end()));
+  const std::vector<double> x = in[0]->to_doubles();
+  const bool wide = in[0]->dtype() == ir::DType::F64;
+  std::vector<double> out(static_cast<size_t>(columns));
+  for (int64_t c = 0; c < columns; ++c) {
+    const auto row = [&](int64_t r) { return x[static_cast<size_t>(r * columns + c)]; };
+    out[static_cast<size_t>(c)] =
+        wide ? ir::pairwise_sum<double>(rows, row) : ir::pairwise_sum<float>(rows, row);
+  }
   return {ref::make_result(node, out)};
 }
 
@@ -90,6 +109,7 @@ void add_reduce_kernels(KernelTable& table) {
   table[ir::OpId::ReduceMax] = [](const ir::Node& node, const Inputs& in) {
     return reduce(node, in, Reduction::Max);
   };
+  table[ir::OpId::PairwiseSum] = pairwise_sum;
   table[ir::OpId::SoftmaxCrossEntropy] = softmax_cross_entropy;
   table[ir::OpId::MseLoss] = mse_loss;
 }

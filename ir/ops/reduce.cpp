@@ -1,4 +1,4 @@
-// Reductions over a set of axes: sum, mean, max.
+// Reductions over a set of axes: sum, mean, max; pairwise_sum over the first axis.
 #include <string>
 
 #include "ir/ops/op_helpers.h"
@@ -39,6 +39,13 @@ Types infer_reduce_numeric(const InferContext& ctx) {
 Types infer_reduce_float(const InferContext& ctx) {
   require_float(ctx, 0);
   return infer_reduce(ctx);
+}
+
+Types infer_pairwise_sum(const InferContext& ctx) {
+  require_float(ctx, 0);
+  const TensorType& x = ctx.inputs[0];
+  if (x.rank() < 1) throw OpError{"x must have rank >= 1 (its rows are summed), got a scalar", 0, ""};
+  return {TensorType{x.dtype, Shape(x.shape.begin() + 1, x.shape.end())}};
 }
 
 }  // namespace kiln::ir::type_rules

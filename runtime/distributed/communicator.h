@@ -29,8 +29,8 @@ class Communicator {
 
   // Starts averaging `count` elements of `dtype` (f32 or f64) at `data` over the ranks, in
   // place; returns the request to wait() for. Every rank gets the same bits: the ranks' values
-  // are summed in rank order (x0 + x1 + ... in that order), then divided by size(), whatever the
-  // transport's own reduction order. `data` must stay valid and untouched until the wait.
+  // are summed in pairwise_sum's order (ir/pairwise_sum.h: ((x0 + x1) + (x2 + x3)) + ...), then
+  // divided by size(), whatever the transport's own reduction order. `data` must stay valid and untouched until the wait.
   virtual int start_mean(void* data, int64_t count, ir::DType dtype) = 0;
   // Starts copying `bytes` at rank `root`'s `data` into every rank's `data`; a request too.
   virtual int start_broadcast(void* data, int64_t bytes, int root) = 0;

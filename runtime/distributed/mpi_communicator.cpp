@@ -1,9 +1,11 @@
 // The communicator over MPI (OpenMPI from Debian; any MPI-3 implementation).
 //
 // The mean of a gradient bucket is an MPI_Iallgather of every rank's bucket followed by a sum
-// in rank order on each rank, not MPI_Iallreduce: MPI lets an implementation reduce in any
-// order (and differently on different ranks for some algorithms), and data-parallel training
-// promises the same bits on every rank and a fixed order run after run. The gather moves
+// over the ranks in pairwise_sum's order (ir/pairwise_sum.h) on each rank, not
+// MPI_Iallreduce: MPI lets an implementation reduce in any order (and differently on different
+// ranks for some algorithms), and data-parallel training promises the same bits on every rank
+// and a fixed order run after run; with that order, and batch-invariant gradients, the same bits
+// as one process (docs/distributed.md). The gather moves
 // size() times the data of a reduction; the host backend trains models whose gradients are
 // megabytes, and the CUDA backend's NCCL all-reduce is the bandwidth-optimal path.
 //
@@ -21,6 +23,7 @@
 #include <memory>
 
 #include "ir/diagnostic.h"
+#include "ir/pairwise_sum.h"
 #include "runtime/distributed/communicator.h"
 
 namespace kiln::runtime::distributed {
@@ -100,10 +103,10 @@ class MpiCommunicator final : public Communicator {
       return;
     }
     if (request.dtype == ir::DType::F32)
-      mean_in_rank_order(static_cast<float*>(request.data),
+      mean_over_ranks(static_cast<float*>(request.data),
                          reinterpret_cast<const float*>(request.gathered.data()), request.count);
     else
-      mean_in_rank_order(static_cast<double*>(request.data),
+      mean_over_ranks(static_cast<double*>(request.data),
                          reinterpret_cast<const double*>(request.gathered.data()), request.count);
     requests_.erase(it);
   }
@@ -153,15 +156,13 @@ class MpiCommunicator final : public Communicator {
     std::vector<std::byte> gathered;  // size() buckets, rank by rank
   };
 
-  // data[i] = (gathered[0][i] + gathered[1][i] + ... ) / size, summed left to right.
+  // data[i] = (gathered[0][i] + gathered[1][i] + ... ) / size, the ranks' values added in
+  // pairwise_sum's order.
   template <typename T>
-  void mean_in_rank_order(T* data, const T* gathered, int64_t count) const {
+  void mean_over_ranks(T* data, const T* gathered, int64_t count) const {
     const T ranks = static_cast<T>(size_);
-    for (int64_t i = 0; i < count; ++i) {
-      T total = gathered[i];
-      for (int r = 1; r < size_; ++r) total += gathered[r * count + i];
-      data[i] = total / ranks;
-    }
+    for (int64_t i = 0; i < count; ++i)
+      data[i] = ir::pairwise_sum<T>(size_, [&](int64_t r) { return gathered[r * count + i]; }) / ranks;
   }
 
   std::map<int, Request> requests_;

@@ -228,6 +228,11 @@ def reduce_cases():
         add_case(f"reduce_sum_{tag}", "reduce_sum", {"axes": [1]}, [x], lambda t: t.sum(1))
         add_case(f"reduce_max_{tag}", "reduce_max", {"axes": [0], "keepdims": True}, [x],
                  lambda t: t.amax(0, keepdim=True))
+    # pairwise_sum: torch.sum over dim 0 (kiln adds the rows in its own fixed tree; the result
+    # is the same sum within the tolerance of a float accumulation).
+    for name, xs in (("rows16", (16, 3, 4)), ("rows6", (6, 5)), ("rows1", (1, 7)),
+                     ("rows13_1d", (13,))):
+        add_case(f"pairwise_sum_{name}", "pairwise_sum", {}, [randn(*xs)], lambda t: t.sum(0))
 
 
 def loss_cases():
@@ -257,6 +262,7 @@ def f16_cases():
     add_case("layer_norm_f16", "layer_norm", {}, [h(4, 8), h(8), h(8)],
              lambda x, s, b: F.layer_norm(x, (8,), s, b))
     add_case("reduce_sum_f16", "reduce_sum", {"axes": [1]}, [h(3, 16)], lambda t: t.sum(1))
+    add_case("pairwise_sum_f16", "pairwise_sum", {}, [h(12, 5)], lambda t: t.sum(0))
     add_case("avg_pool2d_f16", "avg_pool2d", {"kernel": [2, 2]}, [h(1, 2, 4, 6)],
              lambda t: F.avg_pool2d(t, 2))
 
