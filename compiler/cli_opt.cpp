@@ -31,6 +31,7 @@ struct Options {
   int64_t training_batch = 0;  // --training-graph
   uint64_t training_seed = 0;
   bool distributed = false;  // --distributed: the step of a data-parallel run
+  bool batch_invariant = false;  // --batch-invariant: as kiln train's
   int rank = 0;
   PipelineFlags pipeline;
   InputShapeFlag input_shapes;
@@ -122,8 +123,9 @@ int run(const Options& options) {
     std::cout << "default pipeline (-O1): " << fmt::format("{}", fmt::join(passes::inference_pipeline(1), ",")) << "\n";
     return kExitOk;
   }
-  if ((options.distributed || options.rank != 0) && options.training_batch == 0) {
-    std::cerr << "kiln opt: --distributed and --rank need --training-graph BATCH\n";
+  if ((options.distributed || options.batch_invariant || options.rank != 0) &&
+      options.training_batch == 0) {
+    std::cerr << "kiln opt: --distributed, --batch-invariant and --rank need --training-graph BATCH\n";
     return kExitUsage;
   }
   if (options.input.empty()) {
@@ -142,10 +144,12 @@ int run(const Options& options) {
       compiler::make_training_graph(graph,
                                     {options.training_batch, options.training_seed, options.rank});
     }
-    if (options.distributed && !options.pipeline.passes_given) {
-      // The whole step as `mpirun ... kiln train` compiles it (Adam at its defaults).
+    if ((options.distributed || options.batch_invariant) && !options.pipeline.passes_given) {
+      // The whole step as `[mpirun ...] kiln train [--batch-invariant]` compiles it (Adam at
+      // its defaults).
       PipelineFlags step = options.pipeline;
-      step.passes = passes::training_pipeline("optimizer=adam lr=0.001", /*distributed=*/true);
+      step.passes = passes::training_pipeline("optimizer=adam lr=0.001", options.distributed,
+                                              options.batch_invariant);
       step.passes_given = true;
       step.run(graph);
     } else {
@@ -192,6 +196,10 @@ Command add_opt_command(CLI::App& app) {
                 "with --training-graph: the training step of a data-parallel run (mpirun), "
                 "its gradients averaged over the ranks by all_reduce nodes; without --passes, "
                 "the whole pipeline of kiln train (Adam)");
+  opt->add_flag("--batch-invariant", options->batch_invariant,
+                "with --training-graph: the training step of kiln train --batch-invariant, its "
+                "sums over the batch per sample in a fixed tree (pairwise_sum); without "
+                "--passes, the whole pipeline of kiln train (Adam)");
   opt->add_option("--rank", options->rank,
                   "with --training-graph: the data-parallel rank whose step to build (its "
                   "dropouts draw from its shard of the global batch)")

@@ -110,6 +110,11 @@ Command add_train_command(CLI::App& app) {
                 "when a step's loss or state is not finite, replay it op by op on the reference "
                 "evaluator and name the first op whose output is not finite (slower: copies the "
                 "training state every step)");
+  cmd->add_flag("--batch-invariant", t.batch_invariant,
+                "sum every gradient over the batch per sample, the samples in one fixed tree: "
+                "mpirun -np N with --batch-size B gives the bits of one process with N x B "
+                "(B and N powers of two, host backend; docs/distributed.md). Costs a partial "
+                "gradient per sample");
   cmd->add_option("--loss-log", t.loss_log,
                   "write every step's loss to this CSV file (step,epoch,loss), for loss curves");
   cmd->add_flag("--print-plan", t.print_plan,

@@ -332,7 +332,8 @@ std::string optimizer_spec(const std::string& optimizer, double lr, double momen
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
                                          uint64_t seed, const std::string& optimizer,
                                          const codegen::LibrarySelection& libraries,
-                                         codegen::Precision precision, int rank) {
+                                         codegen::Precision precision, int rank,
+                                         bool batch_invariant) {
   if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
   // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
   // An imported model's symbolic batch dim starts at 1; set_batch_size gives it its size.
@@ -349,7 +350,7 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
   programs.info =
       make_training_graph(step_graph, TrainingGraphOptions{batch_size, seed, std::max(rank, 0)});
   run_pipeline(step_graph,
-               passes::keep_vendor_gemms_whole(passes::training_pipeline(optimizer, rank >= 0),
+               passes::keep_vendor_gemms_whole(passes::training_pipeline(optimizer, rank >= 0, batch_invariant),
                                                libraries.cudnn, libraries.cublaslt),
                &programs.step_decisions);
   set_batch_size(eval_graph, batch_size);
@@ -418,6 +419,9 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   std::optional<runtime::Package> package;
   if (from_package) {
     package = runtime::read_package(options.model);
+    if (options.batch_invariant)
+      throw Error("--batch-invariant", "a package's training step is compiled without it; train "
+                                       "the model file itself");
     if (!options.compile_time_flags.empty())
       throw Error(options.compile_time_flags.front(),
                   "a package's training step is already compiled (" +
@@ -517,7 +521,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
       packaged ? std::move(*packaged)
                : build_training_programs(options.model, batch_size, options.seed, optimizer,
                                          options.libraries, options.precision,
-                                         world ? rank : -1);
+                                         world ? rank : -1, options.batch_invariant);
 
   if (!quiet)
     out << fmt::format("kiln train: {} on {} ({} train / {} test samples), batch {}{}, {}, "

@@ -70,6 +70,10 @@ struct TrainOptions {
   // the first op whose output is not finite (compiler/numerics_check.h). Costs a copy of the
   // training state per step.
   bool check_numerics = false;
+  // --batch-invariant: sums over the batch per sample, in a fixed tree (passes/batch_invariant.cpp),
+  // so that one process and any power-of-two number of ranks over the same global batches end
+  // with the same bits (docs/distributed.md).
+  bool batch_invariant = false;
   runtime::KernelCache* cache = nullptr;
   bool verbose = false;
   // Data already in memory (Model::fit), used instead of loading `data` (which then only names
@@ -104,12 +108,12 @@ std::string optimizer_spec(const std::string& optimizer, double lr, double momen
 // Loads `model`, builds the training step (passes::training_pipeline) and the inference graph
 // and emits both. `libraries`: as --library; `precision`: as --precision.
 // `rank` >= 0: the step of that rank of a data-parallel run (data-parallel, dropouts
-// keyed by the global sample); -1: one process.
+// keyed by the global sample); -1: one process. `batch_invariant`: as --batch-invariant.
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
                                          uint64_t seed, const std::string& optimizer,
                                          const codegen::LibrarySelection& libraries = {},
                                          codegen::Precision precision = codegen::Precision::F32,
-                                         int rank = -1);
+                                         int rank = -1, bool batch_invariant = false);
 
 // The training programs of a package compiled with --train (kiln::Error naming the package
 // when it has none).

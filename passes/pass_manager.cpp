@@ -217,7 +217,8 @@ std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeli
   return pipeline;
 }
 
-std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed) {
+std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed,
+                                           bool batch_invariant) {
   std::vector<std::string> pipeline = {
       "canonicalize",
       // Before autodiff, so that the backward pass is attention_grad, not the S x S chain's.
@@ -240,6 +241,14 @@ std::vector<std::string> training_pipeline(const std::string& optimizer, bool di
   };
   // Data-parallel: every rank updates with the gradients averaged over the ranks.
   if (distributed) pipeline.insert(pipeline.begin() + 3, "data-parallel");
+  if (batch_invariant) {
+    // Sums over the batch per sample, added in a fixed tree; the split passes go, since they
+    // choose their chunks from sizes that grow with the batch.
+    pipeline.insert(pipeline.begin() + 3, "batch-invariant");
+    std::erase_if(pipeline, [](const std::string& pass) {
+      return pass == "split-k" || pass == "split-batch-norm" || pass == "split-reductions";
+    });
+  }
   return pipeline;
 }
 

@@ -65,8 +65,10 @@ std::vector<std::string> inference_pipeline(int opt_level);
 // (`optimizer`: the append-optimizer options, "optimizer=adam lr=0.001"), then the inference
 // pipeline's fusion and planning. No constant folding: parameters change every step.
 // `distributed`: data-parallel training, whose gradients are averaged over the ranks before the
-// update (data-parallel).
-std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed = false);
+// update (data-parallel). `batch_invariant`: sums over the batch in a fixed per-sample tree
+// (batch-invariant), so that the gradients' bits do not depend on how ranks cut the batch.
+std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed = false,
+                                           bool batch_invariant = false);
 
 // `pipeline` with split-k told which forward GEMMs a vendor library may compute (--library:
 // cuDNN for conv2d, cuBLASLt for dense and matmul): split-k leaves those whole
