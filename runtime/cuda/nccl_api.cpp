@@ -23,11 +23,6 @@ ncclDataType_t nccl_type(ir::DType dtype, const std::string& kernel) {
   }
 }
 
-// The operands of an all_reduce kernel: the first half of its arguments.
-size_t operand_count(const codegen::Kernel& kernel) {
-  return kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
-}
-
 }  // namespace
 
 std::unique_ptr<NcclApi> NcclApi::load(const std::string& path) {
@@ -61,7 +56,7 @@ const NcclApi& nccl(const std::string& path) { return load_once<NcclApi>(path); 
 
 DeviceBuckets::DeviceBuckets(const DriverApi& api, const NcclApi& nccl, const codegen::Program& program,
                              distributed::Communicator& world, std::vector<CUdeviceptr> addresses)
-    : api_(api), nccl_(nccl), program_(program), addresses_(std::move(addresses)) {
+    : api_(api), nccl_(nccl), addresses_(std::move(addresses)), schedule_(program) {
   ncclUniqueId id{};
   if (world.rank() == 0) nccl_.check(nccl_.ncclGetUniqueId(&id), "ncclGetUniqueId");
   world.broadcast(&id, sizeof(id), 0);
@@ -70,27 +65,20 @@ DeviceBuckets::DeviceBuckets(const DriverApi& api, const NcclApi& nccl, const co
   api_.check(api_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate",
              "the all-reduce stream");
   comm_stream_ = Owned<CUstream>(stream, api_.cuStreamDestroy_v2);
-  for (size_t k = 0; k < program.kernels.size(); ++k) {
-    const codegen::Kernel& kernel = program.kernels[k];
-    if (!kernel.collective) continue;
+  for (const auto& [k, collective] : schedule_.collectives()) {
+    const std::string& name = program.kernels[k].name;
     Bucket bucket;
-    int64_t bytes = 0;
-    for (size_t i = 0; i < operand_count(kernel); ++i) {
-      bytes += program.buffers[kernel.args[i]].bytes;
-      reader_of_.emplace(kernel.args[operand_count(kernel) + i], k);
-    }
-    if (kernel.collective->kind == codegen::Collective::Broadcast) {
-      bucket.root = kernel.collective->index;  // bytes, whatever the tensors' types
+    if (collective.what.kind == codegen::Collective::Broadcast) {
+      bucket.root = collective.what.index;  // bytes, whatever the tensors' types
       bucket.dtype = ncclInt8;
-      bucket.count = bytes;
+      bucket.count = collective.bytes;
     } else {
-      const ir::DType dtype = program.buffers[kernel.args.at(0)].type.dtype;
-      bucket.dtype = nccl_type(dtype, kernel.name);
-      bucket.count = bytes / static_cast<int64_t>(ir::dtype_size(dtype));
+      bucket.dtype = nccl_type(collective.dtype, name);
+      bucket.count = collective.bytes / static_cast<int64_t>(ir::dtype_size(collective.dtype));
     }
     CUdeviceptr buffer = 0;
-    api_.check(api_.cuMemAlloc_v2(&buffer, static_cast<size_t>(bytes)), "cuMemAlloc",
-               fmt::format("the {} B buffer of collective kernel '{}'", bytes, kernel.name));
+    api_.check(api_.cuMemAlloc_v2(&buffer, static_cast<size_t>(collective.bytes)), "cuMemAlloc",
+               fmt::format("the {} B buffer of collective kernel '{}'", collective.bytes, name));
     bucket.buffer = Owned<CUdeviceptr>(buffer, api_.cuMemFree_v2);
     for (Owned<CUevent>* event : {&bucket.ready, &bucket.done}) {
       CUevent handle = nullptr;
@@ -106,21 +94,16 @@ DeviceBuckets::~DeviceBuckets() {
 }
 
 void DeviceBuckets::before(size_t k, CUstream stream) {
-  if (pending_.empty()) return;
-  const codegen::Kernel& kernel = program_.kernels[k];
-  for (size_t i = 0; i < operand_count(kernel); ++i) {
-    auto it = reader_of_.find(kernel.args[i]);
-    if (it != reader_of_.end() && pending_.count(it->second)) finish(it->second, stream);
-  }
+  for (size_t due : schedule_.due_before(k)) finish(due, stream);
 }
 
 void DeviceBuckets::start(size_t k, CUstream stream) {
-  const codegen::Kernel& kernel = program_.kernels[k];
+  const distributed::CollectiveSchedule::Collective& collective = *schedule_.find(k);
   Bucket& bucket = buckets_.at(k);
   CUdeviceptr cursor = bucket.buffer.get();
-  for (size_t i = 0; i < operand_count(kernel); ++i) {
-    const auto bytes = static_cast<size_t>(program_.buffers[kernel.args[i]].bytes);
-    api_.check(api_.cuMemcpyDtoDAsync_v2(cursor, addresses_[kernel.args[i]], bytes, stream),
+  for (size_t i = 0; i < collective.operands.size(); ++i) {
+    const auto bytes = static_cast<size_t>(collective.sizes[i]);
+    api_.check(api_.cuMemcpyDtoDAsync_v2(cursor, addresses_[collective.operands[i]], bytes, stream),
                "cuMemcpyDtoDAsync", "packing a collective's tensors");
     cursor += bytes;
   }
@@ -137,26 +120,24 @@ void DeviceBuckets::start(size_t k, CUstream stream) {
                                     comm_stream_.get()),
                 "ncclAllReduce");
   api_.check(api_.cuEventRecord(bucket.done.get(), comm_stream_.get()), "cuEventRecord");
-  pending_.insert(k);
+  schedule_.started(k);
 }
 
 void DeviceBuckets::finish(size_t k, CUstream stream) {
-  const codegen::Kernel& kernel = program_.kernels[k];
+  const distributed::CollectiveSchedule::Collective& collective = *schedule_.find(k);
   Bucket& bucket = buckets_.at(k);
   api_.check(api_.cuStreamWaitEvent(stream, bucket.done.get(), 0), "cuStreamWaitEvent");
   CUdeviceptr cursor = bucket.buffer.get();
-  for (size_t i = 0; i < operand_count(kernel); ++i) {
-    const int result = kernel.args[operand_count(kernel) + i];
-    const auto bytes = static_cast<size_t>(program_.buffers[result].bytes);
-    api_.check(api_.cuMemcpyDtoDAsync_v2(addresses_[result], cursor, bytes, stream),
+  for (size_t i = 0; i < collective.results.size(); ++i) {
+    const auto bytes = static_cast<size_t>(collective.sizes[i]);
+    api_.check(api_.cuMemcpyDtoDAsync_v2(addresses_[collective.results[i]], cursor, bytes, stream),
                "cuMemcpyDtoDAsync", "unpacking a collective's tensors");
     cursor += bytes;
   }
-  pending_.erase(k);
 }
 
 void DeviceBuckets::finish_all(CUstream stream) {
-  while (!pending_.empty()) finish(*pending_.begin(), stream);
+  for (size_t due : schedule_.due_at_end()) finish(due, stream);
 }
 
 }  // namespace kiln::runtime::cuda

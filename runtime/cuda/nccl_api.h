@@ -21,12 +21,12 @@
 
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "codegen/program.h"
 #include "runtime/cuda/driver_api.h"
+#include "runtime/distributed/collective_schedule.h"
 #include "runtime/cuda/library_loader.h"
 #include "runtime/cuda/library_paths.h"
 
@@ -100,13 +100,11 @@ class DeviceBuckets {
 
   const DriverApi& api_;
   const NcclApi& nccl_;
-  const codegen::Program& program_;
   std::vector<CUdeviceptr> addresses_;  // per buffer id
   ncclComm_t comm_ = nullptr;
   Owned<CUstream> comm_stream_;
+  distributed::CollectiveSchedule schedule_;  // when each bucket starts and finishes
   std::map<size_t, Bucket> buckets_;  // per collective kernel
-  std::map<int, size_t> reader_of_;   // a result's buffer id -> its collective kernel
-  std::set<size_t> pending_;          // started and not yet waited for, in this enqueue
 };
 
 }  // namespace kiln::runtime::cuda

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "ir/diagnostic.h"
+#include "runtime/distributed/collective_schedule.h"
 #include "runtime/distributed/communicator.h"
 
 namespace kiln::runtime::host {
@@ -53,97 +54,68 @@ struct HostExecutable::Storage {
 // of launched. At its kernel the operands are packed into one contiguous buffer (so that the
 // planner may reuse their memory at once) and the collective started; the wait, and the
 // unpacking into the kernel's results, come right before the first kernel that reads a result
-// (or at the end of the step). In between the backward pass goes on, and the communicator
-// progresses the transfer between kernels.
+// (or at the end of the step): distributed::CollectiveSchedule says when. In between the
+// backward pass goes on, and the communicator progresses the transfer between kernels.
 class HostExecutable::Collectives {
  public:
   Collectives(const codegen::Program& program, distributed::Communicator& communicator)
-      : program_(program), communicator_(communicator) {
-    for (size_t k = 0; k < program.kernels.size(); ++k) {
-      const codegen::Kernel& kernel = program.kernels[k];
-      if (!kernel.collective) continue;
-      const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
-      KILN_CHECK(operands * 2 == kernel.args.size())
-          << kernel.name << ": a collective has one result per operand";
-      int64_t bytes = 0;
-      for (size_t i = 0; i < operands; ++i) {
-        bytes += program.buffers[kernel.args[i]].bytes;
-        KILN_CHECK(kernel.collective->kind == codegen::Collective::Broadcast ||
-                   program.buffers[kernel.args[i]].type.dtype == dtype_of(kernel))
-            << kernel.name << ": a bucket holds one dtype";
-        reader_of_.emplace(kernel.args[operands + i], k);
-      }
-      staging_.emplace(k, std::vector<std::byte>(static_cast<size_t>(bytes)));
-    }
+      : schedule_(program), communicator_(communicator) {
+    for (const auto& [k, collective] : schedule_.collectives())
+      staging_.emplace(k, std::vector<std::byte>(static_cast<size_t>(collective.bytes)));
   }
 
   // Before kernel `k` runs: completes every collective it reads.
   void before(size_t k, const std::vector<void*>& pointers) {
-    if (pending_.empty()) return;
-    const codegen::Kernel& kernel = program_.kernels[k];
-    const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
-    for (size_t i = 0; i < operands; ++i) {
-      auto it = reader_of_.find(kernel.args[i]);
-      if (it != reader_of_.end() && pending_.count(it->second)) finish(it->second, pointers);
-    }
+    for (size_t due : schedule_.due_before(k)) finish(due, pointers);
   }
 
   // Kernel `k`, a collective: packs its operands and starts it.
   void start(size_t k, const std::vector<void*>& pointers) {
-    const codegen::Kernel& kernel = program_.kernels[k];
+    const Collective& collective = *schedule_.find(k);
     std::vector<std::byte>& staging = staging_.at(k);
-    const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
-    size_t offset = 0;
-    for (size_t i = 0; i < operands; ++i) {
-      const auto bytes = static_cast<size_t>(program_.buffers[kernel.args[i]].bytes);
-      std::memcpy(staging.data() + offset, pointers[kernel.args[i]], bytes);
-      offset += bytes;
+    std::byte* cursor = staging.data();
+    for (size_t i = 0; i < collective.operands.size(); ++i) {
+      std::memcpy(cursor, pointers[collective.operands[i]], static_cast<size_t>(collective.sizes[i]));
+      cursor += collective.sizes[i];
     }
-    if (kernel.collective->kind == codegen::Collective::Broadcast) {
-      pending_[k] = communicator_.start_broadcast(staging.data(),
-                                                  static_cast<int64_t>(staging.size()),
-                                                  kernel.collective->index);
-      return;
+    if (collective.what.kind == codegen::Collective::Broadcast) {
+      requests_[k] = communicator_.start_broadcast(staging.data(), collective.bytes,
+                                                   collective.what.index);
+    } else {
+      const auto count = collective.bytes / static_cast<int64_t>(ir::dtype_size(collective.dtype));
+      requests_[k] = communicator_.start_mean(staging.data(), count, collective.dtype);
     }
-    const ir::DType dtype = dtype_of(kernel);
-    const auto count = static_cast<int64_t>(staging.size() / ir::dtype_size(dtype));
-    pending_[k] = communicator_.start_mean(staging.data(), count, dtype);
+    schedule_.started(k);
   }
 
   void progress() {
-    if (!pending_.empty()) communicator_.progress();
+    if (schedule_.any_pending()) communicator_.progress();
   }
 
   // At the end of the step: every collective still outstanding.
   void finish_all(const std::vector<void*>& pointers) {
-    while (!pending_.empty()) finish(pending_.begin()->first, pointers);
+    for (size_t due : schedule_.due_at_end()) finish(due, pointers);
   }
 
  private:
-  ir::DType dtype_of(const codegen::Kernel& kernel) const {
-    return program_.buffers[kernel.args.at(0)].type.dtype;
-  }
+  using Collective = distributed::CollectiveSchedule::Collective;
 
+  // Waits for collective `k`, then unpacks it into its results.
   void finish(size_t k, const std::vector<void*>& pointers) {
-    communicator_.wait(pending_.at(k));
-    pending_.erase(k);
-    const codegen::Kernel& kernel = program_.kernels[k];
-    const std::vector<std::byte>& staging = staging_.at(k);
-    const size_t operands = kernel.args.size() - static_cast<size_t>(kernel.num_outputs);
-    size_t offset = 0;
-    for (size_t i = 0; i < operands; ++i) {
-      const int result = kernel.args[operands + i];
-      const auto bytes = static_cast<size_t>(program_.buffers[result].bytes);
-      std::memcpy(pointers[result], staging.data() + offset, bytes);
-      offset += bytes;
+    communicator_.wait(requests_.at(k));
+    requests_.erase(k);
+    const Collective& collective = *schedule_.find(k);
+    const std::byte* cursor = staging_.at(k).data();
+    for (size_t i = 0; i < collective.results.size(); ++i) {
+      std::memcpy(pointers[collective.results[i]], cursor, static_cast<size_t>(collective.sizes[i]));
+      cursor += collective.sizes[i];
     }
   }
 
-  const codegen::Program& program_;
+  distributed::CollectiveSchedule schedule_;
   distributed::Communicator& communicator_;
-  std::map<int, size_t> reader_of_;  // a result's buffer id -> its collective kernel
   std::map<size_t, std::vector<std::byte>> staging_;  // per collective kernel
-  std::map<size_t, int> pending_;  // collective kernel -> its outstanding request
+  std::map<size_t, int> requests_;  // collective kernel -> the communicator's request
 };
 
 HostExecutable::HostExecutable(const codegen::Program& program, const HostModule& module,

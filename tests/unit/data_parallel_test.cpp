@@ -16,6 +16,7 @@
 #include "ir/verifier.h"
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/cuda/driver_api.h"
+#include "runtime/distributed/collective_schedule.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/executor/host_executor.h"
 #include "runtime/host/host_module.h"
@@ -102,6 +103,28 @@ codegen::Program make_program() {
                      make_kernel("use_2", {3, 4, 5}), broadcast};
   program.outputs = {5, 6};
   return program;
+}
+
+// What both backends rest on: each collective's packing, and that it finishes right before its
+// first reader (use_2 reads the bucket; nothing reads the broadcast, which the end collects).
+TEST(CollectiveSchedule, FinishesEachCollectiveBeforeItsFirstReader) {
+  const codegen::Program program = make_program();
+  distributed::CollectiveSchedule schedule(program);
+  ASSERT_EQ(schedule.collectives().size(), 2u);
+  const distributed::CollectiveSchedule::Collective& bucket = *schedule.find(1);
+  EXPECT_EQ(bucket.operands, (std::vector<int>{1, 2}));
+  EXPECT_EQ(bucket.results, (std::vector<int>{3, 4}));
+  EXPECT_EQ(bucket.sizes, (std::vector<int64_t>{16, 8}));
+  EXPECT_EQ(bucket.bytes, 24);
+  EXPECT_EQ(schedule.find(0), nullptr);
+  EXPECT_TRUE(schedule.due_before(2).empty()) << "nothing started yet";
+  schedule.started(1);
+  schedule.started(3);
+  EXPECT_TRUE(schedule.due_before(1).empty()) << "the bucket's own kernel reads no result";
+  EXPECT_EQ(schedule.due_before(2), (std::vector<size_t>{1}));
+  EXPECT_TRUE(schedule.due_before(2).empty()) << "finished once";
+  EXPECT_EQ(schedule.due_at_end(), (std::vector<size_t>{3}));
+  EXPECT_FALSE(schedule.any_pending());
 }
 
 // g = 3x, h = {x0, x1}; the one-process all_reduce copies; y = gm + hm[0].
