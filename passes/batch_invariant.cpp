@@ -57,17 +57,6 @@ int64_t batch_of(const ir::Graph& graph, std::string& why) {
   return batch;
 }
 
-std::vector<int64_t> reduced_axes(const ir::Node& node) {
-  const int64_t rank = node.inputs[0]->type.rank();
-  std::vector<int64_t> axes = std::get<std::vector<int64_t>>(node.attrs.at("axes"));
-  if (axes.empty())
-    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
-  for (int64_t& a : axes)
-    if (a < 0) a += rank;
-  std::sort(axes.begin(), axes.end());
-  return axes;
-}
-
 // Why `node` keeps its order although it sums over the batch; empty when it does not.
 std::string kept_order(const ir::Node& node) {
   switch (node.op) {

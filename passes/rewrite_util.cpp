@@ -1,5 +1,7 @@
 #include "passes/rewrite_util.h"
 
+#include <algorithm>
+
 #include "ir/diagnostic.h"
 #include "ir/op_registry.h"
 
@@ -41,6 +43,18 @@ std::string NameTable::take(const std::string& base) {
   for (int i = 1; taken_.count(name) > 0; ++i) name = base + "." + std::to_string(i);
   taken_.insert(name);
   return name;
+}
+
+std::vector<int64_t> reduced_axes(const ir::Node& node) {
+  const int64_t rank = static_cast<int64_t>(node.inputs[0]->type.shape.size());
+  std::vector<int64_t> axes = std::get<std::vector<int64_t>>(node.attrs.at("axes"));
+  if (axes.empty())
+    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+  for (int64_t& a : axes)
+    if (a < 0) a += rank;
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  return axes;
 }
 
 ir::Value* NodeInserter::add(ir::OpId op, std::vector<ir::Value*> inputs, ir::AttrMap attrs,

@@ -32,6 +32,10 @@ void rewrite_outputs(ir::Graph& graph, const Replacements& replacements);
 void replace_and_erase(ir::Graph& graph, const Replacements& replacements,
                        const std::unordered_set<const ir::Node*>& dead);
 
+// The axes a reduce_sum, reduce_mean or reduce_max node reduces: in [0, rank), sorted, each once;
+// every axis when its `axes` is empty.
+std::vector<int64_t> reduced_axes(const ir::Node& node);
+
 // Unique value names for many new values: the graph's names are read once.
 class NameTable {
  public:

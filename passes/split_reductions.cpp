@@ -52,18 +52,6 @@ bool is_split_reduction(ir::OpId op) {
   return op == ir::OpId::ReduceSum || op == ir::OpId::ReduceMean || op == ir::OpId::ReduceMax;
 }
 
-std::vector<int64_t> normalized_axes(const ir::Node& node) {
-  const int64_t rank = static_cast<int64_t>(node.inputs[0]->type.shape.size());
-  std::vector<int64_t> axes = std::get<std::vector<int64_t>>(node.attrs.at("axes"));
-  if (axes.empty())
-    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
-  for (int64_t& a : axes)
-    if (a < 0) a += rank;
-  std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  return axes;
-}
-
 ReductionSplit choose_split(const ir::Shape& shape, const std::vector<int64_t>& axes,
                            ir::DType dtype) {
   ReductionSplit split;
@@ -112,7 +100,7 @@ bool SplitReductions::run(ir::Graph& graph, PassContext& context) {
   for (const auto& node : graph.nodes()) {
     if (!is_split_reduction(node->op)) continue;
     const ir::TensorType& x = node->inputs[0]->type;
-    ReductionSplit split = choose_split(x.shape, normalized_axes(*node), x.dtype);
+    ReductionSplit split = choose_split(x.shape, reduced_axes(*node), x.dtype);
     const std::string who = fmt::format("{} (%{})", node->describe(), node->results[0]->name);
     if (split.partials == 0) {
       context.debug(kPass, fmt::format("not split: {}: {}", who, split.why));
@@ -131,7 +119,7 @@ bool SplitReductions::run(ir::Graph& graph, PassContext& context) {
     const std::string out_name = old_out->name;
     old_out->name = names.take(out_name + ".unsplit");
     NodeInserter insert(graph, names, *node);
-    const std::vector<int64_t> axes = normalized_axes(*node);
+    const std::vector<int64_t> axes = reduced_axes(*node);
 
     std::vector<int64_t> stage1_axes;
     for (int64_t a : axes)
