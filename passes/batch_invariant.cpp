@@ -18,7 +18,9 @@
 // and likewise a matmul with transpose_a over K = N x T rows (dense's weight gradient: k_chunk
 // T), and a reduce_sum over the batch axis (a bias gradient: a reduce_sum over the other axes
 // keeps one partial per sample, then pairwise_sum; rows N x T are first viewed as [N, T, ...]).
-// The batch N is the leading dim of the graph's inputs (the training step's data).
+// The batch N is the leading dim of the graph's inputs (the training step's data); rows are taken
+// to be batch-major (sample after sample), as kiln lays out a dense layer's flattened rows. A
+// sequence-first layout would still sum correctly, in chunks that do not follow the samples.
 //
 // The cost: one partial result per sample (N times a weight's size, in the arena) and GEMMs of
 // one sample's K each. Only what makes bits depend on the cut is rewritten; the training
