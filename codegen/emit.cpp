@@ -178,7 +178,8 @@ class ProgramBuilder {
                       scalar_math_library() + "\n" + kernels_text +
                       "#ifndef __CUDACC__\n"
                       "// Host entry points: the host backend calls every kernel through one "
-                      "signature.\n" +
+                      "signature,\n// and runs the threads of a block of a kernel without "
+                      "barriers in one call.\n" +
                       entries_text + "#endif  // __CUDACC__\n";
     return std::move(program_);
   }
@@ -427,6 +428,17 @@ class ProgramBuilder {
                                   kernel.name, definition);
       entries_text += fmt::format("extern \"C\" void kiln_host_entry_{}(void* const* args) {{\n  {}({});\n}}\n",
                                   kernel.name, kernel.name, fmt::join(casts, ", "));
+      // The threads of a block as one loop that the kernel inlines into (no call through a
+      // pointer per GPU thread): `threads` in the runtime's schedule order.
+      if (!spec.uses_barriers)
+        entries_text += fmt::format(
+            "extern \"C\" void kiln_host_block_{}(void* const* args, kiln_host_thread* const* threads, "
+            "unsigned count) {{\n"
+            "  for (unsigned t = 0; t < count; ++t) {{\n"
+            "    kiln_host_current = threads[t];\n"
+            "    {}({});\n"
+            "  }}\n}}\n",
+            kernel.name, kernel.name, fmt::join(casts, ", "));
     }
     program_.kernels.push_back(std::move(kernel));
   }

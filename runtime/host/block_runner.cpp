@@ -141,6 +141,12 @@ void BlockRunner::run(uint64_t linear) {
 
 void BlockRunner::run_plain() {
   thread_order(spec_.options.schedule, count_, block_linear_, 0, order_);
+  if (spec_.block_entry != nullptr) {
+    ordered_abi_.resize(order_.size());
+    for (size_t i = 0; i < order_.size(); ++i) ordered_abi_[i] = &threads_[order_[i]].abi;
+    spec_.block_entry(spec_.args, ordered_abi_.data(), static_cast<unsigned>(ordered_abi_.size()));
+    return;
+  }
   for (uint32_t index : order_) {
     *tls_ = &threads_[index].abi;
     spec_.entry(spec_.args);

@@ -27,12 +27,15 @@
 namespace kiln::runtime::host::detail {
 
 using HostEntry = void (*)(void* const* args);
+// A kernel without barriers: the block's `count` threads, in the given order, in one call.
+using HostBlockEntry = void (*)(void* const* args, kiln_host_thread* const* threads, unsigned count);
 using HostTls = kiln_host_thread** (*)();
 
 // What every block of a launch shares.
 struct LaunchSpec {
   std::string kernel;
   HostEntry entry = nullptr;
+  HostBlockEntry block_entry = nullptr;  // when the module has one (modules before it do not)
   HostTls tls = nullptr;
   void* const* args = nullptr;
   codegen::Dim3 grid;
@@ -113,6 +116,7 @@ class BlockRunner {
   std::vector<WarpPost> posts_;   // one per thread
   std::vector<uint32_t> posted_;  // per warp: lanes with a pending post
   std::vector<uint32_t> order_;
+  std::vector<kiln_host_thread*> ordered_abi_;  // order_'s threads, for the block entry
   std::unique_ptr<StackPool> stacks_;
   SharedArena arena_;
 

@@ -60,6 +60,7 @@ struct HostModule::Impl {
   detail::HostTls tls = nullptr;
   mutable std::mutex mutex;
   mutable std::unordered_map<std::string, detail::HostEntry> entries;
+  mutable std::unordered_map<std::string, detail::HostBlockEntry> block_entries;
 
   ~Impl() {
     if (handle != nullptr) dlclose(handle);
@@ -75,6 +76,17 @@ struct HostModule::Impl {
     if (entry != nullptr) entries.emplace(kernel, entry);
     return entry;
   }
+
+  // nullptr for a kernel with barriers, or a module emitted before block entries existed.
+  detail::HostBlockEntry find_block_entry(const std::string& kernel) const {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = block_entries.find(kernel);
+    if (it != block_entries.end()) return it->second;
+    auto entry = reinterpret_cast<detail::HostBlockEntry>(
+        dlsym(handle, ("kiln_host_block_" + kernel).c_str()));
+    block_entries.emplace(kernel, entry);
+    return entry;
+  }
 };
 
 HostModule::HostModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -86,6 +98,10 @@ const std::string& HostModule::path() const { return impl_->path; }
 
 bool HostModule::has_kernel(const std::string& kernel) const {
   return impl_->find_entry(kernel) != nullptr;
+}
+
+bool HostModule::has_block_entry(const std::string& kernel) const {
+  return impl_->find_block_entry(kernel) != nullptr;
 }
 
 HostModule HostModule::load(const std::string& path) {
@@ -168,6 +184,7 @@ void HostModule::launch(const std::string& kernel, void* const* args, codegen::D
                                       "1 to {} threads",
                                       grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                       kMaxThreadsPerBlock));
+  if (!uses_barriers) spec.block_entry = impl_->find_block_entry(kernel);
   spec.tls = impl_->tls;
   spec.args = args;
   spec.grid = grid;

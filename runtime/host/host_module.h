@@ -94,6 +94,9 @@ class HostModule {
   static HostModule load(const std::string& path);
 
   bool has_kernel(const std::string& kernel) const;
+  // Whether the module runs `kernel`'s blocks in one call each (kiln_host_block_<kernel>: the
+  // kernels without barriers that codegen emits), rather than one call per GPU thread.
+  bool has_block_entry(const std::string& kernel) const;
   // The loaded shared object (a private copy when it came from the cache).
   const std::string& path() const;
 

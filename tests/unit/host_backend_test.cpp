@@ -68,13 +68,18 @@ extern "C" __global__ void __launch_bounds__(256) block_sum_3(
 
 // Each thread reads its left neighbour's slot with no barrier in between: a race that only
 // shows when the neighbour has not run yet (reverse/random order) and the slot is poisoned.
-extern "C" __global__ void __launch_bounds__(64) neighbour_race_4(
-    const float* __restrict__ x, float* __restrict__ out) {
-  float* s = reinterpret_cast<float*>(kiln_smem);
-  const int tid = threadIdx.x;
-  s[tid] = x[tid];
-  out[tid] = tid > 0 ? s[tid - 1] : 0.0f;
+// neighbour_race_block_10 is the same kernel with a block entry (kiln_host_block_, as codegen
+// emits for kernels without barriers): one call runs the block's threads in the given order.
+#define NEIGHBOUR_RACE(NAME)                                                           \
+extern "C" __global__ void __launch_bounds__(64) NAME(                                \
+    const float* __restrict__ x, float* __restrict__ out) {                           \
+  float* s = reinterpret_cast<float*>(kiln_smem);                                     \
+  const int tid = threadIdx.x;                                                        \
+  s[tid] = x[tid];                                                                    \
+  out[tid] = tid > 0 ? s[tid - 1] : 0.0f;                                             \
 }
+NEIGHBOUR_RACE(neighbour_race_4)
+NEIGHBOUR_RACE(neighbour_race_block_10)
 
 // Reads shared memory nobody wrote.
 extern "C" __global__ void __launch_bounds__(32) read_unwritten_5(float* __restrict__ out) {
@@ -131,6 +136,17 @@ extern "C" void kiln_host_entry_block_sum_3(void* const* args) {
 }
 extern "C" void kiln_host_entry_neighbour_race_4(void* const* args) {
   neighbour_race_4(static_cast<const float*>(args[0]), static_cast<float*>(args[1]));
+}
+extern "C" void kiln_host_entry_neighbour_race_block_10(void* const* args) {
+  neighbour_race_block_10(static_cast<const float*>(args[0]), static_cast<float*>(args[1]));
+}
+extern "C" void kiln_host_block_neighbour_race_block_10(void* const* args,
+                                                        kiln_host_thread* const* threads,
+                                                        unsigned count) {
+  for (unsigned t = 0; t < count; ++t) {
+    kiln_host_current = threads[t];
+    neighbour_race_block_10(static_cast<const float*>(args[0]), static_cast<float*>(args[1]));
+  }
 }
 extern "C" void kiln_host_entry_read_unwritten_5(void* const* args) {
   read_unwritten_5(static_cast<float*>(args[0]));
@@ -239,20 +255,26 @@ TEST_F(HostBackendTest, MissingSecondBarrierIsCaught) {
 
 TEST_F(HostBackendTest, NeighbourRaceHidesInOrderAndShowsInOtherSchedules) {
   std::vector<float> x = iota_floats(64, 1.0f, 1.0f);
-  auto run = [&](const std::string& schedule, bool poison) {
-    std::vector<float> out(64, 0.0f);
-    void* args[] = {x.data(), out.data()};
-    HostOptions options = options_for(schedule);
-    options.poison_shared = poison;
-    module_->launch("neighbour_race_4", args, {1, 1, 1}, {64, 1, 1}, 64 * sizeof(float), false,
-                    options);
-    int wrong = 0;
-    for (int i = 1; i < 64; ++i) wrong += !(out[i] == x[i - 1]);
-    return wrong;
-  };
-  EXPECT_EQ(run("order", true), 0);  // the race is real but in-order execution hides it
-  EXPECT_EQ(run("reverse", true), 63);
-  EXPECT_GT(run("random:5", true), 0);
+  // The same kernel called thread by thread, and through its block entry: both follow the
+  // schedule's order.
+  for (const char* kernel : {"neighbour_race_4", "neighbour_race_block_10"}) {
+    auto run = [&](const std::string& schedule, bool poison) {
+      std::vector<float> out(64, 0.0f);
+      void* args[] = {x.data(), out.data()};
+      HostOptions options = options_for(schedule);
+      options.poison_shared = poison;
+      module_->launch(kernel, args, {1, 1, 1}, {64, 1, 1}, 64 * sizeof(float), false, options);
+      int wrong = 0;
+      for (int i = 1; i < 64; ++i) wrong += !(out[i] == x[i - 1]);
+      return wrong;
+    };
+    SCOPED_TRACE(kernel);
+    EXPECT_EQ(run("order", true), 0);  // the race is real but in-order execution hides it
+    EXPECT_EQ(run("reverse", true), 63);
+    EXPECT_GT(run("random:5", true), 0);
+  }
+  EXPECT_FALSE(module_->has_block_entry("neighbour_race_4"));
+  EXPECT_TRUE(module_->has_block_entry("neighbour_race_block_10"));
 }
 
 TEST_F(HostBackendTest, BlockReductionWithShufflesAndBarrier) {
