@@ -426,8 +426,9 @@ class ProgramBuilder {
     } else {
       kernels_text += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}{}", bounds,
                                   kernel.name, definition);
-      entries_text += fmt::format("extern \"C\" void kiln_host_entry_{}(void* const* args) {{\n  {}({});\n}}\n",
-                                  kernel.name, kernel.name, fmt::join(casts, ", "));
+      const std::string call = fmt::format("{}({});", kernel.name, fmt::join(casts, ", "));
+      entries_text += fmt::format("extern \"C\" void kiln_host_entry_{}(void* const* args) {{\n  {}\n}}\n",
+                                  kernel.name, call);
       // The threads of a block as one loop that the kernel inlines into (no call through a
       // pointer per GPU thread): `threads` in the runtime's schedule order.
       if (!spec.uses_barriers)
@@ -436,9 +437,9 @@ class ProgramBuilder {
             "unsigned count) {{\n"
             "  for (unsigned t = 0; t < count; ++t) {{\n"
             "    kiln_host_current = threads[t];\n"
-            "    {}({});\n"
+            "    {}\n"
             "  }}\n}}\n",
-            kernel.name, kernel.name, fmt::join(casts, ", "));
+            kernel.name, call);
     }
     program_.kernels.push_back(std::move(kernel));
   }
