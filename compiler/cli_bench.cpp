@@ -20,6 +20,7 @@
 #include "compiler/cli.h"
 #include "compiler/cli_common.h"
 #include "compiler/model_loader.h"
+#include "compiler/output_file.h"
 #include "compiler/parameters.h"
 #include "compiler/pipeline_flags.h"
 #include "compiler/training_graph.h"
@@ -27,6 +28,7 @@
 #include "ir/eval/interpreter.h"
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/executor/executable.h"
+#include "runtime/executor/profile.h"
 #include "runtime/host/host_module.h"
 #include "runtime/package/package.h"
 
@@ -45,6 +47,7 @@ struct Options {
   std::vector<std::string> inputs;  // NAME=PATH
   uint64_t seed = 0;
   bool json = false;
+  std::string profile;  // --profile: a Chrome trace of the timed runs
   CacheFlags cache;
   LibraryFlag library;
   PrecisionFlag precision;
@@ -59,8 +62,8 @@ struct Slot {
   ir::DimMap dims;
 };
 
-// What runs: inputs in slot order in, outputs out.
-using Runner = std::function<std::vector<ir::Tensor>(const std::vector<ir::Tensor>&)>;
+// What runs: inputs in slot order in, outputs out; each kernel's time into the profile if given.
+using Runner = std::function<std::vector<ir::Tensor>(const std::vector<ir::Tensor>&, runtime::RunProfile*)>;
 
 struct Prepared {
   std::vector<Slot> slots;
@@ -212,7 +215,11 @@ Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::Kerne
   prepared.symbols = graph->symbols;
   if (options.backend == "reference") {
     prepared.backend = "reference";
-    prepared.run = [graph, slots = prepared.slots](const std::vector<ir::Tensor>& inputs) {
+    if (!options.profile.empty())
+      throw Error("--profile", "times generated kernels; the reference interpreter runs none "
+                               "(use --backend=host or cuda)");
+    prepared.run = [graph, slots = prepared.slots](const std::vector<ir::Tensor>& inputs,
+                                                   runtime::RunProfile*) {
       std::map<std::string, ir::Tensor> by_name;
       for (size_t i = 0; i < slots.size(); ++i) by_name.emplace(slots[i].name, inputs[i]);
       return eval::run_reference(*graph, by_name);
@@ -236,6 +243,7 @@ Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::Kerne
 struct Latency {
   std::vector<double> ms;  // sorted
   double total_s = 0;
+  std::vector<runtime::RunProfile> profiles;  // of the timed runs, with --profile
 
   double quantile(double q) const {
     const double position = q * static_cast<double>(ms.size() - 1);
@@ -247,14 +255,16 @@ struct Latency {
 };
 
 Latency measure(const Options& options, const Runner& run, const std::vector<ir::Tensor>& inputs) {
-  for (int i = 0; i < options.warmup; ++i) run(inputs);
+  for (int i = 0; i < options.warmup; ++i) run(inputs, nullptr);
   using Clock = std::chrono::steady_clock;
   Latency latency;
   const Clock::time_point start = Clock::now();
   while (static_cast<int>(latency.ms.size()) < options.iterations ||
          std::chrono::duration<double>(Clock::now() - start).count() < options.duration) {
+    runtime::RunProfile* profile = nullptr;
+    if (!options.profile.empty()) profile = &latency.profiles.emplace_back();
     const Clock::time_point before = Clock::now();
-    run(inputs);
+    run(inputs, profile);
     latency.ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - before).count());
   }
   latency.total_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -267,6 +277,38 @@ int64_t peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+// The median time of each kernel over the profiled runs, slowest first.
+struct KernelMedian {
+  std::string name;
+  double median_us = 0;
+};
+
+std::vector<KernelMedian> kernel_medians(const codegen::Program& program,
+                                         const std::vector<runtime::RunProfile>& runs) {
+  std::map<int, std::vector<double>> times;
+  for (const runtime::RunProfile& run : runs)
+    for (const runtime::KernelTiming& timing : run.kernels) times[timing.kernel].push_back(timing.duration_us);
+  std::vector<KernelMedian> medians;
+  for (auto& [kernel, us] : times) {
+    std::sort(us.begin(), us.end());
+    const size_t middle = us.size() / 2;
+    const double median = us.size() % 2 ? us[middle] : (us[middle - 1] + us[middle]) / 2;
+    medians.push_back({program.kernels.at(static_cast<size_t>(kernel)).name, median});
+  }
+  std::stable_sort(medians.begin(), medians.end(),
+                   [](const KernelMedian& a, const KernelMedian& b) { return a.median_us > b.median_us; });
+  return medians;
+}
+
+// --profile: the timed runs as one Chrome trace, one after the other on its time line.
+void write_profile(const std::string& path, const codegen::Program& program,
+                   const std::vector<runtime::RunProfile>& runs) {
+  compiler::write_file_atomically(path, runtime::chrome_trace_json(program, runs));
+  std::cerr << fmt::format("kiln: wrote {} ({} timed runs of {} kernels on the {} backend)\n", path,
+                           runs.size(), program.kernels.size(),
+                           runs.empty() ? "" : runs.front().backend);
 }
 
 int bench(Options options) {
@@ -282,14 +324,19 @@ int bench(Options options) {
   if (prepared.executable) {
     runtime::Executable* executable = prepared.executable.get();
     prepared.backend = options.backend;
-    prepared.run = [executable](const std::vector<ir::Tensor>& inputs) {
-      return executable->run(inputs);
+    prepared.run = [executable](const std::vector<ir::Tensor>& inputs, runtime::RunProfile* profile) {
+      return executable->run(inputs, profile);
     };
   }
   const std::vector<ir::Tensor> inputs = bench_inputs(options, prepared);
   const int64_t batch = prepared.samples;
   const Latency latency = measure(options, prepared.run, inputs);
   const double runs_per_s = static_cast<double>(latency.ms.size()) / latency.total_s;
+  std::vector<KernelMedian> medians;
+  if (!options.profile.empty()) {
+    write_profile(options.profile, prepared.executable->program(), latency.profiles);
+    medians = kernel_medians(prepared.executable->program(), latency.profiles);
+  }
 
   if (options.json) {
     nlohmann::json phases = nlohmann::json::object();
@@ -311,6 +358,12 @@ int bench(Options options) {
         {"planned_device_bytes",
          prepared.planned_bytes < 0 ? nlohmann::json(nullptr) : nlohmann::json(prepared.planned_bytes)},
     };
+    if (!options.profile.empty()) {
+      nlohmann::json kernels = nlohmann::json::array();
+      for (const KernelMedian& kernel : medians)
+        kernels.push_back({{"name", kernel.name}, {"median_us", kernel.median_us}});
+      out["kernels"] = std::move(kernels);
+    }
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
@@ -334,6 +387,16 @@ int bench(Options options) {
     memory += fmt::format(", device memory {:.1f} MiB (arena and buffers, as planned)",
                           prepared.planned_bytes / 1048576.0);
   std::cout << "memory:     " << memory << "\n";
+  if (!medians.empty()) {
+    double total_us = 0;
+    for (const KernelMedian& kernel : medians) total_us += kernel.median_us;
+    constexpr size_t kShown = 10;
+    std::cout << fmt::format("kernels:    {} per run, {:.3f} ms of medians; the slowest:\n",
+                             medians.size(), total_us / 1000.0);
+    for (size_t i = 0; i < std::min(kShown, medians.size()); ++i)
+      std::cout << fmt::format("  {:>10.1f} us  {:5.1f} %  {}\n", medians[i].median_us,
+                               100.0 * medians[i].median_us / std::max(total_us, 1e-9), medians[i].name);
+  }
   return kExitOk;
 }
 
@@ -372,6 +435,9 @@ Command add_bench_command(CLI::App& app) {
                   "[-1, 1) for floats, zeros for integers");
   cmd->add_option("--seed", options->seed, "seed of the random inputs")->capture_default_str();
   cmd->add_flag("--json", options->json, "print one JSON object instead of text");
+  cmd->add_option("--profile", options->profile,
+                  "time each kernel of the timed runs: write them as a Chrome trace (chrome://tracing, "
+                  "Perfetto) to this file, and print each kernel's median, slowest first");
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->precision.add_to(*cmd);
