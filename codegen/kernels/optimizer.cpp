@@ -192,6 +192,31 @@ std::vector<std::string> lambda_names(const std::vector<std::string>& names, con
   return out;
 }
 
+// The host backend's body: thread 0 walks the elements of its block's CUDA threads segment by
+// segment, a plain loop per parameter instead of a search per element, and computes the
+// prologue (Adam's bias corrections: four libm calls) once per block instead of once per
+// element. Each element's arithmetic is the CUDA body's, so the results are its bits.
+// The lambda `update` takes the first `operands` of a binding's operands (the per-element ones).
+void emit_multi_tensor_host_body(BodyWriter& w, const std::vector<Binding>& bindings, size_t operands,
+                                 const std::vector<int64_t>& offsets, const std::string& type) {
+  open_host_body(w, {"Host backend: the block's elements parameter by parameter, equal bit for bit to the",
+                     "CUDA body below (codegen/kernels/optimizer.cpp). Thread 0 runs it."});
+  w.open("for ({0} first = static_cast<{0}>(blockIdx.x) * blockDim.x; first < kTotal; "
+         "first += static_cast<{0}>(blockDim.x) * gridDim.x)", type);
+  w.line("const {0} last = first + static_cast<{0}>(blockDim.x) < kTotal ? first + static_cast<{0}>(blockDim.x) : kTotal;", type);
+  for (size_t s = 0; s < bindings.size(); ++s) {
+    std::string args;
+    for (size_t k = 0; k < operands; ++k) args += bindings[s].in[k] + ", ";
+    for (const std::string& out : bindings[s].out) args += out + ", ";
+    const std::string begin = int_literal(offsets[s], type);
+    const std::string end = int_literal(offsets[s + 1], type);
+    w.line("for ({0} i = first > {1} ? first : {1}, end = last < {2} ? last : {2}; i < end; ++i) "
+           "update({3}i - {1});", type, begin, end, args);
+  }
+  w.close();
+  close_host_body(w);
+}
+
 }  // namespace
 
 KernelSpec emit_multi_tensor_update(const KernelRequest& request,
@@ -245,6 +270,11 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   result_names.erase(result_names.begin() + 1);  // no result for grad
 
   BodyWriter w;
+  w.line("#ifndef __CUDACC__");
+  w.comment("Host backend: thread 0 runs the block's elements (below), before the prologue the rest");
+  w.comment("would compute for nothing.");
+  w.line("if (kiln_host_variant() && threadIdx.x != 0) return;");
+  w.line("#endif");
   emit_prologue(w, first, scalar_pointers(first, bindings.front().in));
   w.line("constexpr {} kTotal = {};", type, int_literal(total, type));
   std::string signature;
@@ -255,6 +285,7 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   w.open("const auto update = [&]({}{} j)", signature, type);
   emit_element(w, first, operand_names, result_names, "j");
   w.close(";");
+  emit_multi_tensor_host_body(w, bindings, operand_names.size(), offsets, type);
   open_grid_stride_loop(w, "i", type, "kTotal");
   w.comment("Parameter s owns elements [offset s, offset s + 1) of the loop. A binary search over");
   w.comment("the offsets, written out as comparisons with constants, finds it: a table indexed at");
@@ -279,6 +310,7 @@ KernelSpec emit_multi_tensor_update(const KernelRequest& request,
   dispatch(0, updates.size());
   w.close();
   KernelSpec spec = grid_stride_spec(total);
+  spec.host_variant = true;
   spec.body = w.take();
   spec.note = fmt::format("multi-tensor {}: {} parameters, {} elements, one grid-stride loop over "
                           "their concatenation",
