@@ -93,8 +93,9 @@ void open_conv_grad(BodyWriter& w, const ir::Node& node, int64_t count, const ir
   open_output_loop(w);
 }
 
-KernelSpec finish(BodyWriter& w, int64_t count, std::string note) {
+KernelSpec finish(BodyWriter& w, int64_t count, std::string note, bool host_variant = false) {
   KernelSpec spec = grid_stride_spec(count);
+  spec.host_variant = host_variant;
   spec.body = w.take();
   spec.note = std::move(note);
   return spec;
@@ -287,34 +288,88 @@ KernelSpec emit_max_pool_grad_by_window(const KernelRequest& request, const Ints
   w.line("constexpr int kThreads = {};", kDefaultBlock);
   w.line("constexpr index_t kCount = {};  // windows", windows);
   pool_grad_constants(w, node, stride);
+  // Window i's place: its plane of x and dx, and its corner (top, left).
+  const auto emit_window_place = [&] {
+    w.line("const int out_w = static_cast<int>(i % kOutW);");
+    w.line("const int out_h = static_cast<int>(i / kOutW % kOutH);");
+    w.line("const index_t plane = i / (kOutW * kOutH);");
+    w.line("const {}* in = {} + plane * kH * kW;", c_type(dtype), request.input_params[1]);
+    w.line("{}* dx = {} + plane * kH * kW;", c_type(dtype), request.output_params[0]);
+    w.line("const int top = out_h * kStrideH - kPadTop;");
+    w.line("const int left = out_w * kStrideW - kPadLeft;");
+  };
+  const std::string grad = fmt::format("const float grad = 0.0f + {};",
+                                       load(dtype, fmt::format("{}[i]", request.input_params[0])));
+  // Window i's scan and cell, wherever it lies.
+  const auto emit_window = [&] {
+    scan_window_maximum(w, dtype);
+    w.comment("0 + dy, as the gathering kernel and the reference sum into zero (-0 becomes +0).");
+    w.line(grad);
+    w.comment("The window's cell, clipped to x: up to the next window's corner, or x's edge.");
+    w.line("const int cell_top = top < 0 ? 0 : top;");
+    w.line("const int next_top = out_h + 1 < kOutH ? top + kStrideH : kH;");
+    w.line("const int cell_bottom = next_top < kH ? next_top : kH;");
+    w.line("const int cell_left = left < 0 ? 0 : left;");
+    w.line("const int next_left = out_w + 1 < kOutW ? left + kStrideW : kW;");
+    w.line("const int cell_right = next_left < kW ? next_left : kW;");
+    w.open("for (int h = cell_top; h < cell_bottom; ++h)");
+    w.open("for (int c = cell_left; c < cell_right; ++c)");
+    w.line("dx[h * kW + c] = {};", store(dtype, "h == best_h && c == best_w ? grad : 0.0f"));
+    w.close();
+    w.close();
+  };
+  open_host_body(w, {"Host backend: the block's windows in one loop, equal bit for bit to the CUDA body",
+                     "below (codegen/kernels/nn_grad.cpp). Thread 0 runs it."});
+  w.open("for (index_t block_first = static_cast<index_t>(blockIdx.x) * kThreads; block_first < kCount; "
+         "block_first += static_cast<index_t>(gridDim.x) * kThreads)");
+  w.line("const index_t block_last = block_first + kThreads < kCount ? block_first + kThreads : kCount;");
+  w.open("for (index_t i = block_first; i < block_last; ++i)");
+  emit_window_place();
+  w.comment("An interior window (most of them): the window and its kStrideH x kStrideW cell lie in x,");
+  w.comment("so the scan needs no bounds, starts at the corner, and picks with selects (a CPU");
+  w.comment("mispredicts branches on data), and the cell's loops have constant trip counts.");
+  w.comment("(The last row's and column's cells reach x's edge, which may be further.)");
+  w.open("if (top >= 0 && left >= 0 && top + kStrideH <= kH && left + kStrideW <= kW && "
+         "(out_h + 1 < kOutH || top + kStrideH == kH) && (out_w + 1 < kOutW || left + kStrideW == kW))");
+  w.line("const {}* corner = in + top * kW + left;", c_type(dtype));
+  w.line("float best = {};", load(dtype, "corner[0]"));
+  w.line("int best_h = 0;");
+  w.line("int best_w = 0;");
+  w.open("for (int wh = 0; wh < kKernelH; ++wh)");
+  w.open("for (int ww = wh == 0 ? 1 : 0; ww < kKernelW; ++ww)");
+  w.line("const float v = {};", load(dtype, "corner[wh * kDilationH * kW + ww * kDilationW]"));
+  w.comment("The CUDA scan's rule, picked with masks rather than branches or selects (which the");
+  w.comment("compiler turns into branches): random data mispredicts half of them.");
+  w.line("const int take = -static_cast<int>((best == best) & ((v != v) | (v > best)));");
+  w.line("best = __int_as_float((__float_as_int(best) & ~take) | (__float_as_int(v) & take));");
+  w.line("best_h = (best_h & ~take) | (wh * kDilationH & take);");
+  w.line("best_w = (best_w & ~take) | (ww * kDilationW & take);");
+  w.close();
+  w.close();
+  w.line(grad);
+  w.line("{}* cell = dx + top * kW + left;", c_type(dtype));
+  w.open("for (int h = 0; h < kStrideH; ++h)");
+  w.open("for (int c = 0; c < kStrideW; ++c)");
+  w.comment("grad or +0, by a mask as well.");
+  w.line("const int hit = -static_cast<int>((h == best_h) & (c == best_w));");
+  w.line("cell[h * kW + c] = {};", store(dtype, "__int_as_float(__float_as_int(grad) & hit)"));
+  w.close();
+  w.close();
+  w.line("continue;");
+  w.close();
+  emit_window();
+  w.close();
+  w.close();
+  close_host_body(w);
   open_output_loop(w);
-  w.line("const int out_w = static_cast<int>(i % kOutW);");
-  w.line("const int out_h = static_cast<int>(i / kOutW % kOutH);");
-  w.line("const index_t plane = i / (kOutW * kOutH);");
-  w.line("const {}* in = {} + plane * kH * kW;", c_type(dtype), request.input_params[1]);
-  w.line("{}* dx = {} + plane * kH * kW;", c_type(dtype), request.output_params[0]);
-  w.line("const int top = out_h * kStrideH - kPadTop;");
-  w.line("const int left = out_w * kStrideW - kPadLeft;");
-  scan_window_maximum(w, dtype);
-  w.comment("0 + dy, as the gathering kernel and the reference sum into zero (-0 becomes +0).");
-  w.line("const float grad = 0.0f + {};", load(dtype, fmt::format("{}[i]", request.input_params[0])));
-  w.comment("The window's cell, clipped to x: up to the next window's corner, or x's edge.");
-  w.line("const int cell_top = top < 0 ? 0 : top;");
-  w.line("const int next_top = out_h + 1 < kOutH ? top + kStrideH : kH;");
-  w.line("const int cell_bottom = next_top < kH ? next_top : kH;");
-  w.line("const int cell_left = left < 0 ? 0 : left;");
-  w.line("const int next_left = out_w + 1 < kOutW ? left + kStrideW : kW;");
-  w.line("const int cell_right = next_left < kW ? next_left : kW;");
-  w.open("for (int h = cell_top; h < cell_bottom; ++h)");
-  w.open("for (int c = cell_left; c < cell_right; ++c)");
-  w.line("dx[h * kW + c] = {};", store(dtype, "h == best_h && c == best_w ? grad : 0.0f"));
-  w.close();
-  w.close();
+  emit_window_place();
+  emit_window();
   w.close();
   return finish(w, windows,
                 fmt::format("max pooling {}x{} gradient, one thread per window (they do not "
                             "overlap) writing its cell: dy at the first maximum, 0 elsewhere",
-                            kernel[0], kernel[1]));
+                            kernel[0], kernel[1]),
+                /*host_variant=*/true);
 }
 
 // dx [N,C,H,W] of a pool whose dy is [N,C,OH,OW].

@@ -167,6 +167,36 @@ TEST(CodegenNnHost, NanPropagates) {
   check_cases("nan", cases, options);
 }
 
+// The max pool gradient's host body (a block's windows in one loop, interior windows scanned
+// with masks) must pick the CUDA body's element bit for bit: interior windows, cells that reach
+// a ragged edge (9 = 4 windows of 2 + 1), padding and dilation (the general path), ties among
+// small integers and between +0 and -0 (the first wins), and NaNs (the first wins for good).
+TEST(CodegenNnHost, MaxPoolGradHostBody) {
+  CheckOptions options;
+  options.edit_inputs = [](std::vector<ir::Tensor>& inputs) {
+    for (size_t x = 1; x < inputs.size(); x += 2) {  // dy, x for each case
+      ir::Tensor& t = inputs[x];
+      for (int64_t i = 0; i < t.num_elements(); ++i) t.set(i, std::round(t.get(i) * 2));
+      for (int64_t i = 3; i < t.num_elements(); i += 7) t.set(i, i % 2 ? -0.0 : 0.0);
+      for (int64_t i = 5; i < t.num_elements(); i += 23) t.set(i, std::nan(""));
+      t.set(1, std::nan(""));
+      t.set(10, std::nan(""));  // a window's second row, after a first NaN or not
+    }
+  };
+  const auto pool_grad = [](ir::Shape dy, ir::Shape x, Ints kernel, ir::AttrMap attrs) {
+    attrs["kernel"] = kernel;
+    return OpCase{"max_pool2d_grad", {f32(std::move(dy)), f32(std::move(x))}, std::move(attrs), 1};
+  };
+  const std::vector<OpCase> cases = {
+      pool_grad({2, 3, 4, 4}, {2, 3, 8, 8}, {2, 2}, {}),
+      pool_grad({1, 3, 4, 4}, {1, 3, 9, 9}, {2, 2}, {}),
+      pool_grad({1, 2, 2, 2}, {1, 2, 7, 8}, {2, 3}, {{"stride", Ints{3, 3}}}),
+      pool_grad({1, 2, 5, 5}, {1, 2, 9, 9}, {2, 2}, {{"pad", Ints{1, 1, 1, 1}}}),
+      pool_grad({1, 2, 3, 3}, {1, 2, 11, 11}, {2, 2}, {{"stride", Ints{4, 4}}, {"dilation", Ints{2, 2}}}),
+  };
+  check_cases("max_pool_grad_host_body", cases, options);
+}
+
 // A missing or misplaced barrier shows up as a wrong result under some order of the threads.
 TEST(CodegenNnHost, GemmsAgreeUnderEverySchedule) {
   CheckOptions options;
