@@ -90,10 +90,12 @@ HostCompiler probe_compiler() {
   // the CUDA bodies' constant per-thread loops (a GEMM's 4 x 4 results) so that their arrays
   // live in registers, which made -O3 1.8x faster than -O2 on the seed CNN's training step;
   // -O2 with it runs as fast as -O3, and compiles the GEMMs' host bodies in 60 % of the time
-  // (the seed CNN's training programs: 3.9 -> 2.2 s; docs/codegen.md).
+  // (the seed CNN's training programs: 3.9 -> 2.2 s; docs/codegen.md). -fno-math-errno: CUDA's
+  // math never sets errno and no kernel reads it, so sqrtf is one instruction (the same IEEE
+  // result) rather than a check and a libm call on the path that would set it.
   // clang-format off
   compiler.flags = {"-std=c++17", "-O2", "-fpeel-loops", "-fPIC", "-shared", "-fno-fast-math",
-                    "-ffp-contract=off", "-fno-strict-aliasing"};
+                    "-ffp-contract=off", "-fno-strict-aliasing", "-fno-math-errno"};
   // clang-format on
 #if defined(__x86_64__)
   // threadIdx & co. read a thread_local of the dlopen'ed module: TLS descriptors make that a
