@@ -140,6 +140,11 @@ void BlockRunner::run(uint64_t linear) {
 }
 
 void BlockRunner::run_plain() {
+  if (spec_.lone_thread) {
+    *tls_ = &threads_[0].abi;
+    spec_.entry(spec_.args);
+    return;
+  }
   thread_order(spec_.options.schedule, count_, block_linear_, 0, order_);
   if (spec_.block_entry != nullptr) {
     ordered_abi_.resize(order_.size());

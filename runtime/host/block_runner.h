@@ -42,6 +42,9 @@ struct LaunchSpec {
   codegen::Dim3 block;
   uint32_t shared_bytes = 0;
   bool uses_barriers = false;
+  // A host-specific body (codegen::Kernel::host_variant): thread 0 computes the whole block and
+  // the others return before doing anything, so thread 0 alone is run.
+  bool lone_thread = false;
   HostOptions options;
 };
 

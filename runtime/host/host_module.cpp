@@ -171,7 +171,7 @@ HostModule HostModule::compile(const std::string& source, const std::string& nam
 
 void HostModule::launch(const std::string& kernel, void* const* args, codegen::Dim3 grid,
                         codegen::Dim3 block, uint32_t shared_bytes, bool uses_barriers,
-                        const HostOptions& options) const {
+                        const HostOptions& options, bool lone_thread) const {
   const std::string location = fmt::format("kernel '{}'", kernel);
   detail::LaunchSpec spec;
   spec.kernel = kernel;
@@ -184,7 +184,9 @@ void HostModule::launch(const std::string& kernel, void* const* args, codegen::D
                                       "1 to {} threads",
                                       grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                       kMaxThreadsPerBlock));
+  if (lone_thread) uses_barriers = false;
   if (!uses_barriers) spec.block_entry = impl_->find_block_entry(kernel);
+  spec.lone_thread = lone_thread;
   spec.tls = impl_->tls;
   spec.args = args;
   spec.grid = grid;

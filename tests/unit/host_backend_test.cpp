@@ -115,6 +115,28 @@ extern "C" __global__ void __launch_bounds__(64) big_stack_9(float* __restrict__
   for (int i = 0; i < 16384; i += 4096) sum += local[i];
   out[threadIdx.x] = sum;
 }
+
+// A host-specific body as codegen writes one: thread 0 does the block's work, the others return;
+// the CUDA body below has a barrier. Counts the threads that run, and each block's sum.
+extern "C" __global__ void __launch_bounds__(128) host_body_11(
+    const float* __restrict__ x, float* __restrict__ sums, int* __restrict__ threads_run) {
+  atomicAdd(threads_run, 1);
+  if (kiln_host_variant()) {
+    if (threadIdx.x != 0) return;
+    float sum = 0.0f;
+    for (int t = 0; t < 128; ++t) sum += x[blockIdx.x * 128 + t];
+    sums[blockIdx.x] = sum;
+    return;
+  }
+  float* s = reinterpret_cast<float*>(kiln_smem);
+  s[threadIdx.x] = x[blockIdx.x * 128 + threadIdx.x];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int t = 0; t < 128; ++t) sum += s[t];
+    sums[blockIdx.x] = sum;
+  }
+}
 )";
 
 const char* const kEntries = R"(
@@ -162,6 +184,10 @@ extern "C" void kiln_host_entry_throws_8(void* const* args) {
 }
 extern "C" void kiln_host_entry_big_stack_9(void* const* args) {
   big_stack_9(static_cast<float*>(args[0]));
+}
+extern "C" void kiln_host_entry_host_body_11(void* const* args) {
+  host_body_11(static_cast<const float*>(args[0]), static_cast<float*>(args[1]),
+               static_cast<int*>(args[2]));
 }
 )";
 
@@ -275,6 +301,30 @@ TEST_F(HostBackendTest, NeighbourRaceHidesInOrderAndShowsInOtherSchedules) {
   }
   EXPECT_FALSE(module_->has_block_entry("neighbour_race_4"));
   EXPECT_TRUE(module_->has_block_entry("neighbour_race_block_10"));
+}
+
+// A kernel's host body runs as thread 0 alone (lone_thread), without fibers; its CUDA body
+// (cuda_variants) runs every thread through the barrier. Both give the same sums.
+TEST_F(HostBackendTest, HostBodyRunsAsThreadZeroAlone) {
+  constexpr int kBlocks = 5;
+  std::vector<float> x = iota_floats(kBlocks * 128, 0.5f, -7.0f);
+  for (const bool lone : {true, false}) {
+    for (int workers : {1, 2}) {
+      std::vector<float> sums(kBlocks, -1.0f);
+      int threads_run = 0;
+      void* args[] = {x.data(), sums.data(), &threads_run};
+      HostOptions options = options_for("random:2", workers);
+      options.cuda_variants = !lone;
+      module_->launch("host_body_11", args, {kBlocks, 1, 1}, {128, 1, 1}, 128 * sizeof(float),
+                      /*uses_barriers=*/true, options, /*lone_thread=*/lone);
+      EXPECT_EQ(threads_run, lone ? kBlocks : kBlocks * 128) << "lone " << lone;
+      for (int b = 0; b < kBlocks; ++b) {
+        float want = 0.0f;
+        for (int t = 0; t < 128; ++t) want += x[b * 128 + t];
+        EXPECT_EQ(sums[b], want) << "block " << b << ", lone " << lone;
+      }
+    }
+  }
 }
 
 TEST_F(HostBackendTest, BlockReductionWithShufflesAndBarrier) {
