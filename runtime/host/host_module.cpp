@@ -18,6 +18,7 @@
 #include "runtime/host/block_runner.h"
 #include "runtime/host/host_compiler.h"
 #include "runtime/host/schedule_order.h"
+#include "runtime/host/worker_pool.h"
 
 namespace kiln::runtime::host {
 namespace detail {
@@ -230,14 +231,8 @@ void HostModule::launch(const std::string& kernel, void* const* args, codegen::D
       record(current, std::current_exception());
     }
   };
-  if (workers <= 1) {
-    work();
-  } else {
-    std::vector<std::thread> pool;
-    pool.reserve(workers);
-    for (uint64_t i = 0; i < workers; ++i) pool.emplace_back(work);
-    for (std::thread& thread : pool) thread.join();
-  }
+  // This thread works too; the pool's threads help (worker_pool.h).
+  detail::WorkerPool::instance().run(work, static_cast<size_t>(workers - 1));
   if (failure) std::rethrow_exception(failure);
 }
 
