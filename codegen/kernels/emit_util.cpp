@@ -149,6 +149,24 @@ void close_host_body(BodyWriter& w) {
   w.line("#endif");
 }
 
+std::vector<std::string> emit_window_taps(BodyWriter& w, ir::DType dtype, int64_t kernel_h,
+                                          int64_t kernel_w) {
+  std::vector<std::string> taps;
+  for (int64_t kh = 0; kh < kernel_h; ++kh)
+    for (int64_t kw = 0; kw < kernel_w; ++kw) {
+      taps.push_back(fmt::format("tap_{}_{}", kh, kw));
+      w.line("const float {} = {};", taps.back(),
+             load(dtype, fmt::format("corner[{} * kDilationH * kW + {} * kDilationW]", kh, kw)));
+    }
+  std::string nan, max = taps.front();
+  for (const std::string& tap : taps) nan += fmt::format("{}({} != {})", nan.empty() ? "" : " | ", tap, tap);
+  w.line("const bool window_nan = {};", nan);
+  w.line("float window_max = {};", taps.front());
+  for (size_t t = 1; t < taps.size(); ++t)
+    w.line("window_max = window_max > {0} ? window_max : {0};", taps[t]);
+  return taps;
+}
+
 void open_grid_stride_loop(BodyWriter& w, std::string_view var, std::string_view type,
                            std::string_view count_name, std::string_view start) {
   const bool wide = type != "int";

@@ -137,6 +137,15 @@ void open_host_body(BodyWriter& w, const std::vector<std::string>& comment,
                     std::string_view others_leave = "threadIdx.x != 0");
 void close_host_body(BodyWriter& w);
 
+// For a max pool's host body: the taps of a window that lies inside x, read from `corner`
+// (`const float tap_<kh>_<kw>`, kDilationH/W apart), `window_nan` (one of them is NaN) and
+// `window_max`, their largest as a chain of `a > b ? a : b` (one maxss each on x86: kiln_max's
+// selects become branches on the data). Without NaNs the chain's result is kiln_max's chain's,
+// the last of the largest taps, bit for bit; with one, callers take the CUDA body's path.
+// Returns the taps' names in window order.
+std::vector<std::string> emit_window_taps(BodyWriter& w, ir::DType dtype, int64_t kernel_h,
+                                          int64_t kernel_w);
+
 // The first line of a grid-stride loop over [start, count_name):
 //   for (int i = thread_index; i < kCount; i += thread_count)
 // declaring thread_index (this thread's rank in the grid) and thread_count (threads in the

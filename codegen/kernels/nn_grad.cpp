@@ -326,26 +326,25 @@ KernelSpec emit_max_pool_grad_by_window(const KernelRequest& request, const Ints
   w.open("for (index_t i = block_first; i < block_last; ++i)");
   emit_window_place();
   w.comment("An interior window (most of them): the window and its kStrideH x kStrideW cell lie in x,");
-  w.comment("so the scan needs no bounds, starts at the corner, and picks with selects (a CPU");
-  w.comment("mispredicts branches on data), and the cell's loops have constant trip counts.");
-  w.comment("(The last row's and column's cells reach x's edge, which may be further.)");
+  w.comment("so its taps need no bounds and its cell's loops have constant trip counts. (The last");
+  w.comment("row's and column's cells reach x's edge, which may be further.)");
   w.open("if (top >= 0 && left >= 0 && top + kStrideH <= kH && left + kStrideW <= kW && "
          "(out_h + 1 < kOutH || top + kStrideH == kH) && (out_w + 1 < kOutW || left + kStrideW == kW))");
   w.line("const {}* corner = in + top * kW + left;", c_type(dtype));
-  w.line("float best = {};", load(dtype, "corner[0]"));
+  const std::vector<std::string> taps = emit_window_taps(w, dtype, kernel[0], kernel[1]);
+  w.open("if (!window_nan)");
+  w.comment("The CUDA scan picks the first tap equal to the maximum (a later one must be greater).");
+  w.comment("Masks, not branches: random data would mispredict them.");
+  w.line("int found = 0;");
   w.line("int best_h = 0;");
   w.line("int best_w = 0;");
-  w.open("for (int wh = 0; wh < kKernelH; ++wh)");
-  w.open("for (int ww = wh == 0 ? 1 : 0; ww < kKernelW; ++ww)");
-  w.line("const float v = {};", load(dtype, "corner[wh * kDilationH * kW + ww * kDilationW]"));
-  w.comment("The CUDA scan's rule, picked with masks rather than branches or selects (which the");
-  w.comment("compiler turns into branches): random data mispredicts half of them.");
-  w.line("const int take = -static_cast<int>((best == best) & ((v != v) | (v > best)));");
-  w.line("best = __int_as_float((__float_as_int(best) & ~take) | (__float_as_int(v) & take));");
-  w.line("best_h = (best_h & ~take) | (wh * kDilationH & take);");
-  w.line("best_w = (best_w & ~take) | (ww * kDilationW & take);");
-  w.close();
-  w.close();
+  for (size_t t = 0; t < taps.size(); ++t) {
+    const int64_t kh = static_cast<int64_t>(t) / kernel[1], kw = static_cast<int64_t>(t) % kernel[1];
+    w.line("const int hit_{0} = -static_cast<int>({1} == window_max) & ~found;", t, taps[t]);
+    w.line("found |= hit_{};", t);
+    w.line("best_h |= {} * kDilationH & hit_{};", kh, t);
+    w.line("best_w |= {} * kDilationW & hit_{};", kw, t);
+  }
   w.line(grad);
   w.line("{}* cell = dx + top * kW + left;", c_type(dtype));
   w.open("for (int h = 0; h < kStrideH; ++h)");
@@ -357,6 +356,9 @@ KernelSpec emit_max_pool_grad_by_window(const KernelRequest& request, const Ints
   w.close();
   w.line("continue;");
   w.close();
+  w.close();
+  w.comment("A cell at a ragged or padded edge, or a NaN (rare: the branch is predicted): the CUDA");
+  w.comment("body's scan.");
   emit_window();
   w.close();
   w.close();
