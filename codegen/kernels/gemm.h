@@ -73,6 +73,11 @@ struct GemmOperand {
   // (16 bytes from a 16-byte aligned address: kiln's buffers are 256-byte aligned). Empty
   // otherwise; whoever changes `fetch` must clear it.
   std::string address;
+  // The GEMM's host body stages this k-contiguous operand k by k, its outer index inner, as it
+  // does the gathered ones: its outer rows lie a few elements apart (a conv's grad-input weight,
+  // KH * KW), so a k step's reads share cache lines and vectorize as gathers, and the fetch's
+  // arithmetic on k (divisions by KH * KW) is done once per k instead of once per element.
+  bool host_along_k = false;
 };
 
 struct GemmConstant {

@@ -90,15 +90,21 @@ void emit_setup_caches(BodyWriter& w, const std::vector<HostOperand>& operands) 
   }
 }
 
+// Whether the host body stages `operand` along memory (k inner) rather than k by k.
+bool staged_along_memory(const GemmOperand& operand) {
+  return operand.k_contiguous && !operand.host_along_k;
+}
+
 // Staging a panel, in the order a CPU wants, each value through its operand's own fetch (so
 // the values are those the CUDA threads stage: a fetch depends only on (outer, k) and the setup
 // of its outer index):
 // - an operand contiguous along k (a weight matrix) row by row (column by column), k inner:
 //   the reads run along memory. Along k, a 64-row tile reads 64 rows a K-stride apart, which
 //   for K = 4608 fall in 2 of L1's 64 sets;
-// - the others (a conv's gathered patches) along k: for each k, every row (column), so that
-//   the fetch's arithmetic on k alone (im2col's divisions) is the same for the whole inner loop
-//   and the compiler hoists it.
+// - the others (a conv's gathered patches, and operands marked host_along_k: a conv's
+//   grad-input weight) along k: for each k, every row (column), so that the fetch's arithmetic
+//   on k alone (im2col's divisions) is the same for the whole inner loop and the compiler
+//   hoists it.
 // A k-contiguous A is staged [row][k], which the multiply reads as well as [k][row]; B stays
 // [k][column], the multiply's vectors running along its columns.
 void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
@@ -106,7 +112,7 @@ void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
   const std::string k_guard = k_ragged(spec, tiling) ? "k < " + k_end(spec) : "";
   w.comment("1. Stage the panel, zero outside the matrices, through the operands' own fetches.");
   for (const HostOperand& o : operands) {
-    const bool along_memory = o.operand->k_contiguous;
+    const bool along_memory = staged_along_memory(*o.operand);
     const auto open_outer = [&] {
       // Only the rows (columns) the multiply reads: inside the matrix, rounded up to its blocks.
       w.open("for (int {0} = 0; {0} < {1}; ++{0})", o.index(),
@@ -176,7 +182,7 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   w.line("constexpr int kHostCols = {};  // and columns", kHostCols);
   w.comment("The panels without the shared tiles' padding, and aligned: the multiply's vectors");
   w.comment("run along B's and the results' rows.");
-  if (spec.a.k_contiguous)
+  if (staged_along_memory(spec.a))
     w.line("alignas(64) {} a_panel[kTileM][kHostPanelSteps * kTileK];", T);
   else
     w.line("alignas(64) {} a_panel[kHostPanelSteps * kTileK * kTileM];", T);
@@ -207,8 +213,8 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   w.line("const int last_k = static_cast<int>(panel_end - (panel_k0 + (panel_steps - 1) * kTileK));");
   w.line("kiln_host_gemm_multiply<{}>(&acc[0][0], kTileN, {}, {}, b_panel, "
          "kTileN, kTileK, panel_steps, last_k, tile_rows, tile_cols);",
-         T, spec.a.k_contiguous ? "&a_panel[0][0]" : "a_panel",
-         spec.a.k_contiguous ? "1, kHostPanelSteps * kTileK" : "kTileM, 1");
+         T, staged_along_memory(spec.a) ? "&a_panel[0][0]" : "a_panel",
+         staged_along_memory(spec.a) ? "1, kHostPanelSteps * kTileK" : "kTileM, 1");
   w.close();
   w.comment("3. The CUDA body's epilogue for every result.");
   w.open("for (int r = 0; r < kTileM; ++r)");

@@ -389,6 +389,7 @@ GemmSpec conv2d_grad_input_gemm(const KernelRequest& request) {
   const std::string w_at =
       "((group * kOutPerGroup + k / kWindow) * kGroupChannels + row) * kWindow + k % kWindow";
   spec.a.k_contiguous = kh * kw > 1;
+  spec.a.host_along_k = kh * kw > 1;
   spec.a.fetch = fmt::format("value = {};", load_input(request, 1, w_at));
   if (kh * kw == 1) spec.a.address = input_address(request, 1, w_at);
   if (pointwise) {
