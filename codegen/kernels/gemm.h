@@ -74,9 +74,10 @@ struct GemmOperand {
   // otherwise; whoever changes `fetch` must clear it.
   std::string address;
   // The GEMM's host body stages this k-contiguous operand k by k, its outer index inner, as it
-  // does the gathered ones: its outer rows lie a few elements apart (a conv's grad-input weight,
-  // KH * KW), so a k step's reads share cache lines and vectorize as gathers, and the fetch's
-  // arithmetic on k (divisions by KH * KW) is done once per k instead of once per element.
+  // does the gathered ones: the operand is contiguous along k only in runs (a conv's grad-input
+  // weight: KH * KW taps; a weight gradient's dy: one image's pixels), so its fetch divides k by
+  // the run length, which along k is done once per k instead of once per element, and the rows
+  // (a run apart) load as 16-lane gathers.
   bool host_along_k = false;
 };
 

@@ -318,6 +318,7 @@ GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
   spec.constants = conv_constants(xs, group_in, out_channels, ys[3], out_plane, kh, kw, stride, pad, dilation);
   const std::string dy_at = "(k / kOutPlane * kO + group * kM + row) * kOutPlane + k % kOutPlane";
   spec.a.k_contiguous = true;
+  spec.a.host_along_k = true;
   spec.a.fetch = fmt::format("value = {};", load_input(request, 0, dy_at));
   // 16-byte copies along k stay inside one image's pixels when their count is a multiple of 4.
   if (out_plane % 4 == 0) spec.a.address = input_address(request, 0, dy_at);
