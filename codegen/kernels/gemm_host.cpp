@@ -90,6 +90,9 @@ void emit_setup_caches(BodyWriter& w, const std::vector<HostOperand>& operands) 
   }
 }
 
+// The size of `o`'s outer dimension: M for A, N for B.
+int64_t spec_outer(const GemmSpec& spec, const HostOperand& o) { return o.name == "a" ? spec.m : spec.n; }
+
 // Whether the host body stages `operand` along memory (k inner) rather than k by k.
 bool staged_along_memory(const GemmOperand& operand) {
   return operand.k_contiguous && !operand.host_along_k;
@@ -128,14 +131,28 @@ void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
                           along_memory ? o.outer == "row" ? ", row by row, along memory:"
                                                           : ", column by column, along memory:"
                                        : ", along k:"));
+    // Past the matrix's last row (column) only when the register blocks overhang it: the loop
+    // stops at the last block inside it. A guard on k alone is taken out of a loop along k, so
+    // that the inner loop has none on the data (g++ vectorizes no masked strided load).
+    const bool outer_guard = o.ragged && spec_outer(spec, o) % (o.name == "a" ? kHostRows : kHostCols) != 0;
+    std::string inner_k_guard = k_guard;
     if (along_memory) {
       open_outer();
       open_k();
     } else {
       open_k();
+      if (!k_guard.empty()) {
+        w.open("if (!({}))", k_guard);
+        w.comment("Past the end of K: zeros.");
+        w.line("for (int {0} = 0; {0} < {1}; ++{0}) {2}_panel[panel_k * {3} + {0}] = 0;", o.index(),
+               o.name == "a" ? "tile_rows" : "tile_cols", o.name, o.name == "a" ? "kTileM" : "kTileN");
+        w.line("continue;");
+        w.close();
+        inner_k_guard.clear();
+      }
       open_outer();
     }
-    const std::string guard = conjunction({o.ragged ? o.outer + " < " + o.outer_size : "", k_guard});
+    const std::string guard = conjunction({outer_guard ? o.outer + " < " + o.outer_size : "", inner_k_guard});
     if (mentions(guard, o.outer) || mentions(o.operand->fetch, o.outer))
       w.line("const {} {} = block_{} + {};", spec.index_type, o.outer, o.outer, o.index());
     w.line("{} value = 0;", spec.value_type);
@@ -189,12 +206,19 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   w.line("alignas(64) {} b_panel[kHostPanelSteps * kTileK * kTileN];", T);
   w.line("alignas(64) {} acc[kTileM][kTileN] = {{}};", T);
   w.comment("Rows and columns of the tile inside the matrix, rounded up to whole register blocks.");
-  if (spec.m % tiling.tile_m != 0)
+  // A constant where there is one: g++ at -O2 vectorizes only loops whose trip count is a
+  // known multiple of the vector (the staging of a 32-row A, say).
+  const auto round_up = [](int64_t n, int64_t to) { return (n + to - 1) / to * to; };
+  if (spec.m < tiling.tile_m)  // one tile row
+    w.line("constexpr int tile_rows = {};", round_up(spec.m, kHostRows));
+  else if (spec.m % tiling.tile_m != 0)
     w.line("const int tile_rows = ((kM - block_row < kTileM ? static_cast<int>(kM - block_row) : kTileM) "
            "+ kHostRows - 1) / kHostRows * kHostRows;");
   else
     w.line("constexpr int tile_rows = kTileM;");
-  if (spec.n % tiling.tile_n != 0)
+  if (spec.n < tiling.tile_n)  // one tile column
+    w.line("constexpr int tile_cols = {};", round_up(spec.n, kHostCols));
+  else if (spec.n % tiling.tile_n != 0)
     w.line("const int tile_cols = ((kN - block_col < kTileN ? static_cast<int>(kN - block_col) : kTileN) "
            "+ kHostCols - 1) / kHostCols * kHostCols;");
   else
