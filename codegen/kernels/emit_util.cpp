@@ -149,6 +149,13 @@ void close_host_body(BodyWriter& w) {
   w.line("#endif");
 }
 
+void open_host_block_items(BodyWriter& w) {
+  w.open("for (index_t block_first = static_cast<index_t>(blockIdx.x) * kThreads; block_first < kCount; "
+         "block_first += static_cast<index_t>(gridDim.x) * kThreads)");
+  w.line("const index_t block_last = block_first + kThreads < kCount ? block_first + kThreads : kCount;");
+  w.open("for (index_t i = block_first; i < block_last; ++i)");
+}
+
 std::vector<std::string> emit_window_taps(BodyWriter& w, ir::DType dtype, int64_t kernel_h,
                                           int64_t kernel_w) {
   std::vector<std::string> taps;

@@ -137,6 +137,11 @@ void open_host_body(BodyWriter& w, const std::vector<std::string>& comment,
                     std::string_view others_leave = "threadIdx.x != 0");
 void close_host_body(BodyWriter& w);
 
+// For a host body of a grid-stride kernel over kCount items (index type index_t, kThreads per
+// block): opens the loops over the items the block's CUDA threads would take, in order, as
+// `i`; close both (w.close() twice).
+void open_host_block_items(BodyWriter& w);
+
 // For a max pool's host body: the taps of a window that lies inside x, read from `corner`
 // (`const float tap_<kh>_<kw>`, kDilationH/W apart), `window_nan` (one of them is NaN) and
 // `window_max`, their largest as a chain of `a > b ? a : b` (one maxss each on x86: kiln_max's

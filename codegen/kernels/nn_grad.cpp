@@ -320,10 +320,7 @@ KernelSpec emit_max_pool_grad_by_window(const KernelRequest& request, const Ints
   };
   open_host_body(w, {"Host backend: the block's windows in one loop, equal bit for bit to the CUDA body",
                      "below (codegen/kernels/nn_grad.cpp). Thread 0 runs it."});
-  w.open("for (index_t block_first = static_cast<index_t>(blockIdx.x) * kThreads; block_first < kCount; "
-         "block_first += static_cast<index_t>(gridDim.x) * kThreads)");
-  w.line("const index_t block_last = block_first + kThreads < kCount ? block_first + kThreads : kCount;");
-  w.open("for (index_t i = block_first; i < block_last; ++i)");
+  open_host_block_items(w);
   emit_window_place();
   w.comment("An interior window (most of them): the window and its kStrideH x kStrideW cell lie in x,");
   w.comment("so its taps need no bounds and its cell's loops have constant trip counts. (The last");

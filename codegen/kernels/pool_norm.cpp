@@ -133,10 +133,7 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
     // selects become branches on the data.
     open_host_body(w, {"Host backend: the block's outputs in one loop, equal bit for bit to the CUDA body",
                        "below (codegen/kernels/pool_norm.cpp). Thread 0 runs it."});
-    w.open("for (index_t block_first = static_cast<index_t>(blockIdx.x) * kThreads; block_first < kCount; "
-           "block_first += static_cast<index_t>(gridDim.x) * kThreads)");
-    w.line("const index_t block_last = block_first + kThreads < kCount ? block_first + kThreads : kCount;");
-    w.open("for (index_t i = block_first; i < block_last; ++i)");
+    open_host_block_items(w);
     emit_window_place();
     w.open("if (top >= 0 && left >= 0 && top + (kKernelH - 1) * kDilationH < kH && "
            "left + (kKernelW - 1) * kDilationW < kW)");
