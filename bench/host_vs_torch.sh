@@ -6,7 +6,10 @@
 # loop nests) and with KILN_HOST_CUDA_BODIES=1 (every kernel's CUDA body, on fibers where its
 # threads cooperate: how kiln ran before host bodies). kiln's start-up (compiles) is excluded from the timed figures and reported apart.
 # Figures only; nothing is asserted.
-# Usage: bench/host_vs_torch.sh [build/kiln] [TRAIN_SAMPLES]
+# This machine's speed drifts by 20-50 % within minutes (other tenants), so the training
+# figures are ROUNDS (default 3) kiln/PyTorch pairs run back to back, each pair's ratio and the
+# median ratio printed: read the ratios, not the absolute figures.
+# Usage: [ROUNDS=N] bench/host_vs_torch.sh [build/kiln] [TRAIN_SAMPLES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kiln=${1:-build/kiln}
@@ -28,13 +31,22 @@ train() {  # prints img/s and the compile time of `kiln train`
     --test-samples 100 --epochs 1 --batch-size 64 --backend host --no-cache >"$log" 2>&1
   echo "$(img_per_s <"$log") img/s (compile $(sed -n 's/.*inference graph in \([0-9.]*\) s/\1 s/p' "$log"))"
 }
-echo "| seed CNN training, batch 64, $samples images | img/s |"
-echo "|---|---|"
-echo "| kiln host, host bodies | $(train KILN_HOST_CUDA_BODIES=0) |"
-echo "| kiln host, CUDA bodies | $(train KILN_HOST_CUDA_BODIES=1) |"
-torch_train=$(/usr/bin/python3 bench/torch_train_mnist_cnn.py --train-samples "$samples" \
-  --batch-size 64 --threads "$threads" | sed -n 's/.* = \([0-9]*\) img\/s.*/\1/p')
-echo "| PyTorch | $torch_train img/s |"
+torch_train() {
+  /usr/bin/python3 bench/torch_train_mnist_cnn.py --train-samples "$samples" --batch-size 64 \
+    --threads "$threads" | sed -n 's/.* = \([0-9]*\) img\/s.*/\1/p'
+}
+echo "| seed CNN training, batch 64, $samples images | kiln host, host bodies | PyTorch | kiln / PyTorch |"
+echo "|---|---|---|---|"
+ratios=()
+for round in $(seq "${ROUNDS:-3}"); do
+  kiln_figure=$(train KILN_HOST_CUDA_BODIES=0)
+  torch_figure=$(torch_train)
+  ratio=$(/usr/bin/python3 -c "print('%.2f' % (${kiln_figure%% *} / $torch_figure))")
+  ratios+=("$ratio")
+  echo "| round $round | $kiln_figure | $torch_figure img/s | ${ratio}x |"
+done
+echo "| median of the rounds | | | $(/usr/bin/python3 -c "import statistics, sys; print('%.2fx' % statistics.median(map(float, sys.argv[1:])))" "${ratios[@]}") |"
+echo "| kiln host, CUDA bodies (once) | $(train KILN_HOST_CUDA_BODIES=1) | | |"
 echo
 
 bench() {  # model, then env assignments: "median ms (prepare ms)"
