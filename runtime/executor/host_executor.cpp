@@ -199,11 +199,11 @@ std::vector<ir::Tensor> HostExecutable::run_at_bounds(const std::vector<ir::Tens
       dim_size = static_cast<int>(sizes.empty() ? program_.symbols.at(symbol).bound : sizes.at(symbol));
       args.push_back(&dim_size);
     }
-    // A host-specific body needs no barriers, and thread 0 alone runs it.
+    // A host-specific body: thread 0 alone runs it, without barriers.
     const bool host_body = kernel.host_variant && !options_.cuda_variants;
     const Clock::time_point start = Clock::now();
     module_.launch(kernel.function(), args.data(), codegen::launch_grid(kernel, program_.symbols, sizes), kernel.block,
-                   kernel.dynamic_shared_bytes, kernel.uses_barriers && !host_body, options_, host_body);
+                   kernel.dynamic_shared_bytes, kernel.uses_barriers, options_, host_body);
     if (profile)
       profile->kernels.push_back({static_cast<int>(k), microseconds(start - first),
                                   microseconds(Clock::now() - start)});

@@ -185,8 +185,9 @@ void HostModule::launch(const std::string& kernel, void* const* args, codegen::D
                                       "1 to {} threads",
                                       grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                       kMaxThreadsPerBlock));
+  // A lone thread calls the kernel's entry once per block: no barriers, no block entry.
   if (lone_thread) uses_barriers = false;
-  if (!uses_barriers) spec.block_entry = impl_->find_block_entry(kernel);
+  else if (!uses_barriers) spec.block_entry = impl_->find_block_entry(kernel);
   spec.lone_thread = lone_thread;
   spec.tls = impl_->tls;
   spec.args = args;

@@ -110,7 +110,7 @@ class HostModule {
   // blocks not yet started are not run. Several launches may run at once (any threads).
   // `lone_thread`: the kernel runs its host-specific body (codegen::Kernel::host_variant), in
   // which thread 0 computes the whole block and the other threads return at once; only
-  // thread 0 is run, as a plain call (the body has no barriers).
+  // thread 0 is run, as a plain call (the body has no barriers, whatever uses_barriers says).
   void launch(const std::string& kernel, void* const* args, codegen::Dim3 grid,
               codegen::Dim3 block, uint32_t shared_bytes, bool uses_barriers,
               const HostOptions& options, bool lone_thread = false) const;
