@@ -334,9 +334,20 @@ int64_t unfused_bytes(const ir::Node& node) {
 KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
                              const Roofline& roofline) {
   KernelTime time;
-  const bool tf32 = kernel.library ? kernel.library->tf32 : kernel.tensor_cores;
-  double peak = tf32 ? roofline.tf32_flops_per_second : roofline.flops_per_second;
-  time.unit = tf32 ? "TF32 tensor-core" : "f32 FMA";
+  // The unit and its peak: a library call's math (cuDNN's bf16 is TF32 math, cudnn_conv.h),
+  // or the generated kernel's tensor-core operand format.
+  Precision format = Precision::F32;
+  if (kernel.library)
+    format = kernel.library->math == Precision::Bf16 && kernel.library->conv() ? Precision::Tf32
+                                                                               : kernel.library->math;
+  else if (kernel.tensor_cores)
+    format = kernel.tensor_core_inputs;
+  const double peak = format == Precision::F32 ? roofline.flops_per_second
+                                               : roofline.tensor_core_flops_per_second(format);
+  time.unit = format == Precision::F32  ? "f32 FMA"
+              : format == Precision::Tf32 ? "TF32 tensor-core"
+              : format == Precision::Bf16 ? "bf16 tensor-core"
+                                          : "f16 tensor-core";
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   // The share of its waves' block slots the grid fills (the last wave partly idle).
   const auto wave_share = [&] {

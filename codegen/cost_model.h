@@ -43,17 +43,16 @@ struct Roofline {
   double flops_per_second;  // f32 on the FMA units
   double dram_bytes_per_second;
   double tf32_flops_per_second;  // dense TF32 on tensor cores (mma.sync kernels)
+  double half_flops_per_second;  // dense bf16 and f16 on tensor cores, f32 sums
 
   double compute_seconds(int64_t flops) const { return static_cast<double>(flops) / flops_per_second; }
   double memory_seconds(int64_t bytes) const { return static_cast<double>(bytes) / dram_bytes_per_second; }
   double seconds(int64_t flops, int64_t bytes) const {
     return compute_seconds(flops) > memory_seconds(bytes) ? compute_seconds(flops) : memory_seconds(bytes);
   }
-  // The roofline of a kernel on tensor cores (Kernel::tensor_cores): the TF32 peak.
-  Roofline on_tensor_cores() const {
-    Roofline roofline = *this;
-    roofline.flops_per_second = tf32_flops_per_second;
-    return roofline;
+  // The tensor cores' peak for operands of `format` (tf32, bf16, f16).
+  double tensor_core_flops_per_second(Precision format) const {
+    return format == Precision::Tf32 ? tf32_flops_per_second : half_flops_per_second;
   }
   // "compute" when the FLOPs take longer than the bytes, else "memory".
   std::string_view bound(int64_t flops, int64_t bytes) const {
@@ -63,9 +62,9 @@ struct Roofline {
 
 // NVIDIA H100 SXM5: 3.35 TB/s of HBM3 and 66.9 TFLOP/s of f32 on the CUDA cores (no tensor
 // cores: kiln's generated kernels do not use them).
-// NVIDIA's H100 SXM datasheet: 67 TFLOP/s FP32, 3.35 TB/s HBM3, 989 TFLOP/s TF32 with 2:4
-// sparsity, so 494.7 dense.
-inline constexpr Roofline kH100{"H100 SXM", 66.9e12, 3.35e12, 494.7e12};
+// NVIDIA's H100 SXM datasheet: 67 TFLOP/s FP32, 3.35 TB/s HBM3, 989 TFLOP/s TF32 and 1,979
+// BF16/FP16 with 2:4 sparsity, so 494.7 and 989.4 dense.
+inline constexpr Roofline kH100{"H100 SXM", 66.9e12, 3.35e12, 494.7e12, 989.4e12};
 
 // The modeled time of one kernel on an H100 SXM (docs/inspect.md, "The model"): the longer of
 // its bytes at DRAM speed and its FLOPs at its unit's peak times an efficiency. GEMM kernels

@@ -116,6 +116,59 @@ __device__ __forceinline__ void kiln_mma_tf32_m16n8k8(float* d, const unsigned i
 #endif
 }
 
+// Two f32 values rounded to nearest even and packed as 16-bit operands of mma.m16n8k16: `lo` in
+// the low half (the element with the smaller index), `hi` in the high half. cvt.rn.bf16x2.f32
+// and cvt.rn.f16x2.f32 (sm_80+) take the high half's value first. A NaN becomes a NaN, an
+// f16 past 65504 rounds to infinity, as the conversions do.
+__device__ __forceinline__ unsigned int kiln_pack_bf16x2(float lo, float hi) {
+#ifdef __CUDACC__
+  unsigned int bits;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
+  return bits;
+#else
+  return kiln_float_to_bf16(lo) | static_cast<unsigned int>(kiln_float_to_bf16(hi)) << 16;
+#endif
+}
+
+__device__ __forceinline__ unsigned int kiln_pack_f16x2(float lo, float hi) {
+#ifdef __CUDACC__
+  unsigned int bits;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
+  return bits;
+#else
+  return kiln_float_to_half(lo) | static_cast<unsigned int>(kiln_float_to_half(hi)) << 16;
+#endif
+}
+
+// d += a * b for one 16x8x16 tile held by the whole warp in the PTX ISA's fragment layouts
+// ("Matrix Fragments for mma.m16n8k16 with floating point type"): a[4] and b[2] hold two
+// bf16 (or f16) values each, d[4] floats. On the host a warp collective computes the tile.
+__device__ __forceinline__ void kiln_mma_bf16_m16n8k16(float* d, const unsigned int* a,
+                                                       const unsigned int* b) {
+#ifdef __CUDACC__
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  kiln_host_mma_16bit_m16n8k16(d, a, b, KILN_HOST_WARP_MMA_BF16_M16N8K16);
+#endif
+}
+
+__device__ __forceinline__ void kiln_mma_f16_m16n8k16(float* d, const unsigned int* a,
+                                                      const unsigned int* b) {
+#ifdef __CUDACC__
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  kiln_host_mma_16bit_m16n8k16(d, a, b, KILN_HOST_WARP_MMA_F16_M16N8K16);
+#endif
+}
+
 // Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix.x4), one row address per
 // lane: lanes 8j .. 8j + 7 give the rows of matrix j, each 16 bytes, 16-byte aligned. Lane i
 // receives in d[j] the 32 bits at row i / 4, word i % 4 of matrix j. For 32-bit data that is

@@ -343,6 +343,7 @@ class ProgramBuilder {
     kernel.uses_barriers = spec.uses_barriers;
     kernel.host_variant = spec.host_variant;
     kernel.tensor_cores = spec.tensor_cores;
+    kernel.tensor_core_inputs = spec.tensor_core_inputs;
     kernel.gemm = spec.gemm;
     for (const ir::Value* input : node.inputs) kernel.args.push_back(buffer_of_.at(input));
     for (const ir::Value* result : node.results) kernel.args.push_back(buffer_of_.at(result));

@@ -60,7 +60,8 @@ struct KernelRequest {
   // Set when the kernel should compute only the real rows (see DynamicRows); an emitter that
   // cannot leaves KernelSpec::dynamic_grid_axis at -1 and computes every row.
   std::optional<DynamicRows> dynamic_rows;
-  // The arithmetic GEMMs may use (--precision): f32 on the FMA units, or tf32 on tensor cores.
+  // The arithmetic GEMMs may use (--precision): f32 on the FMA units, or tf32, bf16 or f16
+  // operands on tensor cores.
   Precision precision = Precision::F32;
 };
 
@@ -71,6 +72,7 @@ struct KernelSpec {
   uint32_t shared_bytes = 0; // bytes of kiln_smem the kernel uses
   bool uses_barriers = false;  // __syncthreads / __syncwarp / __shfl_*_sync
   bool tensor_cores = false;   // the products run on tensor cores (mma.sync)
+  Precision tensor_core_inputs = Precision::Tf32;  // and their operands' format (tf32, bf16, f16)
   // The body also holds a host-specific version of itself, without barriers (Kernel::host_variant).
   bool host_variant = false;
   GemmGeometry gemm;           // a generated GEMM's problem and tiling (Kernel::gemm)

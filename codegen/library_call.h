@@ -13,6 +13,8 @@
 #include <string_view>
 #include <variant>
 
+#include "codegen/precision.h"
+
 namespace kiln::codegen {
 
 inline constexpr std::string_view kCudnnLibrary = "cudnn";
@@ -77,9 +79,11 @@ struct LibraryCall {
   bool bias = false;
   bool residual = false;
   LibraryActivation activation = LibraryActivation::None;
-  // TF32 tensor-core math allowed (--precision=tf32): cuBLASLt's CUBLAS_COMPUTE_32F_FAST_TF32,
-  // cuDNN's tensor-op math; otherwise both are held to f32 FMA math.
-  bool tf32 = false;
+  // The math the library may use (--precision): f32 holds cuBLASLt and cuDNN to f32 FMA math;
+  // tf32 allows CUBLAS_COMPUTE_32F_FAST_TF32 and cuDNN's tensor-op math; bf16 cuBLASLt's
+  // _FAST_16BF and (cuDNN converts f32 tensors to f16 only) cuDNN's TF32 tensor-op math; f16
+  // _FAST_16F and CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION.
+  Precision math = Precision::F32;
 
   int x_arg = 0;        // conv: x; matmul: a (-1: a backward-data conv reads no x)
   int weight_arg = 1;   // conv: the filter; matmul: b (-1: a backward-filter conv reads none)

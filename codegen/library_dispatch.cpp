@@ -378,7 +378,7 @@ std::optional<LibraryCall> conv_grad_call(const ir::Node& node, const LibrarySel
   call.x_arg = data ? -1 : 1;
   call.weight_arg = data ? 1 : -1;
   call.out_arg = 2;
-  call.tf32 = precision == Precision::Tf32;
+  call.math = precision;
   call.descriptor = fmt::format("conv {} f32 {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
                                 data ? "backward data" : "backward filter", c.n, c.c, c.h, c.w,
                                 c.k, c.c / c.groups, c.r, c.s, c.pad_h, c.pad_w, c.stride_h,
@@ -386,7 +386,7 @@ std::optional<LibraryCall> conv_grad_call(const ir::Node& node, const LibrarySel
   if (c.dilation_h != 1 || c.dilation_w != 1)
     call.descriptor += fmt::format(" dilation {},{}", c.dilation_h, c.dilation_w);
   if (c.groups != 1) call.descriptor += fmt::format(" groups {}", c.groups);
-  if (call.tf32) call.descriptor += " (tf32 math)";
+  if (call.math != Precision::F32) call.descriptor += fmt::format(" ({} math)", precision_name(call.math));
   const int64_t tensor_bytes = (ir::num_elements(x) + ir::num_elements(dy)) * 4;
   call.workspace_bytes = std::clamp(2 * tensor_bytes, kConvWorkspaceMin, kConvWorkspaceMax);
   call.op = c;
@@ -418,10 +418,11 @@ std::optional<LibraryCall> select(const ir::Node& node, const LibrarySelection& 
   call.bias_arg = p.bias;
   call.residual_arg = p.residual;
   call.out_arg = static_cast<int>(node.inputs.size());  // the first (only) result
-  call.tf32 = precision == Precision::Tf32;
+  call.math = precision;
   std::optional<LibraryCall> made =
       conv ? conv_call(p, std::move(call), why) : matmul_call(p, std::move(call), why);
-  if (made && made->tf32) made->descriptor += " (tf32 math)";
+  if (made && made->math != Precision::F32)
+    made->descriptor += fmt::format(" ({} math)", precision_name(made->math));
   return made;
 }
 

@@ -78,9 +78,11 @@ struct Kernel {
   // nest, codegen/kernels/gemm_host.cpp): the host backend runs that body as a plain loop,
   // unless told to run the CUDA body (HostOptions::cuda_variants), as tests do.
   bool host_variant = false;
-  // True when its products run on tensor cores (mma.sync, --precision=tf32): the cost model
-  // then counts its FLOPs against the TF32 peak.
+  // True when its products run on tensor cores (mma.sync, --precision=tf32, bf16 or f16), on
+  // operands of `tensor_core_inputs`' format: the cost model then counts its FLOPs against that
+  // format's tensor-core peak.
   bool tensor_cores = false;
+  Precision tensor_core_inputs = Precision::Tf32;
   GemmGeometry gemm;
   // Buffer ids (into Program::buffers), in the kernel's parameter order. Every parameter is
   // a pointer: inputs first, then the buffers it writes.

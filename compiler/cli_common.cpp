@@ -124,10 +124,10 @@ void LibraryFlag::add_to(CLI::App& command) {
 
 void PrecisionFlag::add_to(CLI::App& command) {
   command.add_option("--precision", text,
-                     "arithmetic of conv2d, dense and matmul: f32 (exact, CUDA cores) or tf32 "
-                     "(tensor cores: operands rounded to 10 mantissa bits, f32 sums; "
-                     "docs/tensor-cores.md)")
-      ->check(CLI::IsMember({"f32", "tf32"}))
+                     "arithmetic of conv2d, dense and matmul: f32 (exact, CUDA cores), or on "
+                     "tensor cores with f32 sums, operands rounded to tf32 (10 mantissa bits), "
+                     "bf16 (7) or f16 (10, range +-65504); docs/tensor-cores.md")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16", "f16"}))
       ->capture_default_str();
 }
 

@@ -165,7 +165,11 @@ std::string nodes_text(const KernelFigures& f, const std::string& indent) {
 }
 
 std::string implementation_text(const codegen::Kernel& kernel) {
-  if (!kernel.library) return kernel.tensor_cores ? "generated, tensor cores (TF32)" : "generated";
+  if (!kernel.library) {
+    if (!kernel.tensor_cores) return "generated";
+    const std::string_view format = codegen::precision_name(kernel.tensor_core_inputs);
+    return fmt::format("generated, tensor cores ({})", format == "tf32" ? "TF32" : format);
+  }
   return fmt::format("{}: {}", kernel.library->routine, kernel.library->descriptor);
 }
 
@@ -219,9 +223,13 @@ std::string format_inspection_text(const Inspection& in) {
   out += fmt::format("cost model: {}, {:.2f} TB/s DRAM, {:.1f} TFLOP/s f32{}; every kernel argument "
                      "read or written once; GEMMs at their tiles', waves' and template's efficiency\n\n",
                      kRoofline.device, kRoofline.dram_bytes_per_second / 1e12, kRoofline.flops_per_second / 1e12,
-                     in.program.precision == codegen::Precision::Tf32
-                         ? fmt::format(", {:.1f} TF32 on tensor cores", kRoofline.tf32_flops_per_second / 1e12)
-                         : "");
+                     in.program.precision == codegen::Precision::F32
+                         ? ""
+                         : fmt::format(", {:.1f} {} on tensor cores",
+                                       kRoofline.tensor_core_flops_per_second(in.program.precision) / 1e12,
+                                       in.program.precision == codegen::Precision::Tf32
+                                           ? "TF32"
+                                           : codegen::precision_name(in.program.precision)));
   out += kernel_table(in, kernels);
 
   out += "\ntotals\n";
@@ -262,7 +270,8 @@ std::string format_inspection_json(const Inspection& in) {
   json["roofline"] = {{"device", kRoofline.device},
                       {"dram_bytes_per_second", kRoofline.dram_bytes_per_second},
                       {"flops_per_second", kRoofline.flops_per_second},
-                      {"tf32_flops_per_second", kRoofline.tf32_flops_per_second}};
+                      {"tf32_flops_per_second", kRoofline.tf32_flops_per_second},
+                      {"half_flops_per_second", kRoofline.half_flops_per_second}};
   Json list = Json::array();
   for (const KernelFigures& f : kernels) {
     const codegen::Kernel& k = f.kernel;

@@ -219,6 +219,57 @@ void mma_step(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major, bool 
   w.close();
 }
 
+// The 16-bit tensor-core step (bf16 or f16): per k step of 16, fragments of mma.m16n8k16 with
+// two operands per register, the lower k in the low half. With g = lane_group, q = lane_quad:
+// A's registers hold (g, 2q..2q+1), (g + 8, 2q..), (g, 2q + 8..), (g + 8, 2q + 8..); B's
+// (k = 2q..2q+1, n = g) and (k = 2q + 8.., n = g). The tiles hold f32 (staged or copied by
+// cp.async): each pair is rounded to nearest even and packed as it is loaded. (ldmatrix would
+// move 32-bit words, one f32 each, where these registers need two 16-bit values: scalar loads.)
+void mma_step_16bit(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major, bool b_outer_major) {
+  const bool bf16 = tiling.unit == GemmUnit::TensorCoreBf16;
+  const std::string pack = bf16 ? "kiln_pack_bf16x2" : "kiln_pack_f16x2";
+  w.line("#pragma unroll");
+  w.open("for (int kk = 0; kk < kTileK; kk += 16)");
+  w.line("unsigned int a_frag[kMmaM][4];");
+  w.line("unsigned int b_frag[kMmaN][2];");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kMmaM; ++i)");
+  if (a_outer_major) {
+    w.line("const float* a_r = a_tile + (warp_row + i * 16 + lane_group) * kATileStride + kk + 2 * lane_quad;");
+    w.line("a_frag[i][0] = {}(a_r[0], a_r[1]);", pack);
+    w.line("a_frag[i][1] = {}(a_r[8 * kATileStride], a_r[8 * kATileStride + 1]);", pack);
+    w.line("a_frag[i][2] = {}(a_r[8], a_r[9]);", pack);
+    w.line("a_frag[i][3] = {}(a_r[8 * kATileStride + 8], a_r[8 * kATileStride + 9]);", pack);
+  } else {
+    w.line("const float* a_k = a_tile + (kk + 2 * lane_quad) * kATileStride + warp_row + i * 16 + lane_group;");
+    w.line("a_frag[i][0] = {}(a_k[0], a_k[kATileStride]);", pack);
+    w.line("a_frag[i][1] = {}(a_k[8], a_k[kATileStride + 8]);", pack);
+    w.line("a_frag[i][2] = {}(a_k[8 * kATileStride], a_k[9 * kATileStride]);", pack);
+    w.line("a_frag[i][3] = {}(a_k[8 * kATileStride + 8], a_k[9 * kATileStride + 8]);", pack);
+  }
+  w.close();
+  w.line("#pragma unroll");
+  w.open("for (int j = 0; j < kMmaN; ++j)");
+  if (b_outer_major) {
+    w.line("const float* b_c = b_tile + (warp_col + j * 8 + lane_group) * kBTileStride + kk + 2 * lane_quad;");
+    w.line("b_frag[j][0] = {}(b_c[0], b_c[1]);", pack);
+    w.line("b_frag[j][1] = {}(b_c[8], b_c[9]);", pack);
+  } else {
+    w.line("const float* b_k = b_tile + (kk + 2 * lane_quad) * kBTileStride + warp_col + j * 8 + lane_group;");
+    w.line("b_frag[j][0] = {}(b_k[0], b_k[kBTileStride]);", pack);
+    w.line("b_frag[j][1] = {}(b_k[8 * kBTileStride], b_k[9 * kBTileStride]);", pack);
+  }
+  w.close();
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kMmaM; ++i)");
+  w.line("#pragma unroll");
+  w.open("for (int j = 0; j < kMmaN; ++j)");
+  w.line("{}(acc[i][j], a_frag[i], b_frag[j]);", bf16 ? "kiln_mma_bf16_m16n8k16" : "kiln_mma_f16_m16n8k16");
+  w.close();
+  w.close();
+  w.close();
+}
+
 // The cp.async copies of one operand's tile for the k step at `k_next` into `dst` (a stage):
 // 16 bytes (4 floats along the contiguous dim) each, zero-filled outside the matrix. k
 // contiguous: the tile is outer-major, [outer][kTileK + 4]; else k-major, [k][outer + 8].
@@ -274,8 +325,10 @@ uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
 
 GemmTiling gemm_tiling(const GemmSpec& spec) {
   GemmTiling tiling;
-  if (!spec.tensor_cores || spec.value_type != "float") return tiling;
-  tiling.unit = GemmUnit::TensorCoreTf32;
+  if (spec.precision == Precision::F32 || spec.value_type != "float") return tiling;
+  tiling.unit = spec.precision == Precision::Bf16  ? GemmUnit::TensorCoreBf16
+                : spec.precision == Precision::F16 ? GemmUnit::TensorCoreF16
+                                                   : GemmUnit::TensorCoreTf32;
   tiling.pad = 8;  // k-rows 8 banks apart: conflict-free fragment loads
   tiling.warps_m = 2;
   tiling.warps_n = 4;
@@ -308,15 +361,18 @@ std::string gemm_tiling_note(const GemmSpec& spec) {
                              : t.async_a             ? "A by cp.async" + stages
                              : t.async_b             ? "B by cp.async" + stages
                                                      : "staged through registers";
-  return fmt::format("tensor cores (mma.sync m16n8k8, TF32 operands, f32 sums), {}x{}x{} tiles, "
+  const char* instruction = t.unit == GemmUnit::TensorCoreBf16  ? "m16n8k16, bf16"
+                            : t.unit == GemmUnit::TensorCoreF16 ? "m16n8k16, f16"
+                                                                : "m16n8k8, TF32";
+  return fmt::format("tensor cores (mma.sync {} operands, f32 sums), {}x{}x{} tiles, "
                      "{} warps of {}x{}, {}",
-                     t.tile_m, t.tile_n, t.tile_k, t.threads / 32, t.tile_m / t.warps_m,
+                     instruction, t.tile_m, t.tile_n, t.tile_k, t.threads / 32, t.tile_m / t.warps_m,
                      t.tile_n / t.warps_n, copies);
 }
 
 KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   const GemmTiling tiling = gemm_tiling(spec);
-  const bool mma = tiling.unit == GemmUnit::TensorCoreTf32;
+  const bool mma = on_tensor_cores(tiling.unit);
   const int64_t tiles_m = ceil_div(spec.m, tiling.tile_m);
   const int64_t tiles_n = ceil_div(spec.n, tiling.tile_n);
   const int64_t splits = k_splits(spec);
@@ -510,7 +566,9 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   }
   w.comment("The tiles are complete before anyone reads them.");
   w.line("__syncthreads();");
-  if (mma)
+  if (sixteen_bit(tiling.unit))
+    mma_step_16bit(w, tiling, a_outer_major, b_outer_major);
+  else if (mma)
     mma_step(w, tiling, a_outer_major, b_outer_major);
   else
     fma_step(w, spec);
@@ -553,6 +611,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   kernel.shared_bytes = gemm_shared_bytes(spec, tiling);
   kernel.uses_barriers = true;
   kernel.tensor_cores = mma;
+  if (mma) kernel.tensor_core_inputs = spec.precision;
   kernel.host_variant = host_body;
   // Split-K: each chunk is a problem of its own to the cost model.
   kernel.gemm = GemmGeometry{spec.m, spec.n, split_k ? std::min(spec.k, spec.k_chunk) : spec.k,

@@ -29,9 +29,16 @@ inline constexpr int kGemmThreads = kGemmThreadsM * kGemmThreadsN;
 // along k then write 32 different banks.
 inline constexpr int kGemmTilePad = 2;
 
-// What computes the products: CUDA cores (FMA), or tensor cores (mma.sync m16n8k8 on TF32
-// operands, --precision=tf32, f32 GEMMs on sm_80+).
-enum class GemmUnit { Fma, TensorCoreTf32 };
+// What computes the products: CUDA cores (FMA), or tensor cores on sm_80+ for f32 GEMMs: mma.sync
+// m16n8k8 on TF32 operands (--precision=tf32), m16n8k16 on bf16 or f16 ones (--precision=bf16,
+// f16), summing in f32 either way.
+enum class GemmUnit { Fma, TensorCoreTf32, TensorCoreBf16, TensorCoreF16 };
+
+inline bool on_tensor_cores(GemmUnit unit) { return unit != GemmUnit::Fma; }
+// 16-bit operands: two per fragment register, k steps of 16.
+inline bool sixteen_bit(GemmUnit unit) {
+  return unit == GemmUnit::TensorCoreBf16 || unit == GemmUnit::TensorCoreF16;
+}
 
 // The block tiling a GEMM kernel uses (gemm_tiling). Every tiling has 256 threads and square
 // tiles: the staging loop gives each thread the same number of A and B elements.
@@ -128,9 +135,9 @@ struct GemmSpec {
   // partial result is stored on its own: `split` (0, 1, ...) is in scope for out_index. The
   // partials are summed by another kernel, in order, so the result stays deterministic.
   int64_t k_chunk = 0;
-  // Whether the products may run on tensor cores (KernelRequest::precision is tf32): they do
-  // when the GEMM is f32 (value_type float); f64 GEMMs stay on the FMA units.
-  bool tensor_cores = false;
+  // The arithmetic the products may use (KernelRequest::precision): other than f32, tensor
+  // cores when the GEMM is f32 (value_type float); f64 GEMMs stay on the FMA units.
+  Precision precision = Precision::F32;
   // For the kernel's comment: what the GEMM computes ("x * weight^T as tiled GEMM"), then what
   // fusion added ("; fused epilogue: relu"); emit_gemm puts the tiling between them.
   std::string what;

@@ -76,7 +76,7 @@ GemmSpec gemm_for(const KernelRequest& request) {
   bool any_f64 = spec.out_dtype == ir::DType::F64;
   for (const ir::Value* input : request.node.inputs) any_f64 |= input->type.dtype == ir::DType::F64;
   if (any_f64) spec.value_type = "double";
-  spec.tensor_cores = request.precision == Precision::Tf32;
+  spec.precision = request.precision;
   return spec;
 }
 

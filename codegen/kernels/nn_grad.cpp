@@ -194,7 +194,7 @@ KernelSpec emit_conv2d_grad_weight(const KernelRequest& request) {
 KernelSpec gemm_or_direct(const nn::GemmSpec& gemm, const KernelRequest& request, double useful,
                           KernelSpec (*direct)(const KernelRequest&)) {
   const nn::GemmTiling tiling = nn::gemm_tiling(gemm);
-  if (tiling.unit == nn::GemmUnit::TensorCoreTf32) return nn::emit_gemm(gemm, request.node);
+  if (nn::on_tensor_cores(tiling.unit)) return nn::emit_gemm(gemm, request.node);
   // Blocks each kernel launches, and the blocks per SM they typically keep: the 64x64 GEMM at
   // 40 registers, 6; the direct loop's 256 threads at 32 registers or fewer, 8.
   const double gemm_blocks = static_cast<double>((gemm.m + tiling.tile_m - 1) / tiling.tile_m *

@@ -47,7 +47,7 @@ compiler::ImportOptions import_options(const std::string& path, const Options& o
 codegen::Precision precision_of(const Options& options) {
   const std::optional<codegen::Precision> precision = codegen::parse_precision(options.precision);
   if (!precision)
-    throw Error("precision", "'" + options.precision + "' is not one of f32, tf32");
+    throw Error("precision", "'" + options.precision + "' is not one of " + std::string(codegen::kPrecisionNames));
   return *precision;
 }
 

@@ -5,8 +5,8 @@
 // beta = 0, as the generated kernel overwrites its result (cuDNN API reference).
 //
 // Algorithms come from cuDNN's heuristics (the _v7 queries), in their order, skipping those
-// that fail, need more workspace than the arena reserved, use tensor-op math without
-// --precision=tf32, or are non-deterministic (BWD_DATA_ALGO_0 and BWD_FILTER_ALGO_0 and _3 sum
+// that fail, need more workspace than the arena reserved, use math --precision does not allow
+// (cudnn_math_allowed), or are non-deterministic (BWD_DATA_ALGO_0 and BWD_FILTER_ALGO_0 and _3 sum
 // with atomics): a training step gives the same result every run, on the library path too.
 #include <fmt/format.h>
 
@@ -28,9 +28,9 @@ class ConvGradRunner final : public LibraryRunner {
         handle_(context.cudnn_handle()),
         context_(kernel_context(kernel_name)),
         data_(call.conv()->direction == ConvDirection::BackwardData),
-        tf32_(call.tf32) {
+        math_(call.math) {
     // dy has the forward output's shape: the forward convolution's descriptors describe it.
-    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, *call.conv(), tf32_);
+    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, *call.conv(), math_);
     x_desc_ = std::move(descriptors.x);
     dy_desc_ = std::move(descriptors.y);
     w_desc_ = std::move(descriptors.w);
@@ -70,8 +70,8 @@ class ConvGradRunner final : public LibraryRunner {
  private:
   void check(cudnnStatus_t status, std::string_view call) const { api_.check(status, call, context_); }
 
-  // The first heuristic result that may be used: it works, fits, keeps f32 exact unless tf32
-  // is allowed, and is deterministic. Throws when none does.
+  // The first heuristic result that may be used: it works, fits, keeps f32 exact unless
+  // --precision allows tensor-op math, and is deterministic. Throws when none does.
   template <typename Perf>
   const Perf& first_usable(const Perf* results, int returned, size_t workspace_limit,
                            const std::string& descriptor) const {
@@ -79,9 +79,7 @@ class ConvGradRunner final : public LibraryRunner {
       const Perf& result = results[i];
       if (result.status != CUDNN_STATUS_SUCCESS || result.memory > workspace_limit) continue;
       if (result.determinism != CUDNN_DETERMINISTIC) continue;
-      if (!tf32_ && (result.mathType == CUDNN_TENSOR_OP_MATH ||
-                     result.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-        continue;
+      if (!cudnn_math_allowed(result.mathType, math_)) continue;
       return result;
     }
     throw Error("", fmt::format("cuDNN: no deterministic algorithm for {} ({}) within {} B of "
@@ -117,7 +115,7 @@ class ConvGradRunner final : public LibraryRunner {
   cudnnHandle_t handle_;
   std::string context_;
   bool data_;  // BackwardData, else BackwardFilter
-  bool tf32_;
+  codegen::Precision math_;  // --precision: which algorithms may run
   Unique<cudnnTensorDescriptor_t> x_desc_, dy_desc_;
   Unique<cudnnFilterDescriptor_t> w_desc_;
   Unique<cudnnConvolutionDescriptor_t> conv_desc_;

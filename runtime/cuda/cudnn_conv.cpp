@@ -15,8 +15,24 @@ Unique<cudnnTensorDescriptor_t> cudnn_tensor(const CudnnApi& api, const std::str
   return owned;
 }
 
+cudnnMathType_t cudnn_math_type(codegen::Precision math) {
+  switch (math) {
+    case codegen::Precision::F32: return CUDNN_FMA_MATH;
+    case codegen::Precision::Tf32:
+    case codegen::Precision::Bf16: return CUDNN_TENSOR_OP_MATH;
+    case codegen::Precision::F16: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  }
+  return CUDNN_FMA_MATH;
+}
+
+bool cudnn_math_allowed(cudnnMathType_t algorithm_math, codegen::Precision math) {
+  if (algorithm_math == CUDNN_TENSOR_OP_MATH) return math != codegen::Precision::F32;
+  if (algorithm_math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return math == codegen::Precision::F16;
+  return true;
+}
+
 ConvDescriptors cudnn_conv_descriptors(const CudnnApi& api, const std::string& context,
-                                       const codegen::ConvCall& c, bool tf32) {
+                                       const codegen::ConvCall& c, codegen::Precision math) {
   ConvDescriptors d;
   d.x = cudnn_tensor(api, context, c.n, c.c, c.h, c.w);
   d.y = cudnn_tensor(api, context, c.n, c.k, c.p, c.q);
@@ -38,8 +54,8 @@ ConvDescriptors cudnn_conv_descriptors(const CudnnApi& api, const std::string& c
   api.check(api.cudnnSetConvolutionGroupCount(conv, to_int(c.groups)), "cudnnSetConvolutionGroupCount",
             context);
   // FMA math keeps f32 exact where the default would allow TF32 tensor cores on Ampere and
-  // later; with --precision=tf32 tensor-op math lets cuDNN use them.
-  api.check(api.cudnnSetConvolutionMathType(conv, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+  // later; --precision=tf32, bf16 or f16 lets cuDNN use them (cudnn_math_type).
+  api.check(api.cudnnSetConvolutionMathType(conv, cudnn_math_type(math)),
             "cudnnSetConvolutionMathType", context);
   int n = 0, k = 0, p = 0, q = 0;
   api.check(api.cudnnGetConvolution2dForwardOutputDim(conv, d.x.get(), filter, &n, &k, &p, &q),

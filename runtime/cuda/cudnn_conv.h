@@ -1,7 +1,7 @@
 // The cuDNN descriptors of one convolution, shared by the forward runner (library_runner.cpp)
 // and the backward one (conv_grad_runner.cpp): x [n, c, h, w], y (or dy) [n, k, p, q], the
 // filter [k, c / groups, r, s] and the convolution (cross-correlation, PyTorch's conv2d), all
-// NCHW f32, with FMA math unless tf32 allows tensor-op math.
+// NCHW f32, with FMA math unless --precision allows tensor-op math.
 #pragma once
 
 #include <string>
@@ -22,9 +22,18 @@ struct ConvDescriptors {
 Unique<cudnnTensorDescriptor_t> cudnn_tensor(const CudnnApi& api, const std::string& context,
                                              int64_t n, int64_t c, int64_t h, int64_t w);
 
+// The cuDNN math type for a call's --precision (codegen::LibraryCall::math): FMA for f32,
+// tensor-op math for tf32 and bf16 (cuDNN down-converts f32 tensors to f16 only; TF32 keeps
+// bf16's range with more bits), tensor-op math with conversion to f16 for f16.
+cudnnMathType_t cudnn_math_type(codegen::Precision math);
+
+// Whether an algorithm cuDNN reports with `algorithm_math` may run a call whose math is `math`:
+// tensor-op algorithms only past f32, converting ones only for f16.
+bool cudnn_math_allowed(cudnnMathType_t algorithm_math, codegen::Precision math);
+
 // The descriptors of `c`. Checks that cuDNN's forward output is c's [n, k, p, q]: a difference
 // is a kiln bug in how they are filled (KILN_CHECK).
 ConvDescriptors cudnn_conv_descriptors(const CudnnApi& api, const std::string& context,
-                                       const codegen::ConvCall& c, bool tf32);
+                                       const codegen::ConvCall& c, codegen::Precision math);
 
 }  // namespace kiln::runtime::cuda

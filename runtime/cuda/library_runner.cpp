@@ -65,11 +65,14 @@ class MatmulRunner final : public LibraryRunner {
     lt_d_ = layout(n, rows, m.batch, m.m * m.n);
 
     cublasLtMatmulDesc_t desc = nullptr;
-    // CUBLAS_COMPUTE_32F keeps full f32 as the generated kernels do; with --precision=tf32
-    // _FAST_TF32 lets cuBLASLt round A and B to TF32 for the tensor cores, as they then do.
-    check(api_.cublasLtMatmulDescCreate(
-              &desc, call.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
-          "cublasLtMatmulDescCreate");
+    // CUBLAS_COMPUTE_32F keeps full f32 as the generated kernels do; with --precision=tf32,
+    // bf16 or f16 the _FAST_ types let cuBLASLt round A and B to that format for the tensor
+    // cores, as they then do, and sum in f32.
+    const cublasComputeType_t compute = call.math == codegen::Precision::Tf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                        : call.math == codegen::Precision::Bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                        : call.math == codegen::Precision::F16  ? CUBLAS_COMPUTE_32F_FAST_16F
+                                                                                : CUBLAS_COMPUTE_32F;
+    check(api_.cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     desc_ = own(desc, api_.cublasLtMatmulDescDestroy);
     const int32_t transa = m.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int32_t transb = m.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -206,9 +209,9 @@ class ConvRunner final : public LibraryRunner {
         context_(kernel_context(kernel_name)),
         fused_(call.bias) {
     const codegen::ConvCall& c = *call.conv();
-    // FMA math keeps f32 exact; --precision=tf32 allows tensor-op math (cudnn_conv.h).
-    tf32_ = call.tf32;
-    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, c, tf32_);
+    // FMA math keeps f32 exact; --precision=tf32, bf16 or f16 allows tensor-op math (cudnn_conv.h).
+    math_ = call.math;
+    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, c, math_);
     x_desc_ = std::move(descriptors.x);
     y_desc_ = std::move(descriptors.y);
     w_desc_ = std::move(descriptors.w);
@@ -273,7 +276,7 @@ class ConvRunner final : public LibraryRunner {
   }
 
   // The first algorithm cuDNN's heuristics rank that works, fits the workspace and keeps f32
-  // exact (unless --precision=tf32 allows tensor-op math); with the identity activation only
+  // exact (unless --precision allows tensor-op math); with the identity activation only
   // IMPLICIT_PRECOMP_GEMM is allowed.
   void choose_algorithm(size_t workspace_limit, const std::string& descriptor) {
     cudnnConvolutionFwdAlgoPerf_t results[CUDNN_CONVOLUTION_FWD_ALGO_COUNT] = {};
@@ -286,9 +289,7 @@ class ConvRunner final : public LibraryRunner {
     for (int i = 0; i < returned; ++i) {
       const cudnnConvolutionFwdAlgoPerf_t& result = results[i];
       if (result.status != CUDNN_STATUS_SUCCESS || result.memory > workspace_limit) continue;
-      if (!tf32_ && (result.mathType == CUDNN_TENSOR_OP_MATH ||
-                     result.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-        continue;
+      if (!cudnn_math_allowed(result.mathType, math_)) continue;
       if (precomp_only && result.algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
         continue;
       algo_ = result.algo;
@@ -318,7 +319,7 @@ class ConvRunner final : public LibraryRunner {
   std::string context_;
   bool fused_;            // cudnnConvolutionBiasActivationForward, else cudnnConvolutionForward
   bool identity_ = false;
-  bool tf32_ = false;     // --precision=tf32: tensor-op (TF32) algorithms allowed
+  codegen::Precision math_ = codegen::Precision::F32;  // --precision: which algorithms may run
   Unique<cudnnTensorDescriptor_t> x_desc_, y_desc_, bias_desc_;
   Unique<cudnnFilterDescriptor_t> w_desc_;
   Unique<cudnnConvolutionDescriptor_t> conv_desc_;

@@ -70,7 +70,11 @@ enum {
   // the value is a kiln_host_mma_fragments* of the lane.
   KILN_HOST_WARP_MMA_TF32_M16N8K8 = 16,
   // ldmatrix.sync.aligned.m8n8.x4.shared.b16: the value is a kiln_host_ldmatrix* of the lane.
-  KILN_HOST_WARP_LDMATRIX_X4 = 17
+  KILN_HOST_WARP_LDMATRIX_X4 = 17,
+  // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: the value is a
+  // kiln_host_mma_fragments* of the lane, whose a[4] and b[2] hold two 16-bit values each.
+  KILN_HOST_WARP_MMA_BF16_M16N8K16 = 18,
+  KILN_HOST_WARP_MMA_F16_M16N8K16 = 19
 };
 
 // One lane's part of an ldmatrix.x4: the row it points at (16 bytes of matrix lane / 8, row
@@ -81,7 +85,8 @@ typedef struct kiln_host_ldmatrix {
 } kiln_host_ldmatrix;
 
 // One lane's fragments of an mma.sync (the PTX ISA's layouts, "Matrix Fragments for
-// mma.m16n8k8"): a[4] and b[2] are .tf32 bit patterns, d[4] the accumulators, read as C and
+// mma.m16n8k8" and "for mma.m16n8k16"): a[4] and b[2] are .tf32 bit patterns or pairs of
+// .bf16/.f16 ones, d[4] the accumulators, read as C and
 // overwritten with D.
 typedef struct kiln_host_mma_fragments {
   const unsigned int* a;
@@ -239,6 +244,14 @@ static inline void kiln_host_mma_tf32_m16n8k8(float* d, const unsigned int* a, c
   kiln_host_mma_fragments fragments = {a, b, d};
   kiln_host_warp(KILN_HOST_WARP_MMA_TF32_M16N8K8, 0xffffffffu,
                  reinterpret_cast<unsigned long long>(&fragments), 0, 32, line);
+}
+
+// d += a * b for one m16n8k16 tile of bf16 or f16 operands (`op`), a warp collective of all
+// 32 lanes.
+static inline void kiln_host_mma_16bit_m16n8k16(float* d, const unsigned int* a, const unsigned int* b,
+                                                int op, int line = __builtin_LINE()) {
+  kiln_host_mma_fragments fragments = {a, b, d};
+  kiln_host_warp(op, 0xffffffffu, reinterpret_cast<unsigned long long>(&fragments), 0, 32, line);
 }
 
 // ldmatrix.x4, a warp collective of all 32 lanes (runtime/host/warp_collective.cpp).

@@ -2,6 +2,8 @@
 // "Warp Vote Functions", "Warp Reduce Functions").
 #include "runtime/host/warp_collective.h"
 
+#include "ir/tensor.h"
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -87,6 +89,54 @@ std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
   return "";
 }
 
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 for the whole warp. Fragment
+// layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"), with
+// g = groupID and t = threadID_in_group; each 32-bit register holds two elements, the one with
+// the smaller index in its low half:
+//   A (16x16, row): a0,a1 (g, 2t + 0/1)  a2,a3 (g + 8, 2t + 0/1)
+//                   a4,a5 (g, 2t + 8 + 0/1)  a6,a7 (g + 8, 2t + 8 + 0/1)   (registers a[0..3])
+//   B (16x8, col):  b0,b1 (k = 2t + 0/1, n = g)  b2,b3 (k = 2t + 8 + 0/1, n = g)  (b[0..1])
+//   C, D (16x8):    as for m16n8k8.
+// A product of two bf16 or f16 values is exact in double, and so is the sum of sixteen of them
+// and C up to double's rounding; D is that sum rounded once to float (docs/tensor-cores.md).
+std::string compute_mma_16bit_m16n8k16(WarpPost* lanes, uint32_t group, bool bf16) {
+  if (group != 0xffffffffu)
+    return fmt::format("mma.sync needs all 32 lanes of the warp, got mask 0x{:08x}", group);
+  const auto element = [bf16](uint32_t bits) {
+    const uint16_t half = static_cast<uint16_t>(bits & 0xffffu);
+    return static_cast<double>(bf16 ? ir::bfloat16_bits_to_float(half) : ir::half_bits_to_float(half));
+  };
+  double a[16][16], b[16][8], c[16][8];
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    const auto* f = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value);
+    const int g = lane >> 2, t = lane & 3;
+    for (int half = 0; half < 2; ++half) {
+      a[g][2 * t + half] = element(f->a[0] >> 16 * half);
+      a[g + 8][2 * t + half] = element(f->a[1] >> 16 * half);
+      a[g][2 * t + 8 + half] = element(f->a[2] >> 16 * half);
+      a[g + 8][2 * t + 8 + half] = element(f->a[3] >> 16 * half);
+      b[2 * t + half][g] = element(f->b[0] >> 16 * half);
+      b[2 * t + 8 + half][g] = element(f->b[1] >> 16 * half);
+    }
+    c[g][2 * t] = f->d[0];
+    c[g][2 * t + 1] = f->d[1];
+    c[g + 8][2 * t] = f->d[2];
+    c[g + 8][2 * t + 1] = f->d[3];
+  }
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    auto* f = reinterpret_cast<kiln_host_mma_fragments*>(lanes[lane].value);
+    const int g = lane >> 2, t = lane & 3;
+    const int rows[4] = {g, g, g + 8, g + 8};
+    const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int r = 0; r < 4; ++r) {
+      double sum = c[rows[r]][cols[r]];
+      for (int k = 0; k < 16; ++k) sum += a[rows[r]][k] * b[k][cols[r]];
+      f->d[r] = static_cast<float>(sum);
+    }
+  }
+  return "";
+}
+
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16 for the whole warp (the PTX ISA's "Warp-level
 // matrix load instruction: ldmatrix"): lanes 8j .. 8j + 7 point at the rows of matrix j, 16
 // bytes each, 16-byte aligned; lane i receives d[j] = the 32 bits at row i / 4, word i % 4 of
@@ -162,6 +212,8 @@ std::string_view warp_op_name(int op) {
     case KILN_HOST_WARP_REDUCE_XOR: return "__reduce_xor_sync";
     case KILN_HOST_WARP_MMA_TF32_M16N8K8: return "mma.sync.m16n8k8.tf32";
     case KILN_HOST_WARP_LDMATRIX_X4: return "ldmatrix.x4";
+    case KILN_HOST_WARP_MMA_BF16_M16N8K16: return "mma.sync.m16n8k16.bf16";
+    case KILN_HOST_WARP_MMA_F16_M16N8K16: return "mma.sync.m16n8k16.f16";
   }
   return "warp collective";
 }
@@ -173,6 +225,8 @@ std::string compute_collective(WarpPost* lanes, uint32_t group, bool strict) {
 
   if (op == KILN_HOST_WARP_MMA_TF32_M16N8K8) return compute_mma_tf32_m16n8k8(lanes, group);
   if (op == KILN_HOST_WARP_LDMATRIX_X4) return compute_ldmatrix_x4(lanes, group);
+  if (op == KILN_HOST_WARP_MMA_BF16_M16N8K16 || op == KILN_HOST_WARP_MMA_F16_M16N8K16)
+    return compute_mma_16bit_m16n8k16(lanes, group, op == KILN_HOST_WARP_MMA_BF16_M16N8K16);
   if (is_shuffle(op)) {
     for (int lane = 0; lane < kWarpSize; ++lane) {
       if (!(group >> lane & 1u)) continue;

@@ -121,7 +121,8 @@ Json library_to_json(const codegen::LibraryCall& call) {
                {"x_arg", call.x_arg},           {"weight_arg", call.weight_arg},
                {"bias_arg", call.bias_arg},     {"residual_arg", call.residual_arg},
                {"out_arg", call.out_arg}};
-  if (call.tf32) json["tf32"] = true;
+  if (call.math == codegen::Precision::Tf32) json["tf32"] = true;  // as before bf16 and f16
+  else if (call.math != codegen::Precision::F32) json["math"] = std::string(codegen::precision_name(call.math));
   if (call.dy_arg >= 0) json["dy_arg"] = call.dy_arg;
   if (const codegen::ConvCall* c = call.conv()) {
     json["conv"] = {{"n", c->n}, {"c", c->c}, {"h", c->h}, {"w", c->w}, {"k", c->k}, {"r", c->r},
@@ -155,7 +156,12 @@ codegen::LibraryCall library_from_json(const JsonAt& at) {
   call.bias_arg = to_int(at["bias_arg"]);
   call.residual_arg = to_int(at["residual_arg"]);
   call.out_arg = to_int(at["out_arg"]);
-  call.tf32 = at.has("tf32") && at["tf32"].boolean();  // absent: f32 math (older packages)
+  if (at.has("tf32") && at["tf32"].boolean()) call.math = codegen::Precision::Tf32;  // older packages
+  if (at.has("math")) {  // absent: f32 math, or tf32 as above
+    const std::optional<codegen::Precision> math = codegen::parse_precision(at["math"].string());
+    if (!math) at["math"].fail("unknown math '" + at["math"].string() + "'; expected one of " + std::string(codegen::kPrecisionNames));
+    call.math = *math;
+  }
   if (at.has("dy_arg")) call.dy_arg = to_int(at["dy_arg"]);
   if (at.has("conv")) {
     const JsonAt c = at["conv"];
@@ -204,6 +210,8 @@ Json kernel_to_json(const codegen::Kernel& k) {
                {"bytes_written", k.bytes_written},
                {"unfused_bytes", k.unfused_bytes}};
   if (k.tensor_cores) json["tensor_cores"] = true;
+  if (k.tensor_cores && k.tensor_core_inputs != codegen::Precision::Tf32)
+    json["tensor_core_inputs"] = std::string(codegen::precision_name(k.tensor_core_inputs));
   if (k.host_variant) json["host_variant"] = true;
   if (k.gemm.m > 0)
     json["gemm"] = {{"m", k.gemm.m}, {"n", k.gemm.n}, {"k", k.gemm.k}, {"batch", k.gemm.batch},
@@ -232,6 +240,13 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
   k.dynamic_shared_bytes = static_cast<uint32_t>(shared);
   k.uses_barriers = at["uses_barriers"].boolean();
   k.tensor_cores = at.has("tensor_cores") && at["tensor_cores"].boolean();  // absent: FMA
+  if (at.has("tensor_core_inputs")) {  // absent: tf32 (the only format before bf16 and f16)
+    const JsonAt inputs = at["tensor_core_inputs"];
+    const std::optional<codegen::Precision> format = codegen::parse_precision(inputs.string());
+    if (!format || *format == codegen::Precision::F32)
+      inputs.fail("unknown tensor-core operand format '" + inputs.string() + "'; expected tf32, bf16 or f16");
+    k.tensor_core_inputs = *format;
+  }
   // Absent: a kernel with one body (or a package from before host variants).
   k.host_variant = at.has("host_variant") && at["host_variant"].boolean();
   if (at.has("gemm")) {  // absent: no generated GEMM, or a package from before the cost model
@@ -348,7 +363,7 @@ codegen::Program program_from_json(const JsonAt& at) {
   program.graph_name = at["graph_name"].string();
   if (at.has("precision")) {  // absent: f32 (packages before --precision)
     const std::optional<codegen::Precision> precision = codegen::parse_precision(at["precision"].string());
-    if (!precision) at["precision"].fail("unknown precision '" + at["precision"].string() + "'; expected f32 or tf32");
+    if (!precision) at["precision"].fail("unknown precision '" + at["precision"].string() + "'; expected one of " + std::string(codegen::kPrecisionNames));
     program.precision = *precision;
   }
   const JsonAt buffers = at["buffers"];

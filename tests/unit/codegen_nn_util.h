@@ -142,7 +142,8 @@ struct CheckOptions {
   uint32_t seed = 1;
   // Changes the random inputs (graph input order) before the runs, e.g. to plant a NaN.
   std::function<void(std::vector<ir::Tensor>&)> edit_inputs;
-  // Tf32: the GEMMs run on (emulated) tensor cores; see check_tf32 for what is compared.
+  // Tf32, Bf16, F16: the GEMMs run on (emulated) tensor cores; see check_cases for what is
+  // compared.
   Precision precision = Precision::F32;
 };
 
@@ -154,6 +155,36 @@ inline double tf32_round(double value) {
   if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
   std::memcpy(&f, &bits, sizeof bits);
   return f;
+}
+
+// A GEMM operand as the tensor cores read it at `precision`: rounded to TF32 (ties away), or
+// to bf16 or f16 (to nearest even, as cvt.rn.bf16x2.f32 and cvt.rn.f16x2.f32 do).
+inline double tensor_core_round(double value, Precision precision) {
+  const float f = static_cast<float>(value);
+  switch (precision) {
+    case Precision::Tf32: return tf32_round(f);
+    case Precision::Bf16: return ir::bfloat16_bits_to_float(ir::float_to_bfloat16_bits(f));
+    case Precision::F16: return ir::half_bits_to_float(ir::float_to_half_bits(f));
+    case Precision::F32: break;
+  }
+  return f;
+}
+
+// The rounding's bound on one operand: |round(x) - x| <= unit * |x| + absolute. The unit
+// roundoff is half an ulp at 1: 2^-11 with 10 stored mantissa bits (TF32, f16), 2^-8 with 7
+// (bf16); f16's subnormals are 2^-24 apart, so below 2^-14 the error is up to 2^-25 absolute.
+struct RoundingBound {
+  double unit = 0;
+  double absolute = 0;
+};
+inline RoundingBound rounding_bound(Precision precision) {
+  switch (precision) {
+    case Precision::Tf32: return {std::ldexp(1.0, -11), 0};
+    case Precision::Bf16: return {std::ldexp(1.0, -8), 0};
+    case Precision::F16: return {std::ldexp(1.0, -11), std::ldexp(1.0, -25)};
+    case Precision::F32: break;
+  }
+  return {};
 }
 
 // Whether graph input `input` is an A or B operand of a GEMM (conv2d, dense, matmul, and the
@@ -243,8 +274,14 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
   // operand is off by at most 2^-11 of itself, so each product by (1 + 2^-11)^2 - 1 < 2^-10
   // of |a b|, and a result by 2^-10 of the sum of |a b| over its terms: the reference run on
   // |operands| (biases included, which only loosens it).
+  // bf16 and f16 alike with their own unit roundoff u (rounding_bound): a product is off by
+  // at most (2u + u^2) |a b|, plus, where f16's subnormals add an absolute error e per operand,
+  // e (|a| + |b|) (1 + u) + e^2 <= 2 M e (1 + u) + e^2 with M the largest operand magnitude.
+  const bool tensor_cores = options.precision != Precision::F32;
+  const RoundingBound rounding = rounding_bound(options.precision);
+  double largest_operand = 0;
   std::vector<ir::Tensor> want_rounded, magnitudes;
-  if (options.precision == Precision::Tf32) {
+  if (tensor_cores) {
     std::map<std::string, ir::Tensor> rounded = named, absolute = named;
     for (const ir::Value* input : graph.inputs) {
       const ir::TensorType& type = input->type;
@@ -253,7 +290,10 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
       for (double& v : abs_values) v = std::abs(v);
       absolute[input->name] = ir::Tensor::from_doubles(type, abs_values);
       if (is_gemm_operand(graph, input))
-        for (double& v : values) v = tf32_round(v);
+        for (double& v : values) {
+          largest_operand = std::max(largest_operand, std::abs(v));
+          v = tensor_core_round(v, options.precision);
+        }
       rounded[input->name] = ir::Tensor::from_doubles(type, values);
     }
     want_rounded = eval::run_reference(graph, rounded);
@@ -285,13 +325,18 @@ inline CheckResult check_cases(const std::string& name, const std::vector<OpCase
         const double g = got[c].get(i);
         double w = want[c].get(i);
         if (std::isnan(w) && std::isnan(g)) continue;
-        if (options.precision == Precision::Tf32) {
+        if (tensor_cores) {
           const double exact = w;
           w = want_rounded[c].get(i);
-          const double bound = std::ldexp(magnitudes[c].get(i), -10) + base * (1 + std::abs(exact));
+          const double u = rounding.unit, e = rounding.absolute;
+          const double terms = static_cast<double>(cases[c].terms);
+          const double bound = (2 * u + u * u) * magnitudes[c].get(i) +
+                               terms * (2 * largest_operand * e * (1 + u) + e * e) +
+                               base * (1 + std::abs(exact));
           if (std::abs(g - exact) > bound) {
-            ADD_FAILURE() << name << " case " << c << " (tf32): element " << i << " is " << g
-                          << ", exact " << exact << ", beyond the TF32 bound " << bound;
+            ADD_FAILURE() << name << " case " << c << " (" << precision_name(options.precision)
+                          << "): element " << i << " is " << g << ", exact " << exact
+                          << ", beyond the rounding's bound " << bound;
             ++failures;
           }
         }

@@ -168,6 +168,15 @@ TEST(CostModel, GemmsRunAtTheirTilesWavesAndTemplatesEfficiency) {
   EXPECT_EQ(time.unit, "TF32 tensor-core");
   EXPECT_DOUBLE_EQ(time.efficiency, kTensorCoreTemplate);
   EXPECT_DOUBLE_EQ(time.seconds, kernel.flops / (kH100.tf32_flops_per_second * kTensorCoreTemplate));
+  // bf16 and f16 operands: twice the TF32 peak.
+  for (Precision format : {Precision::Bf16, Precision::F16}) {
+    kernel.tensor_core_inputs = format;
+    time = model_kernel_time(kernel, 1);
+    EXPECT_EQ(time.unit, std::string(precision_name(format)) + " tensor-core");
+    EXPECT_DOUBLE_EQ(time.seconds, kernel.flops / (kH100.half_flops_per_second * kTensorCoreTemplate));
+  }
+  EXPECT_DOUBLE_EQ(kH100.half_flops_per_second, 2 * kH100.tf32_flops_per_second);
+  kernel.tensor_core_inputs = Precision::Tf32;
   // Staged through registers: the lower ceiling.
   kernel.gemm.async_copies = false;
   EXPECT_DOUBLE_EQ(model_kernel_time(kernel, 1).efficiency, kTensorCoreStaged);
@@ -175,9 +184,17 @@ TEST(CostModel, GemmsRunAtTheirTilesWavesAndTemplatesEfficiency) {
   // A library call: the library's efficiency at its own math's peak; other kernels: the FMA
   // peak as it is.
   LibraryCall call;
-  call.tf32 = true;
+  call.math = Precision::Tf32;
   kernel.library = call;
   EXPECT_DOUBLE_EQ(model_kernel_time(kernel, 1).efficiency, kLibrary);
+  EXPECT_EQ(model_kernel_time(kernel, 1).unit, "TF32 tensor-core");
+  // cuBLASLt's bf16 math runs at the bf16 peak; cuDNN's bf16 is its TF32 math (cudnn_conv.h).
+  call.math = Precision::Bf16;
+  call.op = MatmulCall{};
+  kernel.library = call;
+  EXPECT_EQ(model_kernel_time(kernel, 1).unit, "bf16 tensor-core");
+  call.op = ConvCall{};
+  kernel.library = call;
   EXPECT_EQ(model_kernel_time(kernel, 1).unit, "TF32 tensor-core");
   // The backward convolutions' direct loops: 6 % of the FMA peak, times their waves.
   Kernel grad;

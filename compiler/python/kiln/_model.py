@@ -132,7 +132,7 @@ class Model:
         """Compiles the model (or loads the package) and returns it.
 
         backend: "auto" (the GPU when there is one), "cuda" or "host" (the generated CUDA
-          kernels on the CPU). precision: "f32" (exact) or "tf32" (tensor cores on the GPU).
+          kernels on the CPU). precision: "f32" (exact), or "tf32", "bf16", "f16" (tensor cores on the GPU).
         arch: the GPU architectures to build cubins for ("sm_80", "sm_90", ...).
         train_batch_size: > 0 also compiles a training step (``train_step``).
         """

@@ -1,0 +1,228 @@
+// --precision=bf16 and f16: the GEMM kernels on tensor cores with 16-bit operands (mma.sync
+// m16n8k16, f32 sums), compiled for real GPUs (NVRTC sm_80 and sm_90: no spills, no stack) and
+// run on the host backend, whose warp collective emulates mma.sync m16n8k16 with the PTX ISA's
+// fragment layouts. Each result must equal the reference interpreter run on operands rounded
+// to bf16 (f16) to the f32 tolerance, and stay within the rounding's derived bound of the exact
+// result (check_cases in codegen_nn_util.h). The tiles hold f32; each pair of operands is
+// rounded and packed as a fragment register is loaded, from k-major tiles (staged) and
+// outer-major ones (cp.async), so the cases cover both for A and B.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "codegen/device_library.h"
+#include "codegen_nn_util.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::DType;
+using ir::TensorType;
+using testing::check_cases;
+using testing::CheckOptions;
+using testing::OpCase;
+using Ints = std::vector<int64_t>;
+
+TensorType f32(ir::Shape shape) { return TensorType{DType::F32, std::move(shape)}; }
+
+CheckOptions options_for(Precision precision) {
+  CheckOptions options;
+  options.precision = precision;
+  return options;
+}
+
+OpCase matmul(int64_t m, int64_t n, int64_t k) { return {"matmul", {f32({m, k}), f32({k, n})}, {}, k}; }
+
+OpCase conv(ir::Shape x, ir::Shape w, ir::AttrMap attrs) {
+  const int64_t terms = w[1] * w[2] * w[3];
+  return {"conv2d", {f32(std::move(x)), f32(std::move(w))}, std::move(attrs), terms};
+}
+
+// Every kernel of the program runs on the 16-bit tensor cores.
+void expect_mma16(const testing::CheckResult& result, Precision precision) {
+  const std::string call = precision == Precision::Bf16 ? "kiln_mma_bf16_m16n8k16(" : "kiln_mma_f16_m16n8k16(";
+  for (const Kernel& kernel : result.program.kernels) {
+    EXPECT_NE(testing::kernel_text(result.program, kernel.name).find(call), std::string::npos)
+        << kernel.name << " does not use " << call;
+    EXPECT_TRUE(kernel.tensor_cores) << kernel.name;
+    EXPECT_EQ(kernel.tensor_core_inputs, precision) << kernel.name;
+  }
+}
+
+// The GEMM layouts of codegen_tf32_test.cpp's EveryGemmLayout, and sizes at the tiles' edges.
+std::vector<OpCase> layout_cases() {
+  return {
+      matmul(1, 1, 1),
+      matmul(7, 16, 33),
+      matmul(33, 100, 16),
+      matmul(100, 129, 7),
+      {"matmul", {f32({2, 1, 5, 7}), f32({3, 7, 9})}, {}, 7},
+      {"matmul", {f32({3, 33, 7}), f32({3, 33, 100})}, {{"transpose_a", true}}, 33},
+      {"matmul", {f32({2, 65, 19}), f32({1, 70, 19})}, {{"transpose_b", true}}, 19},
+      {"matmul", {f32({2, 20, 66}), f32({67, 20})}, {{"transpose_a", true}, {"transpose_b", true}}, 20},
+      // cp.async for both of A's layouts (outer-major and k-major tiles), B staged.
+      {"matmul", {f32({2, 40, 64}), f32({2, 40, 26})}, {{"transpose_a", true}}, 40},
+      {"matmul", {f32({70, 24}), f32({24, 30})}, {}, 24},
+      // f16 tensors: converted as staged, then rounded again (exactly, for f16).
+      {"matmul", {TensorType{DType::F16, {2, 9, 40}}, TensorType{DType::F16, {40, 70}}}, {}, 40},
+      {"dense", {f32({3, 5, 33}), f32({7, 33}), f32({7})}, {}, 33},
+      {"dense", {f32({100, 128}), f32({65, 128}), f32({65})}, {}, 128},
+      conv({2, 5, 12, 12}, {66, 5, 3, 3}, {{"pad", Ints{1, 1, 1, 1}}}),
+      conv({1, 8, 9, 9}, {8, 2, 3, 3}, {{"groups", int64_t{4}}, {"stride", Ints{2, 2}}}),
+      conv({2, 8, 6, 6}, {20, 8, 1, 1}, {}),
+  };
+}
+
+TEST(CodegenMma16, Bf16EveryGemmLayout) {
+  const testing::CheckResult result = check_cases("bf16_layouts", layout_cases(), options_for(Precision::Bf16));
+  expect_mma16(result, Precision::Bf16);
+  EXPECT_NE(result.program.source.find("mma.sync m16n8k16, bf16 operands, f32 sums"), std::string::npos);
+  EXPECT_NE(result.program.source.find("A and B by cp.async, 3 stages"), std::string::npos);
+  EXPECT_NE(result.program.source.find("staged through registers"), std::string::npos);
+}
+
+TEST(CodegenMma16, F16EveryGemmLayout) {
+  const testing::CheckResult result = check_cases("f16_layouts", layout_cases(), options_for(Precision::F16));
+  expect_mma16(result, Precision::F16);
+  EXPECT_NE(result.program.source.find("mma.sync m16n8k16, f16 operands, f32 sums"), std::string::npos);
+}
+
+TEST(CodegenMma16, LargeProblemsTake128Tiles) {
+  // 132 problems of 130 x 129 fill an H100 with 128 x 128 tiles: 2 x 2 ragged tiles each.
+  const std::vector<OpCase> cases = {
+      {"matmul", {f32({132, 130, 24}), f32({132, 24, 129})}, {}, 24},
+  };
+  const testing::CheckResult result = check_cases("bf16_matmul_128", cases, options_for(Precision::Bf16));
+  expect_mma16(result, Precision::Bf16);
+  EXPECT_NE(result.program.source.find("kTileM = 128"), std::string::npos);
+}
+
+// Both gradients of a convolution on the template (the weight gradient split along K too).
+TEST(CodegenMma16, ConvGradients) {
+  const auto grad_weight = [](ir::Shape dy, ir::Shape x, ir::Shape w, ir::AttrMap attrs) {
+    attrs["shape"] = Ints(w.begin(), w.end());
+    const int64_t terms = dy[0] * dy[2] * dy[3];
+    return OpCase{"conv2d_grad_weight", {f32(std::move(dy)), f32(std::move(x))}, std::move(attrs), terms};
+  };
+  const auto grad_input = [](ir::Shape dy, ir::Shape w, ir::Shape x, ir::AttrMap attrs) {
+    attrs["shape"] = Ints(x.begin(), x.end());
+    const int64_t terms = w[0] * w[2] * w[3];
+    return OpCase{"conv2d_grad_input", {f32(std::move(dy)), f32(std::move(w))}, std::move(attrs), terms};
+  };
+  const std::vector<OpCase> cases = {
+      grad_weight({2, 8, 5, 5}, {2, 3, 7, 7}, {8, 3, 3, 3}, {}),
+      grad_weight({2, 16, 16, 16}, {2, 16, 16, 16}, {16, 16, 3, 3},
+                  {{"pad", Ints{1, 1, 1, 1}}, {"k_chunk", int64_t{256}}}),
+      grad_input({2, 8, 5, 5}, {8, 3, 3, 3}, {2, 3, 7, 7}, {}),
+      grad_input({1, 6, 4, 4}, {6, 4, 3, 3}, {1, 4, 8, 8}, {{"stride", Ints{2, 2}}, {"pad", Ints{1, 1, 1, 1}}}),
+  };
+  for (Precision precision : {Precision::Bf16, Precision::F16}) {
+    const testing::CheckResult result =
+        check_cases(std::string(precision_name(precision)) + "_conv_grads", cases, options_for(precision));
+    expect_mma16(result, precision);
+  }
+}
+
+// The emulated mma.sync m16n8k16 itself, against the PTX ISA's fragment layouts transcribed
+// here ("Matrix Fragments for mma.m16n8k16 with floating point type"): a warp of fibers posts
+// fragments of known 16x16 and 16x8 matrices, two 16-bit values per register with the lower
+// index in the low half, and must get D = A B + C in the C layout. The values are small
+// integers (exact in bf16 and f16), so every sum is exact and so is the comparison.
+void expect_emulated_mma16(bool bf16) {
+  const char* source = R"(
+#ifndef __CUDACC__
+#include "kiln_host_prelude.h"
+#endif
+static unsigned int pack(float lo, float hi, int bf16) {
+  unsigned int bits_lo, bits_hi;
+  if (bf16) {
+    bits_lo = static_cast<unsigned int>(__float_as_int(lo)) >> 16;
+    bits_hi = static_cast<unsigned int>(__float_as_int(hi)) >> 16;
+  } else {
+    bits_lo = __builtin_bit_cast(unsigned short, static_cast<_Float16>(lo));
+    bits_hi = __builtin_bit_cast(unsigned short, static_cast<_Float16>(hi));
+  }
+  return bits_lo | bits_hi << 16;
+}
+extern "C" __global__ void mma_tile(const float* A, const float* B, const float* C, float* D, const int* bf16) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  const int f = *bf16;
+  unsigned int a[4] = {pack(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1], f),
+                       pack(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1], f),
+                       pack(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9], f),
+                       pack(A[(g + 8) * 16 + 2 * t + 8], A[(g + 8) * 16 + 2 * t + 9], f)};
+  unsigned int b[2] = {pack(B[(2 * t) * 8 + g], B[(2 * t + 1) * 8 + g], f),
+                       pack(B[(2 * t + 8) * 8 + g], B[(2 * t + 9) * 8 + g], f)};
+  float d[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+  kiln_host_mma_16bit_m16n8k16(d, a, b, f ? KILN_HOST_WARP_MMA_BF16_M16N8K16 : KILN_HOST_WARP_MMA_F16_M16N8K16);
+  D[g * 8 + 2 * t] = d[0];
+  D[g * 8 + 2 * t + 1] = d[1];
+  D[(g + 8) * 8 + 2 * t] = d[2];
+  D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+extern "C" void kiln_host_entry_mma_tile(void* const* args) {
+  mma_tile(static_cast<const float*>(args[0]), static_cast<const float*>(args[1]),
+           static_cast<const float*>(args[2]), static_cast<float*>(args[3]), static_cast<const int*>(args[4]));
+}
+)";
+  const runtime::host::HostModule module =
+      runtime::host::HostModule::compile(source, "mma_tile", &testing::test_cache());
+  std::vector<float> a(16 * 16), b(16 * 8), c(16 * 8), d(16 * 8, -1.0f);
+  for (int i = 0; i < 16 * 16; ++i) a[i] = static_cast<float>(i % 7 - 3);
+  for (int i = 0; i < 16 * 8; ++i) b[i] = static_cast<float>(i % 5 - 2);
+  for (int i = 0; i < 16 * 8; ++i) c[i] = static_cast<float>(i % 3);
+  int format = bf16 ? 1 : 0;
+  void* args[] = {a.data(), b.data(), c.data(), d.data(), &format};
+  runtime::host::HostOptions options;
+  options.strict = true;
+  module.launch("mma_tile", args, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, true, options);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float want = c[i * 8 + j];
+      for (int k = 0; k < 16; ++k) want += a[i * 16 + k] * b[k * 8 + j];
+      EXPECT_EQ(d[i * 8 + j], want) << (bf16 ? "bf16" : "f16") << " D[" << i << "][" << j << "]";
+    }
+}
+
+TEST(CodegenMma16, EmulatedMmaUsesThePtxFragmentLayouts) {
+  expect_emulated_mma16(true);
+  expect_emulated_mma16(false);
+}
+
+// The packing the kernels use on the host: the lower index in the low half, rounded to nearest
+// even (ties to even), as cvt.rn.bf16x2.f32 and cvt.rn.f16x2.f32 do.
+TEST(CodegenMma16, PackingRoundsToNearestEven) {
+  // 1 + 2^-8 is halfway between two bf16 values (1 and 1 + 2^-7): even is 1. 1 + 3 * 2^-8 is
+  // halfway between 1 + 2^-7 and 1 + 2^-6: even is 1 + 2^-6.
+  EXPECT_EQ(ir::float_to_bfloat16_bits(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_EQ(ir::float_to_bfloat16_bits(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  const char* source = R"(
+#ifndef __CUDACC__
+#include "kiln_host_prelude.h"
+#endif
+)";
+  std::string program = std::string(source) + std::string(device_library()) + R"(
+extern "C" __global__ void pack_pairs(const float* in, unsigned int* out) {
+  out[0] = kiln_pack_bf16x2(in[0], in[1]);
+  out[1] = kiln_pack_f16x2(in[0], in[1]);
+}
+extern "C" void kiln_host_entry_pack_pairs(void* const* args) {
+  pack_pairs(static_cast<const float*>(args[0]), static_cast<unsigned int*>(args[1]));
+}
+)";
+  const runtime::host::HostModule module =
+      runtime::host::HostModule::compile(program, "pack_pairs", &testing::test_cache());
+  float in[2] = {1.0f + std::ldexp(1.0f, -8), -2.0f - 3 * std::ldexp(1.0f, -10)};
+  unsigned int out[2] = {};
+  void* args[] = {in, out};
+  module.launch("pack_pairs", args, Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, false, {});
+  EXPECT_EQ(out[0], 0x3f80u | static_cast<unsigned int>(ir::float_to_bfloat16_bits(in[1])) << 16);
+  EXPECT_EQ(out[1], static_cast<unsigned int>(ir::float_to_half_bits(in[0])) |
+                        static_cast<unsigned int>(ir::float_to_half_bits(in[1])) << 16);
+  // -2 - 3 * 2^-10 lies halfway between f16's -2 - 2^-9 and -2 - 2^-8 (0xc001 and 0xc002):
+  // even is 0xc002.
+  EXPECT_EQ(out[1] >> 16, 0xc002u);
+}
+
+}  // namespace
+}  // namespace kiln::codegen
