@@ -26,13 +26,6 @@ int run(Options& options, const CLI::App& command) {
   if (command.count("--precision") > 0) options.train.compile_time_flags.push_back("--precision");
   if (command.count("--library") > 0) options.train.compile_time_flags.push_back("--library");
   options.train.precision = options.precision.value();
-  if (options.train.precision == codegen::Precision::F16) {
-    // Gradients below f16's smallest subnormal (6e-8) would flush to zero in the backward GEMMs,
-    // and lose bits well above it: f16 training needs dynamic loss scaling, not built yet.
-    std::cerr << "kiln train: --precision=f16 needs dynamic loss scaling, which kiln does not have "
-                 "yet; bf16 (f32's range) and tf32 train without it\n";
-    return kExitUsage;
-  }
   options.train.libraries = options.library.selection();
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   options.train.cache = cache.get();

@@ -335,6 +335,11 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
                                          codegen::Precision precision, int rank,
                                          bool batch_invariant) {
   if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
+  // Gradients below f16's smallest subnormal (6e-8) would flush to zero in the backward GEMMs,
+  // and lose bits well above it: f16 training needs dynamic loss scaling, not built yet.
+  if (precision == codegen::Precision::F16)
+    throw Error("--precision", "f16 training needs dynamic loss scaling, which kiln does not have "
+                               "yet; bf16 (f32's range) and tf32 train without it");
   // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
   // An imported model's symbolic batch dim starts at 1; set_batch_size gives it its size.
   ImportOptions import;
