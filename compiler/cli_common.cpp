@@ -4,6 +4,7 @@
 #include "compiler/npy.h"
 #include "compiler/tensor_file_util.h"
 #include "ir/diagnostic.h"
+#include "ir/float_storage.h"
 
 #include <fmt/format.h>
 #include <charconv>
@@ -129,6 +130,18 @@ void PrecisionFlag::add_to(CLI::App& command) {
                      "bf16 (7) or f16 (10, range +-65504); docs/tensor-cores.md")
       ->check(CLI::IsMember({"f32", "tf32", "bf16", "f16"}))
       ->capture_default_str();
+}
+
+void WeightsDtypeFlag::add_to(CLI::App& command, const std::string& what) {
+  command.add_option("--weights-dtype", text,
+                     "store f32 weights as f32, or rounded to bf16 or f16 (half the bytes; they "
+                     "widen back to f32 when read) " + what)
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
+}
+
+ir::DType WeightsDtypeFlag::value() const {
+  return ir::parse_weights_dtype(text).value_or(ir::DType::F32);
 }
 
 codegen::Precision PrecisionFlag::value() const {

@@ -89,6 +89,15 @@ struct PrecisionFlag {
   codegen::Precision value() const;
 };
 
+// --weights-dtype f32|bf16|f16: how f32 weights are stored (a package's, a checkpoint's
+// parameters); `what` ends the help text ("in the package").
+struct WeightsDtypeFlag {
+  std::string text = "f32";
+
+  void add_to(CLI::App& command, const std::string& what);
+  ir::DType value() const;
+};
+
 // --input-shape NAME=2x3x224x224 (repeatable): sizes for an ONNX model's symbolic dims; and
 // --dim NAME=MAX (repeatable): keep the symbolic dim NAME dynamic, up to MAX (ir/dynamic_dims.h).
 struct InputShapeFlag {

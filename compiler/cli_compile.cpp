@@ -30,6 +30,7 @@ struct Options {
   CacheFlags cache;
   LibraryFlag library;
   PrecisionFlag precision;
+  WeightsDtypeFlag weights_dtype;
   PipelineFlags pipeline;
   InputShapeFlag input_shapes;
   // --train
@@ -58,6 +59,7 @@ int run(const Options& options, const CLI::App& command) {
   request.ptx = !options.no_ptx;
   request.library = options.library.text;
   request.precision = options.precision.value();
+  request.weights_dtype = options.weights_dtype.value();
   options.library.selection();  // a bad --library fails here, naming the flag
   if (options.train) {
     if (options.pipeline.given(command))
@@ -114,12 +116,20 @@ int run(const Options& options, const CLI::App& command) {
   });
 
   int64_t weight_bytes = 0;
-  for (const auto& [name, tensor] : package.weights) weight_bytes += static_cast<int64_t>(tensor.byte_size());
+  // As stored: f32 weights take their --weights-dtype's bytes.
+  for (const auto& [name, tensor] : package.weights)
+    weight_bytes += tensor.dtype() == ir::DType::F32
+                        ? tensor.num_elements() * static_cast<int64_t>(ir::dtype_size(package.weights_dtype))
+                        : static_cast<int64_t>(tensor.byte_size());
   std::string programs;
   for (const runtime::PackageProgram& p : package.programs)
     programs += fmt::format("{}{} {} kernels", programs.empty() ? "" : ", ", p.role, p.program.kernels.size());
-  std::cout << fmt::format("wrote {}: {} bytes ({}; {} weights, {} bytes; cubins {}{})\n", options.output,
-                           written_bytes, programs, package.weights.size(), weight_bytes,
+  std::cout << fmt::format("wrote {}: {} bytes ({}; {} weights{}, {} bytes; cubins {}{})\n", options.output,
+                           written_bytes, programs, package.weights.size(),
+                           package.weights_dtype == ir::DType::F32
+                               ? std::string()
+                               : fmt::format(" in {}", ir::dtype_name(package.weights_dtype)),
+                           weight_bytes,
                            fmt::join(options.archs, ", "),
                            options.no_ptx ? ", no PTX" : ", PTX " + package.programs[0].binary.ptx_arch);
   if (options.timings) timer.print();
@@ -164,6 +174,7 @@ Command add_compile_command(CLI::App& app) {
   options->cache.add_to(*cmd);
   options->library.add_to(*cmd);
   options->precision.add_to(*cmd);
+  options->weights_dtype.add_to(*cmd, "in the package");
   options->pipeline.add_to(*cmd, 1);
   options->input_shapes.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};

@@ -15,6 +15,7 @@ struct Options {
   compiler::TrainOptions train;
   CacheFlags cache;
   PrecisionFlag precision;
+  WeightsDtypeFlag weights_dtype;
   LibraryFlag library;
 };
 
@@ -26,6 +27,7 @@ int run(Options& options, const CLI::App& command) {
   if (command.count("--precision") > 0) options.train.compile_time_flags.push_back("--precision");
   if (command.count("--library") > 0) options.train.compile_time_flags.push_back("--library");
   options.train.precision = options.precision.value();
+  options.train.weights_dtype = options.weights_dtype.value();
   options.train.libraries = options.library.selection();
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   options.train.cache = cache.get();
@@ -120,6 +122,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--print-plan", t.print_plan,
                 "print the training step's kernel count and activation arena");
   options->precision.add_to(*cmd);
+  options->weights_dtype.add_to(*cmd, "in the checkpoint (the optimizer's state stays f32)");
   options->library.add_to(*cmd);
   options->cache.add_to(*cmd);
   return {cmd, [options, cmd]() { return run(*options, *cmd); }};

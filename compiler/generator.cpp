@@ -17,6 +17,7 @@
 #include "compiler/training_graph.h"
 #include "ir/diagnostic.h"
 #include "ir/eval/interpreter.h"
+#include "ir/float_storage.h"
 #include "passes/pass_manager.h"
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/executor/executable.h"
@@ -68,7 +69,8 @@ void load_checkpoint(ir::Graph& graph, const std::string& path, const std::strin
       throw Error(path, fmt::format("holds no tensor '{}', a parameter of {}: is it a checkpoint "
                                     "of this model?",
                                     param->name, model));
-    ir::Tensor tensor = file.read(param->name);
+    // Weights stored in bf16 or f16 (kiln train --weights-dtype) widen exactly to f32.
+    ir::Tensor tensor = ir::widened_from_storage(file.read(param->name), param->type);
     if (tensor.type() != param->type)
       throw Error(path, fmt::format("tensor '{}' is {}; {} declares {}", param->name,
                                     tensor.type().to_string(), model, param->type.to_string()));

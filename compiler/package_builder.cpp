@@ -16,6 +16,7 @@
 #include "compiler/parameters.h"
 #include "compiler/trainer.h"
 #include "ir/diagnostic.h"
+#include "ir/float_storage.h"
 #include "passes/pass_manager.h"
 
 namespace kiln::compiler {
@@ -74,6 +75,22 @@ nlohmann::ordered_json decisions_json(const PassDecisions& decisions) {
   return list;
 }
 
+// --weights-dtype: every f32 weight rounded to the storage dtype, kept as f32 (the programs'
+// type), so the package built here computes what the one read back from its file does. A
+// value beyond f16's range is an error naming the parameter.
+void round_weights_for_storage(runtime::Package& package, const PackageRequest& request) {
+  package.weights_dtype = request.weights_dtype;
+  if (request.weights_dtype == ir::DType::F32) return;
+  for (auto& [name, tensor] : package.weights) {
+    std::string error;
+    const std::optional<ir::Tensor> narrowed = ir::narrowed_for_storage(tensor, request.weights_dtype, &error);
+    if (!narrowed)
+      throw Error(request.model, fmt::format("--weights-dtype={}: parameter '{}': {}",
+                                             ir::dtype_name(request.weights_dtype), name, error));
+    tensor = ir::widened_from_storage(*narrowed, tensor.type());
+  }
+}
+
 }  // namespace
 
 std::function<void(ir::Graph&, PassDecisions*)> pipeline_runner(std::vector<std::string> pipeline) {
@@ -104,6 +121,8 @@ BuiltPackage build_package(const PackageRequest& request) {
   m.options = {{"library", request.library},
                {"precision", std::string(codegen::precision_name(request.precision))},
                {"ptx", request.ptx}};
+  if (request.weights_dtype != ir::DType::F32)
+    m.options["weights_dtype"] = std::string(ir::dtype_name(request.weights_dtype));
   m.report = nlohmann::ordered_json::object();
 
   if (request.train) {
@@ -119,6 +138,7 @@ BuiltPackage build_package(const PackageRequest& request) {
     package.programs.push_back(compile_program(request, std::string(runtime::kTrainStepProgram),
                                                std::move(programs.step)));
     package.weights = std::move(programs.weights);
+    round_weights_for_storage(package, request);
     return {std::move(package), ""};
   }
   ir::Graph graph = timed(request, "parse", [&] { return load_model(request.model, request.import); });
@@ -158,6 +178,7 @@ BuiltPackage build_package(const PackageRequest& request) {
   package.programs.push_back(
       compile_program(request, std::string(runtime::kInferenceProgram), std::move(program)));
   for (const ir::Value* param : graph.parameters) package.weights.emplace(param->name, *param->data);
+  round_weights_for_storage(package, request);
   if (!key) return {std::move(package), ""};
   const std::string entry = timed(request, "store", [&] {
     std::string stored = request.cache->store(*key, runtime::serialize_package(package));

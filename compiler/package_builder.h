@@ -27,6 +27,9 @@ struct PackageRequest {
   bool ptx = true;                  // false: cubins only (--no-ptx)
   std::string library = "auto";     // --library
   codegen::Precision precision = codegen::Precision::F32;  // --precision
+  // --weights-dtype: f32 weights stored in the package as f32, or rounded to bf16 or f16 (half
+  // the bytes; the programs compute with the rounded values, widened back to f32).
+  ir::DType weights_dtype = ir::DType::F32;
   // The inference pipeline: its pass names (recorded in the manifest) and how to run it
   // (the CLI's flags or the default pipeline), keeping the fusion decisions.
   int opt_level = 1;

@@ -44,9 +44,10 @@ std::optional<runtime::CacheKey> package_cache_key(const PackageRequest& request
   key.compiler = fmt::format("kiln {} build {}{}", KILN_VERSION, identity,
                              device_code ? ", " + runtime::nvrtc_version() : "");
   key.target = fmt::format("{}", fmt::join(request.archs, ","));
-  key.flags = fmt::format("ptx={} library={} precision={} O{} passes={}", request.ptx,
+  key.flags = fmt::format("ptx={} library={} precision={} weights={} O{} passes={}", request.ptx,
                           request.library, codegen::precision_name(request.precision),
-                          request.opt_level, fmt::join(request.pipeline, ","));
+                          ir::dtype_name(request.weights_dtype), request.opt_level,
+                          fmt::join(request.pipeline, ","));
   key.prelude_version = fmt::format("package format {}", runtime::kPackageFormatVersion);
   return key;
 }

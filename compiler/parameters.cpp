@@ -15,6 +15,7 @@
 #include "compiler/safetensors.h"
 #include "compiler/tensor_file_util.h"
 #include "ir/diagnostic.h"
+#include "ir/float_storage.h"
 #include "ir/initializer.h"
 #include "ir/op_registry.h"
 
@@ -81,9 +82,11 @@ const SafetensorsEntry& check_external(const ir::Value& param, const ir::Externa
       notes.push_back(file_name(source.path) + " holds " + some_keys(file));
     fail(param, message, {}, std::move(notes));
   }
-  // F64 data rounds to an f32, f16 or bf16 parameter (load_external); no other conversion is
-  // implicit.
-  const bool dtype_ok = entry->type.dtype == param.type.dtype ||
+  // F64 data rounds to an f32, f16 or bf16 parameter, and bf16 or f16 data widens exactly to an
+  // f32 one (--weights-dtype; load_external); no other conversion is implicit.
+  const bool widens = (entry->type.dtype == ir::DType::BF16 || entry->type.dtype == ir::DType::F16) &&
+                      param.type.dtype == ir::DType::F32;
+  const bool dtype_ok = entry->type.dtype == param.type.dtype || widens ||
                         (entry->type.dtype == ir::DType::F64 && ir::is_floating(param.type.dtype));
   const bool shape_ok = entry->type.shape == param.type.shape;
   const std::string declared = " does not match the declared " + param.type.to_string();
@@ -173,8 +176,10 @@ const SafetensorsEntry* check_source(ir::Value& param, FileCache& cache, OnnxCac
 ir::Tensor load_external(const ir::Value& param, const ir::ExternalData& source,
                          const FileCache& cache) {
   try {
-    return conform_input(cache.at(source.path).read(source.key), param.type, source.path,
-                         "tensor '" + escape_for_message(source.key) + "': ");
+    return ir::widened_from_storage(
+        conform_input(cache.at(source.path).read(source.key), param.type, source.path,
+                      "tensor '" + escape_for_message(source.key) + "': "),
+        param.type);
   } catch (const Error& inner) {
     fail(param, "weights file '" + source.path + "': " + inner.diagnostic().message);
   }

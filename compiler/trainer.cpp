@@ -27,6 +27,7 @@
 #include "compiler/safetensors.h"
 #include "compiler/training_graph.h"
 #include "ir/diagnostic.h"
+#include "ir/float_storage.h"
 #include "passes/pass_manager.h"
 #include "runtime/distributed/communicator.h"
 
@@ -289,6 +290,24 @@ void print_plan(const codegen::Program& program, const TrainingGraphInfo& info, 
                        "lower bound {} B, planned/lower bound {:.2f}, naive {} B\n",
                        program.arena_bytes, program.lower_bound_bytes, ratio, program.naive_bytes);
   }
+}
+
+// The tensors a checkpoint stores: the training state, with the model's f32 parameters
+// rounded to --weights-dtype (the optimizer's state and step count as they are). A value
+// beyond f16's range is an error naming the checkpoint and the parameter.
+std::map<std::string, ir::Tensor> checkpoint_tensors(std::map<std::string, ir::Tensor> state,
+                                                     const TrainOptions& options) {
+  if (options.weights_dtype == ir::DType::F32) return state;
+  for (auto& [name, tensor] : state) {
+    if (name.starts_with("optimizer.") || name.starts_with("train.")) continue;
+    std::string error;
+    std::optional<ir::Tensor> narrowed = ir::narrowed_for_storage(tensor, options.weights_dtype, &error);
+    if (!narrowed)
+      throw Error(options.checkpoint, fmt::format("--weights-dtype={}: parameter '{}': {}",
+                                                  ir::dtype_name(options.weights_dtype), name, error));
+    tensor = std::move(*narrowed);
+  }
+  return state;
 }
 
 }  // namespace
@@ -744,7 +763,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
         if (!options.checkpoint.empty() && reporter) {
           std::map<std::string, std::string> metadata = settings;
           metadata["kiln.step"] = std::to_string(done);
-          write_safetensors(options.checkpoint, executable.state(), metadata);
+          write_safetensors(options.checkpoint, checkpoint_tensors(executable.state(), options), metadata);
           saved = "; checkpoint " + options.checkpoint + " (--resume it to continue)";
         }
         bar.finish();
@@ -765,7 +784,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     if (!options.checkpoint.empty() && reporter) {
       std::map<std::string, std::string> metadata = settings;
       metadata["kiln.step"] = std::to_string(done);
-      write_safetensors(options.checkpoint, executable.state(), metadata);
+      write_safetensors(options.checkpoint, checkpoint_tensors(executable.state(), options), metadata);
     }
     if (stopped && seen == 0) break;
     summary.test_accuracy =

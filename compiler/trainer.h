@@ -53,6 +53,9 @@ struct TrainOptions {
   StepScalarFlags step_scalars;
   std::string backend = "auto";    // auto, host, cuda
   codegen::Precision precision = codegen::Precision::F32;  // --precision: the GEMMs' arithmetic
+  // --weights-dtype: the checkpoint's f32 parameters stored as f32, bf16 or f16 (the optimizer's
+  // state stays f32: Adam's second moments underflow f16); --resume widens them back.
+  ir::DType weights_dtype = ir::DType::F32;
   // --library: the vendor libraries the CUDA backend may call (as kiln compile --train; split-k
   // leaves the forward GEMMs they compute whole).
   codegen::LibrarySelection libraries{true, true};

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "ir/diagnostic.h"
+#include "ir/float_storage.h"
 #include "runtime/executor/host_executor.h"
 
 namespace kiln::runtime {
@@ -166,9 +167,11 @@ std::map<std::string, ir::Tensor> TrainingExecutable::state() {
   return state;
 }
 
-void TrainingExecutable::load_state(const std::map<std::string, ir::Tensor>& state) {
+void TrainingExecutable::load_state(const std::map<std::string, ir::Tensor>& given) {
   KILN_CHECK(step_->pending() == 0) << "load_state() with a training step not collected";
-  // Check everything first, so a bad checkpoint changes nothing.
+  // Check everything first, so a bad checkpoint changes nothing. Weights stored in bf16 or f16
+  // (kiln train --weights-dtype) widen exactly to the f32 the step takes.
+  std::map<std::string, ir::Tensor> state = given;
   for (const std::string& name : state_names_) {
     auto it = state.find(name);
     if (it == state.end())
@@ -177,6 +180,7 @@ void TrainingExecutable::load_state(const std::map<std::string, ir::Tensor>& sta
     for (const codegen::Buffer& b : step_->program().buffers)
       if (b.role == codegen::BufferRole::Parameter && b.name == name) buffer = &b;
     KILN_CHECK(buffer != nullptr) << name;
+    it->second = ir::widened_from_storage(std::move(it->second), buffer->type);
     if (it->second.type() != buffer->type)
       throw Error("", fmt::format("checkpoint tensor '{}' is {}, the model's is {}", name,
                                   it->second.type().to_string(), buffer->type.to_string()));

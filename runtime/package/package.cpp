@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ir/diagnostic.h"
+#include "ir/float_storage.h"
 #include "ir/parallel.h"
 #include "runtime/compile/mapped_file.h"
 #include "runtime/cuda/plan.h"
@@ -117,7 +118,13 @@ std::string serialize_package(const Package& package) {
   // The weights section: every tensor at a multiple of the alignment.
   std::string weights;
   Json weight_list = Json::array();
-  for (const auto& [name, tensor] : package.weights) {
+  for (const auto& [name, computed] : package.weights) {
+    // f32 weights stored narrower (--weights-dtype): build_package rounded them already, so
+    // this conversion is exact and cannot overflow.
+    std::string error;
+    const std::optional<ir::Tensor> narrowed = ir::narrowed_for_storage(computed, package.weights_dtype, &error);
+    if (!narrowed) throw Error("", fmt::format("weights '{}': {}", name, error));
+    const ir::Tensor& tensor = *narrowed;
     weights.resize(aligned(weights.size()), '\0');
     weight_list.push_back({{"name", name},
                            {"dtype", std::string(ir::dtype_name(tensor.dtype()))},
@@ -343,6 +350,16 @@ Package parse_package(std::string_view bytes, const std::string& path) {
     const auto* first = reinterpret_cast<const std::byte*>(weights.data() + offset);
     package.weights.emplace(name, ir::Tensor(type, std::vector<std::byte>(first, first + size)));
   }
+  // Weights stored in bf16 or f16 for f32 parameters (--weights-dtype) widen exactly.
+  for (const PackageProgram& program : package.programs)
+    for (int id : program.program.buffer_ids(codegen::BufferRole::Parameter)) {
+      const codegen::Buffer& buffer = program.program.buffers[id];
+      auto it = package.weights.find(buffer.name);
+      if (it == package.weights.end() || it->second.dtype() == buffer.type.dtype) continue;
+      const ir::DType stored = it->second.dtype();
+      it->second = ir::widened_from_storage(std::move(it->second), buffer.type);
+      if (it->second.dtype() != stored) package.weights_dtype = stored;
+    }
   // Every parameter has weights of its type (checked, not copied).
   for (const PackageProgram& program : package.programs)
     for (int id : program.program.buffer_ids(codegen::BufferRole::Parameter))

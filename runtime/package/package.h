@@ -30,7 +30,8 @@ namespace kiln::runtime {
 // The newest format this kiln reads and the one it writes. Bump on any change of layout or
 // meaning; readers refuse newer versions with a message that says so.
 // 2: a kernel may launch an earlier kernel's function (its "entry").
-inline constexpr uint32_t kPackageFormatVersion = 2;
+// 3: f32 parameters' weights may be stored in bf16 or f16 (kiln compile --weights-dtype).
+inline constexpr uint32_t kPackageFormatVersion = 3;
 
 inline constexpr std::string_view kInferenceProgram = "inference";
 inline constexpr std::string_view kTrainStepProgram = "train_step";
@@ -58,6 +59,10 @@ struct Package {
   PackageManifest manifest;
   std::vector<PackageProgram> programs;
   std::map<std::string, ir::Tensor> weights;  // every parameter of every program, by name
+  // How the f32 weights are stored in the file: f32, or bf16 / f16 (--weights-dtype: half the
+  // bytes). `weights` always holds them as the programs take them (f32), already rounded to
+  // this dtype by whoever built the package, so writing and reading back changes nothing.
+  ir::DType weights_dtype = ir::DType::F32;
 
   // The program with this role, or nullptr.
   const PackageProgram* find(std::string_view role) const;

@@ -9,6 +9,7 @@
 #include "compiler/model_loader.h"
 #include "compiler/parameters.h"
 #include "ir/diagnostic.h"
+#include "ir/float_storage.h"
 #include "ir/parser.h"
 #include "passes/pass_manager.h"
 #include "runtime/package/package.h"
@@ -91,6 +92,36 @@ TEST(Package, RoundTripKeepsEverything) {
 
 // Backward convolutions on cuDNN keep their direction and dy through the program's JSON, and
 // pass validation (a backward call reads no x or no weight: -1 there).
+// --weights-dtype: f32 weights stored in 16 bits (half the weights section) and widened back
+// to the programs' f32 on reading, exactly when they were rounded before (as build_package
+// does); f32 packages keep every bit.
+TEST(Package, WeightsStoredNarrowWidenBack) {
+  const Package wide = make_package();
+  const size_t wide_bytes = serialize_package(wide).size();
+  for (ir::DType dtype : {ir::DType::BF16, ir::DType::F16}) {
+    Package package = make_package();
+    package.weights_dtype = dtype;
+    for (auto& [name, tensor] : package.weights) {
+      std::string error;
+      tensor = ir::widened_from_storage(*ir::narrowed_for_storage(tensor, dtype, &error), tensor.type());
+    }
+    const std::string bytes = serialize_package(package);
+    int64_t weight_bytes = 0;
+    for (const auto& [name, tensor] : wide.weights) weight_bytes += static_cast<int64_t>(tensor.byte_size());
+    EXPECT_LE(bytes.size() + static_cast<size_t>(weight_bytes / 2) - 4096, wide_bytes) << ir::dtype_name(dtype);
+    const Package read = parse_package(bytes, "m.kiln");
+    EXPECT_EQ(read.weights_dtype, dtype);
+    for (const auto& [name, tensor] : package.weights) {
+      const ir::Tensor& got = read.weights.at(name);
+      EXPECT_EQ(got.type(), tensor.type()) << name;  // f32, as the program takes it
+      EXPECT_EQ(got.bytes(), tensor.bytes()) << name;
+      if (name.ends_with(".weight"))  // random; the biases start at zero, exact in any dtype
+        EXPECT_NE(got.bytes(), wide.weights.at(name).bytes()) << name << " was not rounded";
+    }
+  }
+  EXPECT_EQ(parse_package(serialize_package(wide), "m.kiln").weights_dtype, ir::DType::F32);
+}
+
 TEST(Package, BackwardLibraryCallsRoundTrip) {
   ir::Graph graph = ir::parse_graph(R"(graph @g(%dy: f32[2,16,8,8], %w: f32[16,4,3,3], %x: f32[2,8,16,16])
     -> (f32[2,8,16,16], f32[16,4,3,3]) {
