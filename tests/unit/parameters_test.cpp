@@ -177,9 +177,25 @@ TEST(Parameters, ReportsMismatchedTypes) {
   EXPECT_EQ(error_for({DType::F16, {4, 3}}, "fc.weight"),
             "model.json: /parameters/0: error: parameter 'fc.weight': dtype F32 in "
             "w.safetensors does not match the declared f16[4,3]");
-  EXPECT_EQ(error_for({DType::F32, {2}}, "fc.bias"),
+  EXPECT_EQ(error_for({DType::F64, {2}}, "fc.bias"),
             "model.json: /parameters/0: error: parameter 'fc.weight': stored F16[4] in "
+            "w.safetensors does not match the declared f64[2]");
+  // bf16 and f16 widen exactly to f32 (--weights-dtype): then only the shape can differ.
+  EXPECT_EQ(error_for({DType::F32, {2}}, "fc.bias"),
+            "model.json: /parameters/0: error: parameter 'fc.weight': shape [4] in "
             "w.safetensors does not match the declared f32[2]");
+}
+
+TEST(Parameters, SixteenBitWeightsWidenToF32) {
+  const std::string path = make_weights(fresh_test_dir());
+  ir::Graph graph;
+  ir::Value* bias = graph.add_parameter("fc.bias", {DType::F32, {4}}, ir::ExternalData{path, "fc.bias"}, kJsonLoc);
+  check_parameter_sources(graph);
+  load_parameter_data(graph);
+  ASSERT_NE(bias->data, nullptr);
+  EXPECT_EQ(bias->data->type(), (TensorType{DType::F32, {4}}));
+  const Tensor stored = counting_tensor({DType::F16, {4}});
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(bias->data->get(i), stored.get(i)) << i;
 }
 
 TEST(Parameters, ReportsMissingKeyWithSuggestionAndSomeKeys) {
