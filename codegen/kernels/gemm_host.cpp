@@ -93,6 +93,19 @@ void emit_setup_caches(BodyWriter& w, const std::vector<HostOperand>& operands) 
 // The size of `o`'s outer dimension: M for A, N for B.
 int64_t spec_outer(const GemmSpec& spec, const HostOperand& o) { return o.name == "a" ? spec.m : spec.n; }
 
+// A staged value as the unit multiplies it: unchanged on the FMA units; on tensor cores rounded
+// to the operand format with the functions the CUDA body's fragments use (kiln_tf32_round;
+// kiln_pack_bf16x2's and kiln_pack_f16x2's conversions), back in a float.
+std::string rounded_for_unit(GemmUnit unit) {
+  switch (unit) {
+    case GemmUnit::TensorCoreTf32: return "kiln_tf32_round(value)";
+    case GemmUnit::TensorCoreBf16: return "kiln_bf16_to_float(kiln_float_to_bf16(value))";
+    case GemmUnit::TensorCoreF16: return "kiln_half_to_float(kiln_float_to_half(value))";
+    case GemmUnit::Fma: break;
+  }
+  return "value";
+}
+
 // Whether the host body stages `operand` along memory (k inner) rather than k by k.
 bool staged_along_memory(const GemmOperand& operand) {
   return operand.k_contiguous && !operand.host_along_k;
@@ -159,11 +172,12 @@ void emit_panel_staging(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
     if (!guard.empty()) w.open("if ({})", guard);
     w.lines(o.operand->fetch);
     if (!guard.empty()) w.close();
+    const std::string stored = rounded_for_unit(tiling.unit);
     if (o.name == "a" && along_memory)
-      w.line("a_panel[a_row][panel_k] = value;");
+      w.line("a_panel[a_row][panel_k] = {};", stored);
     else
-      w.line("{0}_panel[panel_k * {1} + {0}_{2}] = value;", o.name,
-             o.name == "a" ? "kTileM" : "kTileN", o.outer);
+      w.line("{0}_panel[panel_k * {1} + {0}_{2}] = {3};", o.name,
+             o.name == "a" ? "kTileM" : "kTileN", o.outer, stored);
     w.close();
     w.close();
   }
@@ -181,7 +195,7 @@ bool setup_cacheable(const GemmOperand& operand) {
 }  // namespace
 
 bool host_body_applies(const GemmSpec& spec, const GemmTiling& tiling) {
-  return tiling.unit == GemmUnit::Fma && (spec.row_stat_arrays == 0 || !spec.a.host_setup.empty()) &&
+  return (spec.row_stat_arrays == 0 || !spec.a.host_setup.empty()) &&
          tiling.tile_m % kHostRows == 0 && tiling.tile_n % kHostCols == 0 &&
          setup_cacheable(spec.a) && setup_cacheable(spec.b);
 }
@@ -233,12 +247,21 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
          k_end(spec));
   w.line("const int panel_steps = static_cast<int>((panel_end - panel_k0 + kTileK - 1) / kTileK);");
   emit_panel_staging(w, spec, tiling, operands);
-  w.comment("2. Multiply (kiln_host_prelude.h): each result sums the panel's k in order.");
-  w.line("const int last_k = static_cast<int>(panel_end - (panel_k0 + (panel_steps - 1) * kTileK));");
-  w.line("kiln_host_gemm_multiply<{}>(&acc[0][0], kTileN, {}, {}, b_panel, "
-         "kTileN, kTileK, panel_steps, last_k, tile_rows, tile_cols);",
-         T, staged_along_memory(spec.a) ? "&a_panel[0][0]" : "a_panel",
-         staged_along_memory(spec.a) ? "1, kHostPanelSteps * kTileK" : "kTileM, 1");
+  const std::string a_panel = staged_along_memory(spec.a) ? "&a_panel[0][0]" : "a_panel";
+  const std::string a_strides = staged_along_memory(spec.a) ? "1, kHostPanelSteps * kTileK" : "kTileM, 1";
+  if (on_tensor_cores(tiling.unit)) {
+    w.comment("2. Multiply (kiln_host_prelude.h) as the emulated mma.sync adds: per block of");
+    w.comment("mma's k, in double, rounded once; the panel's zero padding included.");
+    w.line("kiln_host_mma_multiply(&acc[0][0], kTileN, {}, {}, b_panel, kTileN, panel_steps * kTileK, {}, "
+           "tile_rows, tile_cols);",
+           a_panel, a_strides, sixteen_bit(tiling.unit) ? 16 : 8);
+  } else {
+    w.comment("2. Multiply (kiln_host_prelude.h): each result sums the panel's k in order.");
+    w.line("const int last_k = static_cast<int>(panel_end - (panel_k0 + (panel_steps - 1) * kTileK));");
+    w.line("kiln_host_gemm_multiply<{}>(&acc[0][0], kTileN, {}, {}, b_panel, "
+           "kTileN, kTileK, panel_steps, last_k, tile_rows, tile_cols);",
+           T, a_panel, a_strides);
+  }
   w.close();
   w.comment("3. The CUDA body's epilogue for every result.");
   w.open("for (int r = 0; r < kTileM; ++r)");

@@ -776,5 +776,30 @@ __attribute__((noinline)) static void kiln_host_gemm_multiply(
   }
 }
 
+// The tensor-core template's host body: acc[r][c] += a b over the panel's `k_count` k the way
+// the emulated mma.sync adds them (runtime/host/warp_collective.cpp): per block of `block_k` k
+// (8 for TF32's m16n8k8, 16 for bf16's and f16's m16n8k16, counted from the panel's start,
+// which is a k tile's), the accumulator widened to double, the block's products (of operands
+// already rounded to the format, so exact in double) added in k order, the sum rounded once to
+// float. Zero-padded blocks too: adding +0 turns an accumulator's -0 into +0, as on the warp.
+// Columns inner, so that the sums vectorize along B's rows; `cols` <= 128.
+__attribute__((noinline)) static void kiln_host_mma_multiply(
+    float* acc, int acc_stride, const float* a_panel, int a_k_stride, int a_row_stride,
+    const float* b_panel, int b_stride, int k_count, int block_k, int rows, int cols) {
+  double sums[128];
+  for (int r = 0; r < rows; ++r) {
+    float* acc_row = acc + r * acc_stride;
+    for (int k0 = 0; k0 < k_count; k0 += block_k) {
+      for (int c = 0; c < cols; ++c) sums[c] = acc_row[c];
+      for (int k = k0; k < k0 + block_k; ++k) {
+        const double a = a_panel[k * a_k_stride + r * a_row_stride];
+        const float* b_k = b_panel + k * b_stride;
+        for (int c = 0; c < cols; ++c) sums[c] += a * static_cast<double>(b_k[c]);
+      }
+      for (int c = 0; c < cols; ++c) acc_row[c] = static_cast<float>(sums[c]);
+    }
+  }
+}
+
 #endif  // KILN_HOST_ABI_ONLY
 #endif  // KILN_HOST_PRELUDE_H
