@@ -23,9 +23,9 @@ bool k_ragged(const GemmSpec& spec, const GemmTiling& tiling);
 void emit_result(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
                  const std::string& accumulator);
 
-// Whether the kernel for `spec` gets a host-specific body: the FMA template without a norm
-// prologue (whose row statistics the block's threads compute together, with a barrier), whose
-// operands' setups can run once per row or column.
+// Whether the kernel for `spec` gets a host-specific body (FMA or tensor cores): without a norm
+// prologue that has no host setup (its row statistics the block's threads compute together,
+// with a barrier), and with operands' setups that can run once per row or column.
 bool host_body_applies(const GemmSpec& spec, const GemmTiling& tiling);
 
 // The host-specific body (gemm_host.cpp), placed where the block's position and problem are
