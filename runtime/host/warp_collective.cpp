@@ -40,6 +40,34 @@ int shuffle_source(int op, int lane, int operand, int width) {
   return kKeepOwn;
 }
 
+// D = A B + C for a 16 x 8 tile held by the warp, with A (16 x K) and B (K x 8) gathered from
+// the lanes' fragments: C and D in the layout every mma.sync shape here shares, c0 (g, 2t),
+// c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1). Each result is C plus the products in k
+// order, in double, rounded once to float. Every lane's C is read before any D is written.
+template <int K>
+void accumulate_tile(WarpPost* lanes, const double (&a)[16][K], const double (&b)[K][8]) {
+  double c[16][8];
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    const auto* f = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value);
+    const int g = lane >> 2, t = lane & 3;
+    c[g][2 * t] = f->d[0];
+    c[g][2 * t + 1] = f->d[1];
+    c[g + 8][2 * t] = f->d[2];
+    c[g + 8][2 * t + 1] = f->d[3];
+  }
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    auto* f = reinterpret_cast<kiln_host_mma_fragments*>(lanes[lane].value);
+    const int g = lane >> 2, t = lane & 3;
+    const int rows[4] = {g, g, g + 8, g + 8};
+    const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int r = 0; r < 4; ++r) {
+      double sum = c[rows[r]][cols[r]];
+      for (int k = 0; k < K; ++k) sum += a[rows[r]][k] * b[k][cols[r]];
+      f->d[r] = static_cast<float>(sum);
+    }
+  }
+}
+
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 for the whole warp. Fragment layouts of
 // the PTX ISA ("Matrix Fragments for mma.m16n8k8", .tf32 and .f32), with groupID = lane >> 2
 // and threadID_in_group = lane % 4:
@@ -60,7 +88,7 @@ std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
     std::memcpy(&value, &bits, sizeof value);
     return static_cast<double>(value);
   };
-  double a[16][8], b[8][8], c[16][8];
+  double a[16][8], b[8][8];
   for (int lane = 0; lane < kWarpSize; ++lane) {
     const auto* f = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value);
     const int g = lane >> 2, t = lane & 3;
@@ -70,22 +98,8 @@ std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
     a[g + 8][t + 4] = tf32(f->a[3]);
     b[t][g] = tf32(f->b[0]);
     b[t + 4][g] = tf32(f->b[1]);
-    c[g][2 * t] = f->d[0];
-    c[g][2 * t + 1] = f->d[1];
-    c[g + 8][2 * t] = f->d[2];
-    c[g + 8][2 * t + 1] = f->d[3];
   }
-  for (int lane = 0; lane < kWarpSize; ++lane) {
-    auto* f = reinterpret_cast<kiln_host_mma_fragments*>(lanes[lane].value);
-    const int g = lane >> 2, t = lane & 3;
-    const int rows[4] = {g, g, g + 8, g + 8};
-    const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-    for (int r = 0; r < 4; ++r) {
-      double sum = c[rows[r]][cols[r]];
-      for (int k = 0; k < 8; ++k) sum += a[rows[r]][k] * b[k][cols[r]];
-      f->d[r] = static_cast<float>(sum);
-    }
-  }
+  accumulate_tile(lanes, a, b);
   return "";
 }
 
@@ -106,7 +120,7 @@ std::string compute_mma_16bit_m16n8k16(WarpPost* lanes, uint32_t group, bool bf1
     const uint16_t half = static_cast<uint16_t>(bits & 0xffffu);
     return static_cast<double>(bf16 ? ir::bfloat16_bits_to_float(half) : ir::half_bits_to_float(half));
   };
-  double a[16][16], b[16][8], c[16][8];
+  double a[16][16], b[16][8];
   for (int lane = 0; lane < kWarpSize; ++lane) {
     const auto* f = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value);
     const int g = lane >> 2, t = lane & 3;
@@ -118,22 +132,8 @@ std::string compute_mma_16bit_m16n8k16(WarpPost* lanes, uint32_t group, bool bf1
       b[2 * t + half][g] = element(f->b[0] >> 16 * half);
       b[2 * t + 8 + half][g] = element(f->b[1] >> 16 * half);
     }
-    c[g][2 * t] = f->d[0];
-    c[g][2 * t + 1] = f->d[1];
-    c[g + 8][2 * t] = f->d[2];
-    c[g + 8][2 * t + 1] = f->d[3];
   }
-  for (int lane = 0; lane < kWarpSize; ++lane) {
-    auto* f = reinterpret_cast<kiln_host_mma_fragments*>(lanes[lane].value);
-    const int g = lane >> 2, t = lane & 3;
-    const int rows[4] = {g, g, g + 8, g + 8};
-    const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-    for (int r = 0; r < 4; ++r) {
-      double sum = c[rows[r]][cols[r]];
-      for (int k = 0; k < 16; ++k) sum += a[rows[r]][k] * b[k][cols[r]];
-      f->d[r] = static_cast<float>(sum);
-    }
-  }
+  accumulate_tile(lanes, a, b);
   return "";
 }
 
