@@ -120,11 +120,14 @@ std::string serialize_package(const Package& package) {
   Json weight_list = Json::array();
   for (const auto& [name, computed] : package.weights) {
     // f32 weights stored narrower (--weights-dtype): build_package rounded them already, so
-    // this conversion is exact and cannot overflow.
-    std::string error;
-    const std::optional<ir::Tensor> narrowed = ir::narrowed_for_storage(computed, package.weights_dtype, &error);
-    if (!narrowed) throw Error("", fmt::format("weights '{}': {}", name, error));
-    const ir::Tensor& tensor = *narrowed;
+    // this conversion is exact and cannot overflow. Others are written as they are, uncopied.
+    std::optional<ir::Tensor> narrowed;
+    if (package.weights_dtype != ir::DType::F32 && computed.dtype() == ir::DType::F32) {
+      std::string error;
+      narrowed = ir::narrowed_for_storage(computed, package.weights_dtype, &error);
+      if (!narrowed) throw Error("", fmt::format("weights '{}': {}", name, error));
+    }
+    const ir::Tensor& tensor = narrowed ? *narrowed : computed;
     weights.resize(aligned(weights.size()), '\0');
     weight_list.push_back({{"name", name},
                            {"dtype", std::string(ir::dtype_name(tensor.dtype()))},
