@@ -24,10 +24,10 @@
 #include "compiler/numerics_check.h"
 #include "compiler/parameters.h"
 #include "compiler/progress_bar.h"
+#include "compiler/checkpoint.h"
 #include "compiler/safetensors.h"
 #include "compiler/training_graph.h"
 #include "ir/diagnostic.h"
-#include "ir/float_storage.h"
 #include "passes/pass_manager.h"
 #include "runtime/distributed/communicator.h"
 
@@ -141,25 +141,6 @@ void conform_samples(const std::string& input_name, const ir::TensorType& input,
   ir::Tensor widened({input.dtype, dataset.images.shape()});
   for (int64_t i = 0; i < widened.num_elements(); ++i) widened.set(i, dataset.images.get(i));
   dataset.images = std::move(widened);
-}
-
-// A checkpoint written by kiln train records its run's settings (kiln.batch_size, ...): resuming
-// with others would train on other batches than the ones the checkpoint's step counts, so a
-// difference is refused, naming it. Checkpoints without the records (older ones) resume as
-// before.
-void check_resume_settings(const SafetensorsFile& file,
-                           const std::map<std::string, std::string>& settings) {
-  static const std::map<std::string, std::string> kFlags = {
-      {"kiln.batch_size", "--batch-size"}, {"kiln.data", "--data"},
-      {"kiln.train_samples", "the number of training samples (--train-samples)"},
-      {"kiln.seed", "--seed"}, {"kiln.ranks", "the number of ranks (mpirun -np)"}};
-  for (const auto& [key, value] : settings) {
-    auto it = file.metadata().find(key);
-    if (it == file.metadata().end() || it->second == value) continue;
-    throw Error(file.path(), fmt::format("the checkpoint was trained with {} {}, this run has {}; "
-                                         "resume with the same settings",
-                                         kFlags.at(key), escape_for_message(it->second), value));
-  }
 }
 
 void check_sample_shape(const std::string& input_name, const ir::Shape& input,
@@ -290,24 +271,6 @@ void print_plan(const codegen::Program& program, const TrainingGraphInfo& info, 
                        "lower bound {} B, planned/lower bound {:.2f}, naive {} B\n",
                        program.arena_bytes, program.lower_bound_bytes, ratio, program.naive_bytes);
   }
-}
-
-// The tensors a checkpoint stores: the training state, with the model's f32 parameters
-// rounded to --weights-dtype (the optimizer's state and step count as they are). A value
-// beyond f16's range is an error naming the checkpoint and the parameter.
-std::map<std::string, ir::Tensor> checkpoint_tensors(std::map<std::string, ir::Tensor> state,
-                                                     const TrainOptions& options) {
-  if (options.weights_dtype == ir::DType::F32) return state;
-  for (auto& [name, tensor] : state) {
-    if (name.starts_with("optimizer.") || name.starts_with("train.")) continue;
-    std::string error;
-    std::optional<ir::Tensor> narrowed = ir::narrowed_for_storage(tensor, options.weights_dtype, &error);
-    if (!narrowed)
-      throw Error(options.checkpoint, fmt::format("--weights-dtype={}: parameter '{}': {}",
-                                                  ir::dtype_name(options.weights_dtype), name, error));
-    tensor = std::move(*narrowed);
-  }
-  return state;
 }
 
 }  // namespace
@@ -763,7 +726,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
         if (!options.checkpoint.empty() && reporter) {
           std::map<std::string, std::string> metadata = settings;
           metadata["kiln.step"] = std::to_string(done);
-          write_safetensors(options.checkpoint, checkpoint_tensors(executable.state(), options), metadata);
+          write_safetensors(options.checkpoint, checkpoint_tensors(executable.state(), options.weights_dtype, options.checkpoint), metadata);
           saved = "; checkpoint " + options.checkpoint + " (--resume it to continue)";
         }
         bar.finish();
@@ -784,7 +747,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     if (!options.checkpoint.empty() && reporter) {
       std::map<std::string, std::string> metadata = settings;
       metadata["kiln.step"] = std::to_string(done);
-      write_safetensors(options.checkpoint, checkpoint_tensors(executable.state(), options), metadata);
+      write_safetensors(options.checkpoint, checkpoint_tensors(executable.state(), options.weights_dtype, options.checkpoint), metadata);
     }
     if (stopped && seen == 0) break;
     summary.test_accuracy =
