@@ -149,6 +149,14 @@ int64_t grad_norm_clip_flops(const ir::Node& node) {
   return 2 * elements + 3;
 }
 
+// One finiteness test per gradient element; the scaler's arithmetic once.
+int64_t loss_scale_update_flops(const ir::Node& node) {
+  int64_t elements = 0;
+  for (size_t k = 3; k < node.inputs.size(); ++k)
+    elements += ir::num_elements(node.inputs[k]->type.shape);
+  return elements + 4;
+}
+
 int64_t node_flops(const ir::Node& node);
 
 int64_t kernel_flops(const ir::Node& node) {
@@ -262,6 +270,7 @@ FlopRule flop_rule(ir::OpId op) {
     // The warmup ramp or the cosine of the progress: a handful of scalar operations.
     case OpId::LrSchedule: return lr_schedule_flops;
     case OpId::GradNormClip: return grad_norm_clip_flops;
+    case OpId::LossScaleUpdate: return loss_scale_update_flops;
     // Communication, no arithmetic on one rank (the ranks' sum is the network's time).
     case OpId::AllReduce:
     case OpId::Broadcast: return no_flops;

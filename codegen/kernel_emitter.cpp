@@ -80,8 +80,8 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::RmsNormGrad: case OpId::BatchNormChunkStats: case OpId::BatchNormChunkSums:
       return EmitterFamily::NormTrain;
     case OpId::SgdUpdate: case OpId::AdamUpdate: case OpId::AdamwUpdate:
-    case OpId::LrSchedule: case OpId::GradNormClip: case OpId::AllReduce:
-    case OpId::Broadcast:
+    case OpId::LrSchedule: case OpId::GradNormClip: case OpId::LossScaleUpdate:
+    case OpId::AllReduce: case OpId::Broadcast:
       return EmitterFamily::Optimizer;
     // grad_elementwise.cpp, grad_softmax.cpp, grad_shape.cpp.
     case OpId::BroadcastTo: case OpId::Scale: case OpId::AbsGrad: case OpId::ClipGrad:

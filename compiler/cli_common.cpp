@@ -108,6 +108,21 @@ void add_step_scalar_flags(CLI::App& command, compiler::StepScalarFlags& flags,
                      prefix + "scale the gradients down so that their global L2 norm is at most "
                               "this (torch.nn.utils.clip_grad_norm_)")
       ->check(positive());
+  command
+      .add_option("--loss-scale", flags.loss_scale,
+                  prefix + "dynamic loss scaling (torch.amp.GradScaler): the backward pass "
+                           "starts from the scale, a step with an inf or NaN gradient is skipped "
+                           "and halves it; auto: dynamic with --precision=f16")
+      ->check(CLI::IsMember({"auto", "dynamic", "none"}))
+      ->capture_default_str();
+  command.add_option("--loss-scale-init", flags.loss_scale_init,
+                     prefix + "the loss scale of the first step")
+      ->check(positive())
+      ->capture_default_str();
+  command.add_option("--loss-scale-growth-interval", flags.loss_scale_growth_interval,
+                     prefix + "steps with finite gradients in a row after which the scale doubles")
+      ->check(at_least_one())
+      ->capture_default_str();
 }
 
 void CacheFlags::add_to(CLI::App& command) {

@@ -68,7 +68,8 @@ int run(const Options& options, const CLI::App& command) {
     request.train = compiler::PackageRequest::Training{
         options.batch_size,
         compiler::optimizer_spec(options.optimizer, options.lr, options.momentum,
-                                 options.weight_decay, options.step_scalars),
+                                 options.weight_decay, options.step_scalars,
+                                 options.precision.value()),
         options.seed};
   }
   options.pipeline.apply_to(request, options.library.selection());

@@ -57,7 +57,9 @@ NumericsReplay::NumericsReplay(const std::string& model, int64_t batch_size, uin
   load_parameter_data(step_);
   make_training_graph(step_, TrainingGraphOptions{batch_size, seed});
   passes::PassManager manager(passes::PassManagerOptions{}, std::cerr);
-  manager.add_all({"canonicalize", "autodiff", "append-optimizer{" + optimizer + "}"});
+  std::vector<std::string> pipeline = {"canonicalize"};
+  for (std::string& pass : passes::backward_and_update(optimizer)) pipeline.push_back(std::move(pass));
+  manager.add_all(pipeline);
   manager.run(step_);
 }
 

@@ -25,6 +25,7 @@
 #include "compiler/parameters.h"
 #include "compiler/progress_bar.h"
 #include "compiler/checkpoint.h"
+#include "compiler/loss_scaling.h"
 #include "compiler/safetensors.h"
 #include "compiler/training_graph.h"
 #include "ir/diagnostic.h"
@@ -276,7 +277,8 @@ void print_plan(const codegen::Program& program, const TrainingGraphInfo& info, 
 }  // namespace
 
 std::string optimizer_spec(const std::string& optimizer, double lr, double momentum,
-                           double weight_decay, const StepScalarFlags& scalars) {
+                           double weight_decay, const StepScalarFlags& scalars,
+                           codegen::Precision precision) {
   if (optimizer != "sgd" && optimizer != "adam" && optimizer != "adamw")
     throw Error("--optimizer", "expected sgd, adam or adamw, got '" + optimizer + "'");
   if (!(lr > 0)) throw Error("--lr", fmt::format("must be > 0, got {}", lr));
@@ -308,7 +310,7 @@ std::string optimizer_spec(const std::string& optimizer, double lr, double momen
   if (!(scalars.clip_grad_norm >= 0))
     throw Error("--clip-grad-norm", fmt::format("must be > 0, got {}", scalars.clip_grad_norm));
   if (scalars.clip_grad_norm > 0) text += fmt::format(" clip_grad_norm={}", scalars.clip_grad_norm);
-  return text;
+  return text + loss_scaling_options(scalars, precision);
 }
 
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
@@ -317,11 +319,6 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
                                          codegen::Precision precision, int rank,
                                          bool batch_invariant) {
   if (batch_size < 1) throw Error("--batch-size", fmt::format("must be >= 1, got {}", batch_size));
-  // Gradients below f16's smallest subnormal (6e-8) would flush to zero in the backward GEMMs,
-  // and lose bits well above it: f16 training needs dynamic loss scaling, not built yet.
-  if (precision == codegen::Precision::F16)
-    throw Error("--precision", "f16 training needs dynamic loss scaling, which kiln does not have "
-                               "yet; bf16 (f32's range) and tf32 train without it");
   // The training step: forward at the batch size, loss, backward, optimizer, fused, planned.
   // An imported model's symbolic batch dim starts at 1; set_batch_size gives it its size.
   ImportOptions import;
@@ -491,7 +488,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   const std::string optimizer =
       package ? std::string()
               : optimizer_spec(options.optimizer, options.lr, options.momentum,
-                               options.weight_decay, step_scalars);
+                               options.weight_decay, step_scalars, options.precision);
 
   // The model must take the data's samples: checked before minutes of compilation too.
   if (classes > 0) {
@@ -755,12 +752,13 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
     const double train_accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen * per_sample) : 0.0;
     const double throughput = epoch_seconds > 0 ? seen * units_per_sample / epoch_seconds : 0.0;
     if (!quiet)
-      out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  {}{:.0f} {}  {}\n",
+      out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  {}{:.0f} {}  {}{}\n",
                          epoch + 1, options.epochs, summary.final_loss, 100 * train_accuracy,
                          summary.test_accuracy >= 0
                              ? fmt::format("test acc {:.2f}%  ", 100 * summary.test_accuracy)
                              : std::string(),
-                         throughput, throughput_unit, format_duration(epoch_seconds));
+                         throughput, throughput_unit, format_duration(epoch_seconds),
+                         loss_scaling_report(executable));
     if (options.on_epoch)
       options.on_epoch({epoch + 1, summary.final_loss, train_accuracy, summary.test_accuracy,
                         epoch_seconds, throughput});

@@ -26,9 +26,15 @@ struct StepScalarFlags {
   int64_t total_steps = 0;  // where the decay ends; 0 in kiln train: the run's last step
   double min_lr_scale = 0;  // the factor the decay ends at, in [0, 1]
   double clip_grad_norm = 0;  // > 0: the largest global gradient norm; 0: no clipping
+  // Dynamic loss scaling (torch.amp.GradScaler): auto (on with --precision=f16), dynamic, none.
+  std::string loss_scale = "auto";
+  double loss_scale_init = 65536;             // the scale of the first step
+  int64_t loss_scale_growth_interval = 2000;  // finite steps in a row before the scale doubles
   // The command-line flags these come from, for "a package cannot change ..." errors.
-  static constexpr const char* kFlags[] = {"--lr-schedule", "--warmup-steps", "--total-steps",
-                                           "--min-lr-scale", "--clip-grad-norm"};
+  static constexpr const char* kFlags[] = {"--lr-schedule",  "--warmup-steps",
+                                           "--total-steps",  "--min-lr-scale",
+                                           "--clip-grad-norm", "--loss-scale",
+                                           "--loss-scale-init", "--loss-scale-growth-interval"};
 };
 
 // One epoch's figures, for TrainOptions::on_epoch (Model::fit's history).
@@ -105,9 +111,11 @@ struct TrainingPrograms {
   std::vector<std::pair<std::string, std::string>> step_decisions;
 };
 
-// "optimizer=adam lr=0.001 ..." for the flags; kiln::Error naming a bad one.
+// "optimizer=adam lr=0.001 ..." for the flags; kiln::Error naming a bad one. `precision` (the
+// GEMMs' arithmetic) decides --loss-scale=auto: dynamic loss scaling for f16.
 std::string optimizer_spec(const std::string& optimizer, double lr, double momentum,
-                           double weight_decay, const StepScalarFlags& step_scalars = {});
+                           double weight_decay, const StepScalarFlags& step_scalars = {},
+                           codegen::Precision precision = codegen::Precision::F32);
 // Loads `model`, builds the training step (passes::training_pipeline) and the inference graph
 // and emits both. `libraries`: as --library; `precision`: as --precision.
 // `rank` >= 0: the step of that rank of a data-parallel run (data-parallel, dropouts

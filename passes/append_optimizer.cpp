@@ -23,6 +23,14 @@
 //     an lr_schedule node of train.step whose factor multiplies lr (torch's LambdaLR);
 //   clip_grad_norm = N > 0: a grad_norm_clip node over every gradient whose factor multiplies
 //     them all (torch.nn.utils.clip_grad_norm_(parameters, N) before optimizer.step()).
+// Dynamic loss scaling, when the graph has the parameter "train.loss_scale" (autodiff seeded
+// the backward pass with it): a loss_scale_update node over every gradient gives the factor
+// (1 / scale, or 0 to skip a step with an inf or NaN gradient) and the scaler's next state,
+// with counters "train.loss_scale.good_steps" and "train.loss_scale.skipped" (i32[1], zeros)
+// and options loss_scale_growth_factor (2), loss_scale_backoff_factor (0.5) and
+// loss_scale_growth_interval (2000), torch.amp.GradScaler's defaults. Adam's bias correction
+// then counts the steps taken, train.step - skipped, as torch's Adam does under a GradScaler;
+// train.step itself counts every step (the batches read, the schedule, dropout).
 #include <fmt/format.h>
 
 #include <map>
@@ -39,6 +47,7 @@ constexpr std::string_view kPass = "append-optimizer";
 constexpr std::string_view kGradPrefix = "grad.";
 constexpr std::string_view kNextPrefix = "next.";
 constexpr std::string_view kStepName = "train.step";
+constexpr std::string_view kLossScaleName = "train.loss_scale";
 // Kernel parameter bytes per multi-tensor update kernel: the 4096 every CUDA version and
 // driver accepts (ir::kMaxKernelParameterBytes needs CUDA 12.1), 73 Adam updates of 7 pointers.
 constexpr size_t kParameterBytesPerKernel = 4096;
@@ -55,6 +64,7 @@ struct OptimizerSpec {
   bool reads_step = false;
   ir::AttrMap schedule;   // lr_schedule's attributes; empty: a constant learning rate
   double clip_grad_norm = 0;  // 0: no clipping
+  ir::AttrMap loss_scaling;   // loss_scale_update's attributes
 };
 
 // The lr_schedule and clip_grad_norm options.
@@ -65,8 +75,8 @@ void add_step_scalars(const PassContext& context, OptimizerSpec& spec) {
     throw Error("--passes", fmt::format("pass '{}': lr_schedule '{}' is not one of cosine, "
                                         "linear, constant, none",
                                         kPass, schedule));
-  auto integer = [&](const char* key) {
-    const double value = context.number_option(kPass, key, 0);
+  auto integer = [&](const char* key, double fallback = 0) {
+    const double value = context.number_option(kPass, key, fallback);
     if (value < 0 || value != static_cast<double>(static_cast<int64_t>(value)))
       throw Error("--passes", fmt::format("pass '{}': option '{}' must be a whole number >= 0, "
                                           "got {}",
@@ -84,6 +94,10 @@ void add_step_scalars(const PassContext& context, OptimizerSpec& spec) {
         throw Error("--passes", fmt::format("pass '{}': option '{}' needs lr_schedule=cosine, "
                                             "linear or constant",
                                             kPass, key));
+  spec.loss_scaling = {
+      {"growth_factor", context.number_option(kPass, "loss_scale_growth_factor", 2.0)},
+      {"backoff_factor", context.number_option(kPass, "loss_scale_backoff_factor", 0.5)},
+      {"growth_interval", integer("loss_scale_growth_interval", 2000)}};
   spec.clip_grad_norm = context.number_option(kPass, "clip_grad_norm", 0.0);
   if (!(spec.clip_grad_norm >= 0))
     throw Error("--passes", fmt::format("pass '{}': option 'clip_grad_norm' must be > 0 (0: no "
@@ -94,7 +108,9 @@ void add_step_scalars(const PassContext& context, OptimizerSpec& spec) {
 OptimizerSpec optimizer_spec(const PassContext& context) {
   context.check_options(kPass, {"optimizer", "lr", "momentum", "dampening", "nesterov",
                                 "weight_decay", "beta1", "beta2", "eps", "lr_schedule",
-                                "warmup_steps", "total_steps", "min_lr_scale", "clip_grad_norm"});
+                                "warmup_steps", "total_steps", "min_lr_scale", "clip_grad_norm",
+                                "loss_scale_growth_factor", "loss_scale_backoff_factor",
+                                "loss_scale_growth_interval"});
   const std::string name = context.option("optimizer", "adam");
   auto number = [&](const char* key, double fallback) {
     return context.number_option(kPass, key, fallback);
@@ -142,6 +158,18 @@ ir::Value* constant_parameter(ir::Graph& graph, const std::string& name,
   ir::Value* param = graph.add_parameter(graph.unique_name(name), type, ir::InlineData{{value}});
   param->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(type, {value}));
   return param;
+}
+
+// An i32[1] counter of the step's state: the graph's parameter `name`, or a new one at 0.
+ir::Value* counter_parameter(ir::Graph& graph, const std::string& name,
+                             const ir::TensorType& type) {
+  ir::Value* counter = graph.find_value(name);
+  if (counter == nullptr) return constant_parameter(graph, name, type, 0);
+  if (counter->role != ir::ValueRole::Parameter || counter->type != type)
+    throw Error(counter->loc.render(), fmt::format("pass '{}': %{} must be an i32[1] parameter, "
+                                                   "a counter of the loss scaler",
+                                                   kPass, name));
+  return counter;
 }
 
 ir::Node* add_op(ir::Graph& graph, ir::OpId op, const std::string& name,
@@ -211,6 +239,34 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
     scalars.push_back(add_op(graph, ir::OpId::LrSchedule, "train.lr_schedule", {step},
                              spec.schedule, {"train.lr_scale"})
                           ->results[0]);
+  ir::Value* loss_scale = graph.find_value(std::string(kLossScaleName));
+  ir::Value* skipped = nullptr;  // steps skipped so far, with loss scaling
+  if (loss_scale != nullptr) {
+    if (spec.clip_grad_norm > 0)
+      throw Error("--passes", fmt::format("pass '{}': clip_grad_norm with dynamic loss scaling is "
+                                          "not supported yet (the norm would need unscaled "
+                                          "gradients)",
+                                          kPass));
+    if (scalars.empty())
+      scalars.push_back(constant_parameter(graph, "train.lr_scale", scalar_type, 1));
+    const std::string base(kLossScaleName);
+    ir::Value* good = counter_parameter(graph, base + ".good_steps", step_type);
+    skipped = counter_parameter(graph, base + ".skipped", step_type);
+    std::vector<ir::Value*> inputs = {loss_scale, good, skipped};
+    for (auto [param, grad] : updates) inputs.push_back(grad);
+    ir::Node* verdict = add_op(graph, ir::OpId::LossScaleUpdate, base + ".update",
+                               std::move(inputs), spec.loss_scaling,
+                               {"train.grad_scale", "next." + base, "next." + base + ".good_steps",
+                                "next." + base + ".skipped"});
+    scalars.push_back(verdict->results[0]);
+    const std::vector<ir::Value*> state = {loss_scale, good, skipped};
+    for (size_t r = 1; r < verdict->results.size(); ++r) {
+      kept_outputs.push_back(verdict->results[r]);
+      kept_names.push_back(std::string(kNextPrefix) + state[r - 1]->name);
+    }
+    context.debug(kPass, fmt::format("dynamic loss scaling: loss_scale_update over {} gradient(s)",
+                                     updates.size()));
+  }
   if (spec.clip_grad_norm > 0) {
     if (scalars.empty())
       scalars.push_back(constant_parameter(graph, "train.lr_scale", scalar_type, 1));
@@ -221,6 +277,13 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
                              {"train.grad_scale", "train.grad_norm"})
                           ->results[0]);
   }
+
+  // Adam's step count: the steps taken, without those loss scaling skipped.
+  ir::Value* optimizer_step = step;
+  if (skipped != nullptr && spec.reads_step)
+    optimizer_step = add_op(graph, ir::OpId::Sub, "train.optimizer_step", {step, skipped}, {},
+                            {"train.optimizer_step"})
+                         ->results[0];
 
   std::vector<ir::Value*> next_values;
   std::vector<std::string> next_names;
@@ -234,7 +297,7 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
       inputs.push_back(zeros_parameter(graph, state_name, param->type));
       result_names.push_back(std::string(kNextPrefix) + inputs.back()->name);
     }
-    if (spec.reads_step) inputs.push_back(step);
+    if (spec.reads_step) inputs.push_back(optimizer_step);
     inputs.insert(inputs.end(), scalars.begin(), scalars.end());
     ir::Node* node = add_op(graph, spec.op, "update." + param->name, std::move(inputs), spec.attrs,
                             result_names);

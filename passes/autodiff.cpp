@@ -7,7 +7,11 @@
 //     "grad.P" (Graph::output_names, and the value's own name where it is free); outputs keep
 //     their order, so the loss stays first. Parameters the loss does not depend on get no
 //     gradient output (as in PyTorch, where their .grad stays None);
-//   - d(loss)/d(loss) = 1 is a new inline parameter "grad.seed".
+//   - d(loss)/d(loss) = 1 is a new inline parameter "grad.seed". With dynamic loss scaling
+//     (option loss_scale=N > 0, or a graph that already has the parameter "train.loss_scale")
+//     it is the parameter train.loss_scale (f32[1], N to start with), so every gradient comes
+//     out scaled by it; append-optimizer unscales them (loss_scale_update) and updates the
+//     scale. The loss does not depend on the scale, so the scale gets no gradient.
 //
 // Algorithm (reverse-mode AD, as in any tape-based autograd): mark the values that depend on a
 // trainable parameter (forward sweep) and that the loss depends on (backward sweep); only the
@@ -18,6 +22,7 @@
 // other value. Backward nodes a rule built for an operand that needs no gradient are removed.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -48,9 +53,37 @@ ir::Value* check_loss(const ir::Graph& graph) {
   return loss;
 }
 
+constexpr std::string_view kLossScale = "train.loss_scale";
+
+// The seed of a loss-scaled backward pass: train.loss_scale in the loss's shape, made with
+// value `initial` when the graph has no such parameter; nullptr without loss scaling.
+ir::Value* loss_scale_seed(ir::Graph& graph, ir::Value& loss, double initial) {
+  ir::Value* scale = graph.find_value(std::string(kLossScale));
+  if (scale == nullptr && initial == 0) return nullptr;
+  if (scale == nullptr) {
+    const ir::TensorType type{loss.type.dtype, {1}};
+    scale = graph.add_parameter(std::string(kLossScale), type, ir::InlineData{{initial}}, loss.loc);
+    scale->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(type, {initial}));
+  }
+  if (scale->role != ir::ValueRole::Parameter || scale->type.dtype != loss.type.dtype ||
+      ir::num_elements(scale->type.shape) != 1)
+    throw Error(scale->loc.render(),
+                fmt::format("autodiff: %{} must be a parameter of one {} element, the loss "
+                            "scale; got {}",
+                            kLossScale, ir::dtype_name(loss.type.dtype), scale->type.to_string()));
+  ir::GradBuilder builder(graph, "grad.seed");
+  return builder.reshape(scale, loss.type.shape);
+}
+
 }  // namespace
 
 bool Autodiff::run(ir::Graph& graph, PassContext& context) {
+  context.check_options(kPass, {"loss_scale"});
+  const double loss_scale = context.number_option(kPass, "loss_scale", 0);
+  if (!(loss_scale >= 0) || std::isinf(loss_scale))
+    throw Error("--passes", fmt::format("pass '{}': option 'loss_scale' must be a finite number "
+                                        "> 0 (0: no loss scaling), got {}",
+                                        kPass, loss_scale));
   for (size_t i = 0; i < graph.outputs.size(); ++i)
     if (is_grad_name(graph.output_name(i))) {
       context.debug(kPass, "graph already has gradient outputs; nothing to do");
@@ -106,9 +139,15 @@ bool Autodiff::run(ir::Graph& graph, PassContext& context) {
                                    graph.output_name(0), trainable.size(), on_path.size()));
 
   const size_t first_new = graph.nodes().size();
-  ir::Value* seed = graph.add_parameter(graph.unique_name("grad.seed"), loss->type,
-                                        ir::InlineData{{1.0}}, loss->loc);
-  seed->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(loss->type, {1.0}));
+  ir::Value* seed = loss_scale_seed(graph, *loss, loss_scale);
+  if (seed != nullptr) {
+    context.debug(kPass, fmt::format("seed the backward pass with %{} (dynamic loss scaling)",
+                                     kLossScale));
+  } else {
+    seed = graph.add_parameter(graph.unique_name("grad.seed"), loss->type, ir::InlineData{{1.0}},
+                               loss->loc);
+    seed->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(loss->type, {1.0}));
+  }
 
   std::unordered_map<const ir::Value*, ir::Value*> grads = {{loss, seed}};
   auto accumulate = [&](const ir::Value* value, ir::Value* grad) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 #include <fmt/format.h>
 
 #include "ir/diagnostic.h"
@@ -217,15 +218,27 @@ std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeli
   return pipeline;
 }
 
+std::vector<std::string> backward_and_update(const std::string& optimizer) {
+  std::string autodiff, update;
+  std::istringstream words(optimizer);
+  for (std::string word; words >> word;) {
+    std::string& options = word.starts_with("loss_scale=") ? autodiff : update;
+    options += (options.empty() ? "" : " ") + word;
+  }
+  return {autodiff.empty() ? "autodiff" : "autodiff{" + autodiff + "}",
+          "append-optimizer{" + update + "}"};
+}
+
 std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed,
                                            bool batch_invariant) {
+  const std::vector<std::string> backward = backward_and_update(optimizer);
   std::vector<std::string> pipeline = {
       "canonicalize",
       // Before autodiff, so that the backward pass is attention_grad, not the S x S chain's.
       "fuse-attention",
       // Backward graph, then the update that consumes the gradients.
-      "autodiff",
-      "append-optimizer{" + optimizer + "}",
+      backward[0],
+      backward[1],
       // Forward and backward often compute the same thing (e.g. a transposed weight).
       "cse",
       "dce",

@@ -650,8 +650,10 @@ KernelSpec emit_fused_kernel(const KernelRequest& request) {
 
 std::string operand_name(const ir::Node& node, size_t i) {
   const auto& names = node.def->input_names;
-  if (node.def->max_inputs < 0 || names.empty())
-    return (names.empty() ? std::string("in") : names.back()) + std::to_string(i);
+  if (names.empty()) return "in" + std::to_string(i);
+  // Variadic: the leading names as they are, the repeated last one numbered from 0.
+  if (node.def->max_inputs < 0)
+    return i + 1 < names.size() ? names[i] : names.back() + std::to_string(i + 1 - names.size());
   return names[std::min(i, names.size() - 1)];
 }
 

@@ -37,7 +37,7 @@ std::string f32(double value) { return literal(DType::F32, value); }
 struct ScalarPointers {
   std::string step;        // Adam's step count
   std::string lr_scale;    // lr_schedule's factor
-  std::string grad_scale;  // grad_norm_clip's factor
+  std::string grad_scale;  // grad_norm_clip's or loss_scale_update's factor
 };
 
 ScalarPointers scalar_pointers(const ir::Node& node, const std::vector<std::string>& params) {
@@ -55,7 +55,7 @@ void emit_prologue(BodyWriter& w, const ir::Node& node, const ScalarPointers& sc
     w.line("const float lr = kLr * {}[0];  // this step's learning rate (lr_schedule)",
            scalars.lr_scale);
   if (!scalars.grad_scale.empty())
-    w.line("const float grad_factor = {}[0];  // clipping by global norm (grad_norm_clip)",
+    w.line("const float grad_factor = {}[0];  // grad_norm_clip's or loss_scale_update's",
            scalars.grad_scale);
   const double weight_decay = attr_float(node, "weight_decay");
   if (!is_adam(node)) {
@@ -94,9 +94,9 @@ void emit_prologue(BodyWriter& w, const ir::Node& node, const ScalarPointers& sc
   w.line("const float inv_sqrt_bias_correction2 = 1.0f / sqrtf(bias_correction2);");
 }
 
-// The update of element `j`: `in` names the operand pointers (param, grad, then the state),
-// `out` the result pointers (param, then the state), in the op's order.
-void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::string>& in,
+// The arithmetic of element `j`'s update: `in` names the operand pointers (param, grad, then
+// the state), `out` the result pointers (param, then the state), in the op's order.
+void emit_arithmetic(BodyWriter& w, const ir::Node& node, const std::vector<std::string>& in,
                   const std::vector<std::string>& out, const std::string& j) {
   const DType dtype = node.inputs[0]->type.dtype;
   auto at = [&](const std::string& pointer) { return load(dtype, pointer + "[" + j + "]"); };
@@ -128,6 +128,21 @@ void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::st
   put(out[2], "v_val");
   w.line("const float denom = sqrtf(v_val) * inv_sqrt_bias_correction2 + kEps;");
   put(out[0], "p_val - step_size * m_val / denom");
+}
+
+// Element `j`'s update. With a grad_scale, a factor of 0 (loss_scale_update's verdict on an
+// inf or NaN gradient) skips the step: the results are the operands, copied (a no-op where the
+// update is in place; the branch is uniform across the launch).
+void emit_element(BodyWriter& w, const ir::Node& node, const std::vector<std::string>& in,
+                  const std::vector<std::string>& out, const std::string& j) {
+  if (ir::update_operands(node).grad_scale < 0) return emit_arithmetic(w, node, in, out, j);
+  w.open("if (grad_factor == 0.0f)");
+  w.comment("loss scaling found an inf or NaN gradient: this step is skipped");
+  for (size_t r = 0; r < out.size(); ++r)
+    w.line("{}[{}] = {}[{}];", out[r], j, in[r == 0 ? 0 : r + 1], j);
+  w.reopen("else");
+  emit_arithmetic(w, node, in, out, j);
+  w.close();
 }
 
 // The per-element operands: param, grad and the state (not the per-launch scalars).
@@ -401,6 +416,61 @@ KernelSpec emit_grad_norm_clip(const KernelRequest& request) {
   return spec;
 }
 
+// One block, as grad_norm_clip: each thread tests a strided slice of every gradient for inf
+// and NaN (an all-ones exponent, a bit test that no fast-math flag can fold away), the block
+// combines the flags, and thread 0 writes the factor and the scaler's next state.
+KernelSpec emit_loss_scale_update(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const std::vector<std::string>& in = request.input_params;
+  const std::vector<std::string>& out = request.output_params;
+  BodyWriter w;
+  w.line("constexpr float kGrowthFactor = {};", f32(attr_float(node, "growth_factor")));
+  w.line("constexpr float kBackoffFactor = {};", f32(attr_float(node, "backoff_factor")));
+  w.line("constexpr int kGrowthInterval = {};", attr<int64_t>(node, "growth_interval"));
+  emit_warp_constants(w, kNormBlock);
+  w.line("int* partial = reinterpret_cast<int*>(kiln_smem);  // [kWarps]");
+  w.line("int bad = 0;  // 1: this thread saw an inf or NaN");
+  for (size_t k = 3; k < node.inputs.size(); ++k) {
+    const ir::TensorType& grad = node.inputs[k]->type;
+    const int64_t count = ir::num_elements(grad.shape);
+    const std::string type = index_type(count);
+    w.comment(fmt::format("%{} {}", node.inputs[k]->name, grad.to_string()));
+    w.open("for ({} i = threadIdx.x; i < {}; i += blockDim.x)", type, int_literal(count, type));
+    w.line("const float g = {};", load(grad.dtype, in[k] + "[i]"));
+    w.line("bad |= (__float_as_uint(g) & 0x7f800000u) == 0x7f800000u;");
+    w.close();
+  }
+  emit_block_combine(w, "bad", Combine::Max, "int", "partial");
+  w.open("if (threadIdx.x == 0)");
+  w.comment(fmt::format("{}: the gradients' factor; {}, {}, {}: the next scale, good steps, "
+                        "skipped steps",
+                        out[0], out[1], out[2], out[3]));
+  w.line("const float current = {}[0];  // this step's scale", in[0]);
+  w.open("if (bad)");
+  w.line("{}[0] = 0.0f;  // skip this step", out[0]);
+  w.line("{}[0] = current * kBackoffFactor;", out[1]);
+  w.line("{}[0] = 0;", out[2]);
+  w.line("{}[0] = {}[0] + 1;", out[3], in[2]);
+  w.reopen("else");
+  w.line("const int good = {}[0] + 1;", in[1]);
+  w.line("{}[0] = 1.0f / current;  // unscale the gradients", out[0]);
+  w.line("{}[0] = good >= kGrowthInterval ? current * kGrowthFactor : current;", out[1]);
+  w.line("{}[0] = good >= kGrowthInterval ? 0 : good;", out[2]);
+  w.line("{}[0] = {}[0];", out[3], in[2]);
+  w.close();
+  w.close();
+  KernelSpec spec;
+  spec.grid = Dim3{1, 1, 1};
+  spec.block = Dim3{static_cast<uint32_t>(kNormBlock), 1, 1};
+  spec.shared_bytes = static_cast<uint32_t>(kNormBlock / kWarpSize * 4);
+  spec.uses_barriers = true;
+  spec.body = w.take();
+  spec.note = fmt::format("one block: an inf/NaN test over {} gradients, fixed-order block "
+                          "combine, the loss scale's next state",
+                          node.inputs.size() - 3);
+  return spec;
+}
+
 // all_reduce and broadcast in one process: the mean over one rank, and the root's values, are
 // each input itself, so the kernel copies them (what `kiln run` and the tests of a
 // data-parallel program compute). Across processes the runtime performs the collective in this
@@ -441,6 +511,7 @@ KernelSpec emit_collective(const KernelRequest& request) {
 void add_optimizer_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::LrSchedule, emit_lr_schedule);
   table.emplace_back(ir::OpId::GradNormClip, emit_grad_norm_clip);
+  table.emplace_back(ir::OpId::LossScaleUpdate, emit_loss_scale_update);
   table.emplace_back(ir::OpId::AllReduce, emit_collective);
   table.emplace_back(ir::OpId::Broadcast, emit_collective);
   table.emplace_back(ir::OpId::SgdUpdate, emit_update);

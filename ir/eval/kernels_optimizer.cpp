@@ -2,7 +2,8 @@
 // after the per-parameter loops of torch.optim.SGD / Adam / AdamW (foreach=False) so each line
 // can be checked against PyTorch's source. Everything is in double; each result rounds once.
 // lr_scale multiplies lr as torch's LambdaLR does; grad_scale multiplies the gradient before the
-// update reads it, as torch.nn.utils.clip_grad_norm_ does in place.
+// update reads it, as torch.nn.utils.clip_grad_norm_ does in place; a grad_scale of 0 skips the
+// update (loss_scale_update found an inf or NaN gradient: torch.amp.GradScaler.step).
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -29,6 +30,13 @@ Scales scales(const Inputs& in, const ir::UpdateOperands& operands) {
   return result;
 }
 
+// A skipped step: the parameter and its state as they were.
+Results unchanged(const Inputs& in, const ir::UpdateOperands& operands) {
+  Results results{*in[0]};
+  for (int s = 0; s < operands.state_count; ++s) results.push_back(*in[operands.state + s]);
+  return results;
+}
+
 // torch.optim.SGD, with the momentum buffer carried by the caller (zeros before step 1; see
 // ir/ops/optimizer.cpp for why that matches PyTorch when dampening is 0).
 Results sgd_update(const ir::Node& node, const Inputs& in) {
@@ -38,6 +46,7 @@ Results sgd_update(const ir::Node& node, const Inputs& in) {
   const bool nesterov = ref::attr_bool(node, "nesterov");
   const bool has_buffer = momentum != 0;
   const Scales scale = scales(in, ir::update_operands(node));
+  if (scale.grad == 0) return unchanged(in, ir::update_operands(node));
   const double lr = ref::attr_float(node, "lr") * scale.lr;
   std::vector<double> param = in[0]->to_doubles();
   const std::vector<double> grad = in[1]->to_doubles();
@@ -59,6 +68,7 @@ Results sgd_update(const ir::Node& node, const Inputs& in) {
 // the parameter decays by lr * weight_decay before the step).
 Results adam_update(const ir::Node& node, const Inputs& in, bool decoupled) {
   const Scales scale = scales(in, ir::update_operands(node));
+  if (scale.grad == 0) return unchanged(in, ir::update_operands(node));
   const double lr = ref::attr_float(node, "lr") * scale.lr;
   const double beta1 = ref::attr_float(node, "beta1");
   const double beta2 = ref::attr_float(node, "beta2");
@@ -123,6 +133,37 @@ Results grad_norm_clip(const ir::Node& node, const Inputs& in) {
   return {ref::make_result(node, {scale}), ref::make_result(node, {norm}, 1)};
 }
 
+// torch.amp.GradScaler's unscale_ and update: found_inf over every gradient, then the factor
+// the updates read and the scaler's next state.
+Results loss_scale_update(const ir::Node& node, const Inputs& in) {
+  const double scale = in[0]->get(0);
+  const auto good_steps = static_cast<int64_t>(in[1]->get(0));
+  const auto skipped = static_cast<int64_t>(in[2]->get(0));
+  bool finite = true;
+  for (size_t k = 3; k < in.size() && finite; ++k)
+    for (double g : in[k]->to_doubles()) finite = finite && std::isfinite(g);
+  // The scale is f32 state: its arithmetic rounds to f32 as the CUDA kernel's does (powers of
+  // two with the default factors, so exact either way).
+  auto f32 = [](double x) { return static_cast<double>(static_cast<float>(x)); };
+  double factor = 0, next_scale = 0;
+  int64_t next_good = 0, next_skipped = skipped;
+  if (!finite) {
+    next_scale = f32(scale * ref::attr_float(node, "backoff_factor"));
+    next_skipped = skipped + 1;
+  } else {
+    factor = f32(1 / scale);
+    next_good = good_steps + 1;
+    next_scale = scale;
+    if (next_good >= ref::attr_int(node, "growth_interval")) {
+      next_scale = f32(scale * ref::attr_float(node, "growth_factor"));
+      next_good = 0;
+    }
+  }
+  return {ref::make_result(node, {factor}), ref::make_result(node, {next_scale}, 1),
+          ref::make_result(node, {static_cast<double>(next_good)}, 2),
+          ref::make_result(node, {static_cast<double>(next_skipped)}, 3)};
+}
+
 // The evaluator is one process: the mean over one rank, and the root's value, is each input.
 Results all_reduce(const ir::Node&, const Inputs& in) {
   Results results;
@@ -137,6 +178,7 @@ void add_optimizer_kernels(KernelTable& table) {
   table[ir::OpId::Broadcast] = all_reduce;
   table[ir::OpId::LrSchedule] = lr_schedule;
   table[ir::OpId::GradNormClip] = grad_norm_clip;
+  table[ir::OpId::LossScaleUpdate] = loss_scale_update;
   table[ir::OpId::SgdUpdate] = sgd_update;
   table[ir::OpId::AdamUpdate] = [](const ir::Node& node, const Inputs& in) {
     return adam_update(node, in, /*decoupled=*/false);

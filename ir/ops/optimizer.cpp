@@ -12,7 +12,8 @@
 // They never fuse with other ops (kind opaque); codegen batches all the updates of a step into
 // one multi-tensor kernel instead (ir/kernel_region.h, kind "multi_update").
 // Each update may also take lr_scale and grad_scale (ir/optimizer_operands.h), which
-// lr_schedule and grad_norm_clip compute from the step count and the gradients.
+// lr_schedule and grad_norm_clip compute from the step count and the gradients; a grad_scale
+// of 0 (loss_scale_update's verdict on a step with an inf or NaN gradient) skips the update.
 #include <limits>
 #include <string>
 
@@ -147,6 +148,30 @@ Types infer_grad_norm_clip(const InferContext& ctx) {
                   -1, "max_norm"};
   const TensorType scalar{DType::F32, {1}};
   return {scalar, scalar};
+}
+
+Types infer_loss_scale_update(const InferContext& ctx) {
+  const TensorType& scale = ctx.inputs[0];
+  if (scale.dtype != DType::F32 || scale.rank() > 1 || num_elements(scale.shape) != 1)
+    throw OpError{"scale must be one f32 element (shape [1] or []), got " + scale.to_string(), 0};
+  const TensorType counter{DType::I32, {1}};
+  for (int i : {1, 2})
+    if (ctx.inputs[i] != counter)
+      throw OpError{std::string(i == 1 ? "good_steps" : "skipped") + " must be i32[1], got " +
+                        ctx.inputs[i].to_string(),
+                    i};
+  for (size_t i = 3; i < ctx.inputs.size(); ++i) require_float(ctx, static_cast<int>(i));
+  require_range(ctx, "growth_factor", 1, kNoLimit);
+  const double backoff = ctx.get_float("backoff_factor");
+  if (!(backoff > 0 && backoff < 1))
+    throw OpError{"attribute 'backoff_factor' must be in (0, 1), got " + float_to_string(backoff),
+                  -1, "backoff_factor"};
+  if (ctx.get_int("growth_interval") < 1)
+    throw OpError{"attribute 'growth_interval' must be >= 1, got " +
+                      std::to_string(ctx.get_int("growth_interval")),
+                  -1, "growth_interval"};
+  const TensorType factor{DType::F32, {1}};
+  return {factor, factor, counter, counter};
 }
 
 Types infer_all_reduce(const InferContext& ctx) {

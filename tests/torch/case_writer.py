@@ -43,18 +43,20 @@ def add_case(name, op, attrs, inputs, oracle, out_dtype=None):
     """Saves `inputs` and oracle(*inputs_in_float64) rounded to out_dtype (default: input 0's).
 
     An oracle of a multi-result op returns a tuple: the manifest's "expected" is then a list of
-    files, <name>.out.npy for result 0 and <name>.out<i>.npy for result i.
+    files, <name>.out.npy for result 0 and <name>.out<i>.npy for result i; out_dtype may then be
+    a list, one dtype per result.
     """
     assert all(c["name"] != name for c in CASES), f"duplicate case name {name}"
     wide = [t.double() if t.dtype in FLOAT_DTYPES else t for t in inputs]
     result = oracle(*wide)
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     out_dtype = out_dtype or kiln_dtype(inputs[0])
+    out_dtypes = out_dtype if isinstance(out_dtype, list) else [out_dtype] * len(results)
     outputs = []
     for i, r in enumerate(results):
         outputs.append(f"{name}.out{i if i else ''}.npy")
         # Contiguous copies: NumPy saves a transposed view in Fortran order, which kiln rejects.
-        expected = r.to(TORCH_DTYPES[out_dtype]).contiguous().numpy()
+        expected = r.to(TORCH_DTYPES[out_dtypes[i]]).contiguous().numpy()
         np.save(os.path.join(OUT_DIR, outputs[-1]), expected)
     files = []
     for i, t in enumerate(inputs):

@@ -5,6 +5,7 @@ float64 on the same values, for the parameter and state after one step. The stat
 optimizer's own state dict, so the cases check kiln against torch.optim's code, not against a
 transcription of its formulas. Used by gen_cases.py.
 """
+import math
 import warnings
 
 import torch
@@ -131,6 +132,46 @@ def optimizer_cases():
     for max_norm in (1.0, 100.0):
         add_case(f"grad_norm_clip_{max_norm:g}", "grad_norm_clip", {"max_norm": max_norm}, grads,
                  clip_oracle(max_norm))
+
+    # loss_scale_update: torch.cuda.amp.GradScaler's unscale_ and update. GradScaler runs only
+    # on CUDA in Debian's torch 1.13 (its kernels _amp_foreach_non_finite_check_and_unscale_ and
+    # _amp_update_scale_ have no CPU backend), so the update rule of _amp_update_scale_
+    # (aten/src/ATen/native/cuda/AmpKernels.cu) is written out here; found_inf is torch's own
+    # isfinite over the gradients, the factor GradScaler's inv_scale (0: optimizer.step skipped).
+    def loss_scale_oracle(attrs):
+        growth, backoff = attrs.get("growth_factor", 2.0), attrs.get("backoff_factor", 0.5)
+        interval = attrs.get("growth_interval", 2000)
+
+        def oracle(scale, good, skipped, *grads):
+            found_inf = not all(bool(torch.isfinite(g).all()) for g in grads)
+            scale, good, skipped = float(scale[0]), int(good[0]), int(skipped[0])
+            if found_inf:
+                factor, scale, good, skipped = 0.0, scale * backoff, 0, skipped + 1
+            else:
+                factor, good = 1.0 / scale, good + 1
+                if good == interval:
+                    scale, good = scale * growth, 0
+            return (torch.tensor([factor]), torch.tensor([scale]),
+                    torch.tensor([good], dtype=torch.int32), torch.tensor([skipped], dtype=torch.int32))
+        return oracle
+
+    counters = lambda good, skipped: [torch.tensor([good], dtype=torch.int32),
+                                      torch.tensor([skipped], dtype=torch.int32)]
+    inf_grad, nan_grad = randn(5) * 1000, randn(3, 2)
+    inf_grad[2] = -math.inf
+    nan_grad[1, 0] = math.nan
+    scaler_cases = [("finite", {}, torch.tensor([65536.0]), 17, 0, [randn(3, 4) * 1000, randn(5)]),
+                    ("grows", {"growth_interval": 18}, torch.tensor([65536.0]), 17, 2,
+                     [randn(3, 4), randn(5)]),
+                    ("inf", {}, torch.tensor([65536.0]), 17, 2, [randn(3, 4), inf_grad]),
+                    ("nan", {"backoff_factor": 0.25}, torch.tensor([3.0]), 0, 0,
+                     [nan_grad, randn(4)]),
+                    ("factors", {"growth_factor": 4.0, "growth_interval": 1},
+                     torch.tensor([0.5]), 0, 1, [randn(2, 2, 2)])]
+    for tag, attrs, scale, good, skipped, grads in scaler_cases:
+        add_case(f"loss_scale_update_{tag}", "loss_scale_update", attrs,
+                 [scale] + counters(good, skipped) + grads, loss_scale_oracle(attrs),
+                 out_dtype=["f32", "f32", "i32", "i32"])
 
     # all_reduce against torch.distributed's own all_reduce, in a group of one process (gloo has
     # no AVG: the sum over the ranks divided by their number): one rank's mean is each tensor.
