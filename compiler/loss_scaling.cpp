@@ -40,7 +40,7 @@ std::string loss_scaling_report(runtime::TrainingExecutable& executable) {
   const auto skipped = state.find("train.loss_scale.skipped");
   if (scale == state.end() || skipped == state.end()) return "";
   const auto count = static_cast<int64_t>(skipped->second.get(0));
-  return fmt::format("  loss scale {}, {} step{} skipped", scale->second.get(0), count,
+  return fmt::format("  loss scale {:g}, {} step{} skipped", scale->second.get(0), count,
                      count == 1 ? "" : "s");
 }
 

@@ -454,7 +454,11 @@ KernelSpec emit_loss_scale_update(const KernelRequest& request) {
   w.reopen("else");
   w.line("const int good = {}[0] + 1;", in[1]);
   w.line("{}[0] = 1.0f / current;  // unscale the gradients", out[0]);
-  w.line("{}[0] = good >= kGrowthInterval ? current * kGrowthFactor : current;", out[1]);
+  w.line("const float grown = current * kGrowthFactor;");
+  w.comment("Never grown past f32's range to inf (torch's _amp_update_scale_ keeps it too).");
+  w.line("const bool grow = good >= kGrowthInterval && "
+         "(__float_as_uint(grown) & 0x7f800000u) != 0x7f800000u;");
+  w.line("{}[0] = grow ? grown : current;", out[1]);
   w.line("{}[0] = good >= kGrowthInterval ? 0 : good;", out[2]);
   w.line("{}[0] = {}[0];", out[3], in[2]);
   w.close();

@@ -155,7 +155,9 @@ Results loss_scale_update(const ir::Node& node, const Inputs& in) {
     next_good = good_steps + 1;
     next_scale = scale;
     if (next_good >= ref::attr_int(node, "growth_interval")) {
-      next_scale = f32(scale * ref::attr_float(node, "growth_factor"));
+      // Never past f32's range to inf, from which no backoff returns (torch keeps it too).
+      const double grown = f32(scale * ref::attr_float(node, "growth_factor"));
+      if (std::isfinite(grown)) next_scale = grown;
       next_good = 0;
     }
   }

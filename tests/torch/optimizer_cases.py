@@ -149,8 +149,9 @@ def optimizer_cases():
                 factor, scale, good, skipped = 0.0, scale * backoff, 0, skipped + 1
             else:
                 factor, good = 1.0 / scale, good + 1
-                if good == interval:
-                    scale, good = scale * growth, 0
+                if good == interval:  # the scale never grows to inf
+                    grown = float(torch.tensor(scale * growth, dtype=torch.float32))
+                    scale, good = (grown if math.isfinite(grown) else scale), 0
             return (torch.tensor([factor]), torch.tensor([scale]),
                     torch.tensor([good], dtype=torch.int32), torch.tensor([skipped], dtype=torch.int32))
         return oracle
@@ -167,7 +168,8 @@ def optimizer_cases():
                     ("nan", {"backoff_factor": 0.25}, torch.tensor([3.0]), 0, 0,
                      [nan_grad, randn(4)]),
                     ("factors", {"growth_factor": 4.0, "growth_interval": 1},
-                     torch.tensor([0.5]), 0, 1, [randn(2, 2, 2)])]
+                     torch.tensor([0.5]), 0, 1, [randn(2, 2, 2)]),
+                    ("capped", {"growth_interval": 1}, torch.tensor([3e38]), 0, 0, [randn(3)])]
     for tag, attrs, scale, good, skipped, grads in scaler_cases:
         add_case(f"loss_scale_update_{tag}", "loss_scale_update", attrs,
                  [scale] + counters(good, skipped) + grads, loss_scale_oracle(attrs),

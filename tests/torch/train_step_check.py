@@ -10,7 +10,8 @@ compares with the same model in PyTorch (float64):
      torch.optim.Adam;
 and trains the MLP (without dropout) for 14 steps with `kiln train`, AdamW, a warmup + cosine
 learning-rate schedule and clipping by global norm, against torch.optim.AdamW, LambdaLR and
-torch.nn.utils.clip_grad_norm_.
+torch.nn.utils.clip_grad_norm_; and trains it with dynamic loss scaling from a scale that overflows
+f32, against torch.optim.Adam over the steps the scaler did not skip.
 Dropout masks come from a Python copy of kiln's Philox 4x32-10 stream (ir/philox.h), so the
 comparison also checks that stream end to end.
 
@@ -286,11 +287,9 @@ def lr_factor(taken, warmup, total, min_scale):
     return min_scale + (1 - min_scale) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def check_schedule_and_clip(kiln, work):
-    """`kiln train` with AdamW, warmup + cosine decay and clipping by global norm for 14 steps
-    (full batch: one step per epoch, so the shuffled order only changes rounding) against
-    torch.optim.AdamW + LambdaLR + clip_grad_norm_ from the same weights, in float64. The
-    decay ends at step 10, so the last steps run at min_lr_scale."""
+def full_batch_mlp(work, tag, rng):
+    """The MLP without dropout, random weights and one full batch of 16 samples as a .npy data
+    folder: (folder, model_path, data, weights, forward, x, y)."""
     name, input_shape, shapes, nodes, _, _ = mlp()
 
     def forward(p, x):
@@ -298,26 +297,35 @@ def check_schedule_and_clip(kiln, work):
         return F.linear(h, p["fc2.weight"], p["fc2.bias"])
     nodes = [n for n in nodes if n["op"] != "dropout"]
     nodes[[n["name"] for n in nodes].index("fc2")]["inputs"][0] = "relu1"
-    folder = os.path.join(work, "train_schedule")
+    folder = os.path.join(work, tag)
     data = os.path.join(folder, "data")
     os.makedirs(data, exist_ok=True)
-    rng = np.random.default_rng(11)
     weights = {k: (rng.standard_normal(s) * (0.5 if len(s) > 1 else 0.1)).astype(np.float32)
                for k, s in shapes.items()}
     write_safetensors(os.path.join(folder, "w.safetensors"), weights)
     model_path = os.path.join(folder, "model.json")
     with open(model_path, "w") as f:
-        json.dump({"format": "kiln.model", "version": 1, "name": "schedule_mlp",
+        json.dump({"format": "kiln.model", "version": 1, "name": tag + "_mlp",
                    "weights": "w.safetensors",
                    "inputs": [{"name": "image", "dtype": "f32", "shape": list(input_shape)}],
                    "parameters": [{"name": k, "shape": list(s)} for k, s in shapes.items()],
                    "nodes": nodes, "outputs": ["probs"]}, f)
-    count, steps, warmup, total, min_scale, max_norm, lr = 16, 14, 3, 10, 0.1, 0.5, 0.05
-    x = rng.random((count,) + input_shape[1:]).astype(np.float32)
-    y = rng.integers(0, 10, count).astype(np.int32)
+    x = rng.random((16,) + input_shape[1:]).astype(np.float32)
+    y = rng.integers(0, 10, 16).astype(np.int32)
     for split in ("train", "test"):
         np.save(os.path.join(data, f"{split}.x.npy"), x)
         np.save(os.path.join(data, f"{split}.y.npy"), y)
+    return folder, model_path, data, weights, forward, x, y
+
+
+def check_schedule_and_clip(kiln, work):
+    """`kiln train` with AdamW, warmup + cosine decay and clipping by global norm for 14 steps
+    (full batch: one step per epoch, so the shuffled order only changes rounding) against
+    torch.optim.AdamW + LambdaLR + clip_grad_norm_ from the same weights, in float64. The
+    decay ends at step 10, so the last steps run at min_lr_scale."""
+    rng = np.random.default_rng(11)
+    folder, model_path, data, weights, forward, x, y = full_batch_mlp(work, "train_schedule", rng)
+    count, steps, warmup, total, min_scale, max_norm, lr = 16, 14, 3, 10, 0.1, 0.5, 0.05
     checkpoint = os.path.join(folder, "state.safetensors")
     run([kiln, "train", model_path, "--data", data, "--backend", "host", "--batch-size", str(count),
          "--epochs", str(steps), "--optimizer", "adamw", "--lr", str(lr), "--lr-schedule", "cosine",
@@ -352,6 +360,52 @@ def check_schedule_and_clip(kiln, work):
     return failures
 
 
+def check_loss_scaling(kiln, work):
+    """`kiln train` with dynamic loss scaling from 2^127, where the scaled gradients overflow
+    f32: the first steps are skipped, the scale halving each time, until they fit. The batch is
+    the same every step (full batch), so a skipped step must change nothing, and the steps
+    taken must be Adam's steps as torch counts them under a GradScaler (bias correction after
+    t taken steps, not t steps of the loop): the weights after 14 steps of which k were
+    skipped equal torch.optim.Adam's after 14 - k steps, and the scale is 2^127 / 2^k."""
+    rng = np.random.default_rng(12)
+    folder, model_path, data, weights, forward, x, y = full_batch_mlp(work, "train_loss_scale", rng)
+    # Hidden activations near 10 (and a small fc2 to keep the logits moderate) make fc2's
+    # weight gradient ~100x the logits': f32 overflows at scales near its top, and the scaler
+    # has to find its way down.
+    weights["fc1.bias"] += 10
+    weights["fc2.weight"] *= 0.05
+    write_safetensors(os.path.join(folder, "w.safetensors"), weights)
+    steps, lr, scale = 14, 0.02, 2.0 ** 127
+    checkpoint = os.path.join(folder, "state.safetensors")
+    run([kiln, "train", model_path, "--data", data, "--backend", "host", "--batch-size", "16",
+         "--epochs", str(steps), "--optimizer", "adam", "--lr", str(lr), "--loss-scale", "dynamic",
+         "--loss-scale-init", repr(scale), "--loss-scale-growth-interval", "1000",
+         "--checkpoint", checkpoint, "-q"])
+    state = read_safetensors(checkpoint)
+    skipped = int(state["train.loss_scale.skipped"][0])
+    failures = []
+    if not 1 <= skipped <= steps - 5:
+        failures.append(f"loss scaling skipped {skipped} of {steps} steps (expected some, not all)")
+    if float(state["train.loss_scale"][0]) != scale / 2 ** skipped:
+        failures.append(f"loss scale {state['train.loss_scale'][0]} after {skipped} skips")
+    params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in weights.items()}
+    optimizer = torch.optim.Adam(params.values(), lr=lr)
+    xt, yt = torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.int64)
+    for _ in range(steps - skipped):
+        optimizer.zero_grad()
+        F.cross_entropy(forward(params, xt), yt).backward()
+        optimizer.step()
+    for k, p in params.items():
+        moved = float(np.abs(p.detach().numpy() - weights[k]).max())
+        error = float(np.abs(state[k].astype(np.float64) - p.detach().numpy()).max())
+        ok = error <= 2e-5 * max(1.0, moved) and moved > 100 * 2e-5
+        print(f"  loss scaling: {k} after {steps} steps, {skipped} skipped: worst error "
+              f"{error:.1e} (the weights moved {moved:.3f}) {'ok' if ok else 'FAIL'}")
+        if not ok:
+            failures.append(f"loss scaling {k}")
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--kiln", required=True)
@@ -362,6 +416,7 @@ def main():
     for model in (mlp(), cnn(), embedding()):
         failures += check_model(args.kiln, args.work, model)
     failures += check_schedule_and_clip(args.kiln, args.work)
+    failures += check_loss_scaling(args.kiln, args.work)
     if failures:
         sys.exit("FAILED: " + ", ".join(failures))
     print("all training checks passed")
