@@ -80,14 +80,15 @@ phase "fuzz (${KILN_FUZZ_SECONDS:-10} s per harness)"
 KILN_FUZZ_BUILD=build-asan KILN_FUZZ_JOBS=$jobs scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-10}"
 
 # The last phase writes models and packages of up to a few GB at once (VGG-11's is 0.5 GB, the
-# ONNX zoo's tests run side by side). On a tight disk the object files go first: every test
-# from here on runs linked programs (libkiln.a stays for the embedding tests), and the next
-# build compiles them again (from ccache where it is warm).
+# ONNX zoo's tests run side by side). On a tight disk the object files and precompiled headers
+# go first: every test from here on runs linked programs (libkiln.a stays for the embedding
+# tests), and the next build compiles them again (from ccache where it is warm).
 if [ "$(free_gb)" -lt 12 ]; then
   for dir in build-asan build; do
-    objects=$(find "$dir" -name '*.o' -printf '%s\n' | awk '{s += $1} END {printf "%.1f", s / 2^30}')
-    echo "   disk: $(free_gb) GB free; removing $dir's object files ($objects GB)"
-    find "$dir" -name '*.o' -delete
+    objects=$(find "$dir" \( -name '*.o' -o -name '*.gch' \) -printf '%s\n' |
+              awk '{s += $1} END {printf "%.1f", s / 2^30}')
+    echo "   disk: $(free_gb) GB free; removing $dir's object files and precompiled headers ($objects GB)"
+    find "$dir" \( -name '*.o' -o -name '*.gch' \) -delete
     [ "$(free_gb)" -ge 12 ] && break
   done
 fi
