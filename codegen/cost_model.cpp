@@ -145,7 +145,7 @@ int64_t lr_schedule_flops(const ir::Node&) { return 10; }
 // A square and an add per gradient element; the square root and the clip factor once.
 int64_t grad_norm_clip_flops(const ir::Node& node) {
   int64_t elements = 0;
-  for (const ir::Value* grad : node.inputs) elements += ir::num_elements(grad->type.shape);
+  for (const ir::Value* grad : node.inputs) elements += ir::num_elements(grad->type.shape);  // u: 1
   return 2 * elements + 3;
 }
 

@@ -27,9 +27,6 @@ std::string loss_scaling_options(const StepScalarFlags& scalars, codegen::Precis
   if (scalars.loss_scale_growth_interval < 1)
     throw Error("--loss-scale-growth-interval",
                 fmt::format("must be >= 1, got {}", scalars.loss_scale_growth_interval));
-  if (scalars.clip_grad_norm > 0)
-    throw Error("--clip-grad-norm", "clipping with dynamic loss scaling is not supported yet: "
-                                    "train without one of them (--loss-scale=none)");
   return fmt::format(" loss_scale={} loss_scale_growth_interval={}", scalars.loss_scale_init,
                      scalars.loss_scale_growth_interval);
 }

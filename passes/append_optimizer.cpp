@@ -242,11 +242,6 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
   ir::Value* loss_scale = graph.find_value(std::string(kLossScaleName));
   ir::Value* skipped = nullptr;  // steps skipped so far, with loss scaling
   if (loss_scale != nullptr) {
-    if (spec.clip_grad_norm > 0)
-      throw Error("--passes", fmt::format("pass '{}': clip_grad_norm with dynamic loss scaling is "
-                                          "not supported yet (the norm would need unscaled "
-                                          "gradients)",
-                                          kPass));
     if (scalars.empty())
       scalars.push_back(constant_parameter(graph, "train.lr_scale", scalar_type, 1));
     const std::string base(kLossScaleName);
@@ -256,7 +251,7 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
     for (auto [param, grad] : updates) inputs.push_back(grad);
     ir::Node* verdict = add_op(graph, ir::OpId::LossScaleUpdate, base + ".update",
                                std::move(inputs), spec.loss_scaling,
-                               {"train.grad_scale", "next." + base, "next." + base + ".good_steps",
+                               {"train.unscale", "next." + base, "next." + base + ".good_steps",
                                 "next." + base + ".skipped"});
     scalars.push_back(verdict->results[0]);
     const std::vector<ir::Value*> state = {loss_scale, good, skipped};
@@ -270,10 +265,18 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
   if (spec.clip_grad_norm > 0) {
     if (scalars.empty())
       scalars.push_back(constant_parameter(graph, "train.lr_scale", scalar_type, 1));
+    // With loss scaling the clip reads the scaled gradients and loss_scale_update's factor,
+    // whose place it takes: the norm is the unscaled gradients', as after GradScaler.unscale_.
     std::vector<ir::Value*> grads;
+    ir::AttrMap attrs = {{"max_norm", spec.clip_grad_norm}};
+    if (loss_scale != nullptr) {
+      grads.push_back(scalars.back());
+      scalars.pop_back();
+      attrs["unscale"] = true;
+    }
     for (auto [param, grad] : updates) grads.push_back(grad);
     scalars.push_back(add_op(graph, ir::OpId::GradNormClip, "train.clip_grad_norm",
-                             std::move(grads), {{"max_norm", spec.clip_grad_norm}},
+                             std::move(grads), std::move(attrs),
                              {"train.grad_scale", "train.grad_norm"})
                           ->results[0]);
   }

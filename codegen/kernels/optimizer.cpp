@@ -382,12 +382,13 @@ constexpr int64_t kNormBlock = 1024;
 // reduction is the upgrade for models of hundreds of millions of parameters.
 KernelSpec emit_grad_norm_clip(const KernelRequest& request) {
   const ir::Node& node = request.node;
+  const bool unscale = attr<bool>(node, "unscale");
   BodyWriter w;
   w.line("constexpr float kMaxNorm = {};", f32(attr_float(node, "max_norm")));
   emit_warp_constants(w, kNormBlock);
   w.line("float* partial = reinterpret_cast<float*>(kiln_smem);  // [kWarps]");
   w.line("float acc = 0.0f;");
-  for (size_t k = 0; k < node.inputs.size(); ++k) {
+  for (size_t k = unscale ? 1 : 0; k < node.inputs.size(); ++k) {
     const ir::TensorType& grad = node.inputs[k]->type;
     const int64_t count = ir::num_elements(grad.shape);
     const std::string type = index_type(count);
@@ -399,9 +400,22 @@ KernelSpec emit_grad_norm_clip(const KernelRequest& request) {
   }
   emit_block_combine(w, "acc", Combine::Sum, "float", "partial");
   w.open("if (threadIdx.x == 0)");
-  w.line("const float norm = sqrtf(acc);");
+  if (unscale) {
+    w.comment(fmt::format("The gradients are loss-scaled: {}[0] unscales them (0: the step is "
+                          "skipped)",
+                          request.input_params[0]));
+    w.line("const float unscale = {}[0];", request.input_params[0]);
+    w.line("const float norm = sqrtf(acc) * unscale;");
+  } else {
+    w.line("const float norm = sqrtf(acc);");
+  }
   w.line("const float coef = kMaxNorm / (norm + 1e-6f);");
-  w.line("{}[0] = coef < 1.0f ? coef : 1.0f;  // the gradients' factor", request.output_params[0]);
+  if (unscale)
+    w.line("{}[0] = unscale == 0.0f ? 0.0f : (coef < 1.0f ? coef : 1.0f) * unscale;  // the "
+           "gradients' factor",
+           request.output_params[0]);
+  else
+    w.line("{}[0] = coef < 1.0f ? coef : 1.0f;  // the gradients' factor", request.output_params[0]);
   w.line("{}[0] = norm;", request.output_params[1]);
   w.close();
   KernelSpec spec;
@@ -411,8 +425,8 @@ KernelSpec emit_grad_norm_clip(const KernelRequest& request) {
   spec.uses_barriers = true;
   spec.body = w.take();
   spec.note = fmt::format("one block: sum of squares over {} gradients, fixed-order block "
-                          "combine, norm and clip factor",
-                          node.inputs.size());
+                          "combine, norm and clip factor{}",
+                          node.inputs.size() - (unscale ? 1 : 0), unscale ? ", unscaled" : "");
   return spec;
 }
 

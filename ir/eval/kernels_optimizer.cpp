@@ -124,12 +124,17 @@ Results lr_schedule(const ir::Node& node, const Inputs& in) {
 
 // torch.nn.utils.clip_grad_norm_(max_norm, norm_type=2): the norm of the concatenated
 // gradients, and the factor min(1, max_norm / (norm + 1e-6)) that they are multiplied by.
+// With unscale, in[0] is loss scaling's factor u: the gradients' norm is u times theirs (what
+// torch's GradScaler.unscale_ leaves for the clip), and the factor takes u in.
 Results grad_norm_clip(const ir::Node& node, const Inputs& in) {
+  const bool unscale = ref::attr_bool(node, "unscale");
   double sum_of_squares = 0;
-  for (const ir::Tensor* grad : in)
-    for (double g : grad->to_doubles()) sum_of_squares += g * g;
-  const double norm = std::sqrt(sum_of_squares);
-  const double scale = std::min(1.0, ref::attr_float(node, "max_norm") / (norm + 1e-6));
+  for (size_t k = unscale ? 1 : 0; k < in.size(); ++k)
+    for (double g : in[k]->to_doubles()) sum_of_squares += g * g;
+  const double u = unscale ? in[0]->get(0) : 1.0;
+  const double norm = std::sqrt(sum_of_squares) * u;
+  double scale = std::min(1.0, ref::attr_float(node, "max_norm") / (norm + 1e-6)) * u;
+  if (u == 0) scale = 0;  // a skipped step stays skipped, whatever the norm (NaN, inf * 0)
   return {ref::make_result(node, {scale}), ref::make_result(node, {norm}, 1)};
 }
 

@@ -147,6 +147,10 @@ Types infer_grad_norm_clip(const InferContext& ctx) {
                       float_to_string(max_norm),
                   -1, "max_norm"};
   const TensorType scalar{DType::F32, {1}};
+  if (ctx.get_bool("unscale") && (ctx.inputs[0] != scalar || ctx.inputs.size() < 2))
+    throw OpError{"with unscale, operand 0 is the unscale factor (f32[1], got " +
+                      ctx.inputs[0].to_string() + ") and at least one gradient follows it",
+                  0, "unscale"};
   return {scalar, scalar};
 }
 

@@ -133,6 +133,23 @@ def optimizer_cases():
         add_case(f"grad_norm_clip_{max_norm:g}", "grad_norm_clip", {"max_norm": max_norm}, grads,
                  clip_oracle(max_norm))
 
+    # With loss scaling (unscale): gradients scaled by 1 / u, as GradScaler.unscale_ leaves them
+    # for clip_grad_norm_; the factor multiplies the scaled gradients, so it is u times the
+    # clip's, and 0 stays 0 (a skipped step).
+    def unscaled_clip_oracle(max_norm):
+        def oracle(u, *grads):
+            factor, norm = clip_oracle(max_norm)(*[g * u[0] for g in grads])
+            # u = 0: every unscaled gradient is 0 and the clip leaves them so (factor 0 / 0).
+            return (factor * u[0] if float(u[0]) else torch.zeros(1)), norm
+        return oracle
+
+    scaled = [g * 1024 for g in grads]
+    for tag, u, max_norm in (("clipped", 1 / 1024, 1.0), ("unclipped", 1 / 1024, 100.0),
+                             ("skipped", 0.0, 1.0)):
+        add_case(f"grad_norm_clip_unscale_{tag}", "grad_norm_clip",
+                 {"max_norm": max_norm, "unscale": True}, [torch.tensor([u])] + scaled,
+                 unscaled_clip_oracle(max_norm))
+
     # loss_scale_update: torch.cuda.amp.GradScaler's unscale_ and update. GradScaler runs only
     # on CUDA in Debian's torch 1.13 (its kernels _amp_foreach_non_finite_check_and_unscale_ and
     # _amp_update_scale_ have no CPU backend), so the update rule of _amp_update_scale_
