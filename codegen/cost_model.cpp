@@ -157,6 +157,11 @@ int64_t loss_scale_update_flops(const ir::Node& node) {
   return elements + 4;
 }
 
+// A pruning step: 31 counting passes over w and one that writes the mask.
+int64_t prune_mask_flops(const ir::Node& node) {
+  return 32 * ir::num_elements(node.inputs[0]->type.shape);
+}
+
 int64_t node_flops(const ir::Node& node);
 
 int64_t kernel_flops(const ir::Node& node) {
@@ -271,6 +276,7 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::LrSchedule: return lr_schedule_flops;
     case OpId::GradNormClip: return grad_norm_clip_flops;
     case OpId::LossScaleUpdate: return loss_scale_update_flops;
+    case OpId::PruneMask: return prune_mask_flops;
     // Communication, no arithmetic on one rank (the ranks' sum is the network's time).
     case OpId::AllReduce:
     case OpId::Broadcast: return no_flops;

@@ -81,7 +81,7 @@ EmitterFamily emitter_family(ir::OpId op) {
       return EmitterFamily::NormTrain;
     case OpId::SgdUpdate: case OpId::AdamUpdate: case OpId::AdamwUpdate:
     case OpId::LrSchedule: case OpId::GradNormClip: case OpId::LossScaleUpdate:
-    case OpId::AllReduce: case OpId::Broadcast:
+    case OpId::PruneMask: case OpId::AllReduce: case OpId::Broadcast:
       return EmitterFamily::Optimizer;
     // grad_elementwise.cpp, grad_softmax.cpp, grad_shape.cpp.
     case OpId::BroadcastTo: case OpId::Scale: case OpId::AbsGrad: case OpId::ClipGrad:

@@ -26,6 +26,7 @@
 #include "compiler/progress_bar.h"
 #include "compiler/checkpoint.h"
 #include "compiler/loss_scaling.h"
+#include "compiler/pruning.h"
 #include "compiler/safetensors.h"
 #include "compiler/training_graph.h"
 #include "ir/diagnostic.h"
@@ -310,7 +311,7 @@ std::string optimizer_spec(const std::string& optimizer, double lr, double momen
   if (!(scalars.clip_grad_norm >= 0))
     throw Error("--clip-grad-norm", fmt::format("must be > 0, got {}", scalars.clip_grad_norm));
   if (scalars.clip_grad_norm > 0) text += fmt::format(" clip_grad_norm={}", scalars.clip_grad_norm);
-  return text + loss_scaling_options(scalars, precision);
+  return text + loss_scaling_options(scalars, precision) + pruning_options(scalars);
 }
 
 TrainingPrograms build_training_programs(const std::string& model, int64_t batch_size,
@@ -483,8 +484,11 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
   // A decaying schedule ends with the last epoch unless --total-steps says otherwise (not at
   // --max-steps, which stops a run early: resuming it must continue the same schedule).
   StepScalarFlags step_scalars = options.step_scalars;
+  const int64_t run_steps = options.epochs * (train_set.size() / (batch_size * ranks));
   if (step_scalars.total_steps == 0 && step_scalars.lr_schedule != "none")
-    step_scalars.total_steps = options.epochs * (train_set.size() / (batch_size * ranks));
+    step_scalars.total_steps = run_steps;
+  if (step_scalars.prune_end == 0 && (step_scalars.prune > 0 || step_scalars.prune_pattern == "2:4"))
+    step_scalars.prune_end = std::max(step_scalars.prune_start, run_steps * 3 / 4);
   const std::string optimizer =
       package ? std::string()
               : optimizer_spec(options.optimizer, options.lr, options.momentum,
@@ -758,7 +762,7 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
                              ? fmt::format("test acc {:.2f}%  ", 100 * summary.test_accuracy)
                              : std::string(),
                          throughput, throughput_unit, format_duration(epoch_seconds),
-                         loss_scaling_report(executable));
+                         loss_scaling_report(executable) + pruning_report(executable));
     if (options.on_epoch)
       options.on_epoch({epoch + 1, summary.final_loss, train_accuracy, summary.test_accuracy,
                         epoch_seconds, throughput});

@@ -30,11 +30,21 @@ struct StepScalarFlags {
   std::string loss_scale = "auto";
   double loss_scale_init = 65536;             // the scale of the first step
   int64_t loss_scale_growth_interval = 2000;  // finite steps in a row before the scale doubles
+  // Gradual magnitude pruning (the prune pass): the final sparsity (0: none), the steps its
+  // cubic schedule runs over (end 0 in kiln train: 3/4 of the run), how often masks move, and
+  // the pattern (unstructured, 2:4).
+  double prune = 0;
+  int64_t prune_start = 1;
+  int64_t prune_end = 0;
+  int64_t prune_frequency = 10;
+  std::string prune_pattern = "unstructured";
   // The command-line flags these come from, for "a package cannot change ..." errors.
-  static constexpr const char* kFlags[] = {"--lr-schedule",  "--warmup-steps",
-                                           "--total-steps",  "--min-lr-scale",
-                                           "--clip-grad-norm", "--loss-scale",
-                                           "--loss-scale-init", "--loss-scale-growth-interval"};
+  static constexpr const char* kFlags[] = {
+      "--lr-schedule", "--warmup-steps",    "--total-steps",
+      "--min-lr-scale", "--clip-grad-norm", "--loss-scale",
+      "--loss-scale-init", "--loss-scale-growth-interval", "--prune",
+      "--prune-start", "--prune-end",       "--prune-frequency",
+      "--prune-pattern"};
 };
 
 // One epoch's figures, for TrainOptions::on_epoch (Model::fit's history).

@@ -219,26 +219,33 @@ std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeli
 }
 
 std::vector<std::string> backward_and_update(const std::string& optimizer) {
-  std::string autodiff, update;
+  std::string autodiff, update, prune;
   std::istringstream words(optimizer);
   for (std::string word; words >> word;) {
-    std::string& options = word.starts_with("loss_scale=") ? autodiff : update;
-    options += (options.empty() ? "" : " ") + word;
+    std::string* options = &update;
+    if (word.starts_with("loss_scale=")) options = &autodiff;
+    if (word.starts_with("prune_")) {
+      options = &prune;
+      word = word.substr(std::string_view("prune_").size());
+    }
+    *options += (options->empty() ? "" : " ") + word;
   }
-  return {autodiff.empty() ? "autodiff" : "autodiff{" + autodiff + "}",
-          "append-optimizer{" + update + "}"};
+  std::vector<std::string> passes = {autodiff.empty() ? "autodiff" : "autodiff{" + autodiff + "}",
+                                     "append-optimizer{" + update + "}"};
+  if (!prune.empty()) passes.push_back("prune{" + prune + "}");
+  return passes;
 }
 
 std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed,
                                            bool batch_invariant) {
-  const std::vector<std::string> backward = backward_and_update(optimizer);
   std::vector<std::string> pipeline = {
       "canonicalize",
       // Before autodiff, so that the backward pass is attention_grad, not the S x S chain's.
       "fuse-attention",
-      // Backward graph, then the update that consumes the gradients.
-      backward[0],
-      backward[1],
+  };
+  // Backward graph, then the update that consumes the gradients (and pruning, after it).
+  for (std::string& pass : backward_and_update(optimizer)) pipeline.push_back(std::move(pass));
+  pipeline.insert(pipeline.end(), {
       // Forward and backward often compute the same thing (e.g. a transposed weight).
       "cse",
       "dce",
@@ -251,7 +258,7 @@ std::vector<std::string> training_pipeline(const std::string& optimizer, bool di
       "fuse-elementwise",
       // Activations saved for the backward pass, gradients and temporaries share one arena.
       "plan-memory",
-  };
+  });
   // Data-parallel: every rank updates with the gradients averaged over the ranks.
   if (distributed) pipeline.insert(pipeline.begin() + 3, "data-parallel");
   if (batch_invariant) {

@@ -69,9 +69,10 @@ std::vector<std::string> inference_pipeline(int opt_level);
 // (batch-invariant), so that the gradients' bits do not depend on how ranks cut the batch.
 std::vector<std::string> training_pipeline(const std::string& optimizer, bool distributed = false,
                                            bool batch_invariant = false);
-// The two passes that make a training step of a forward graph: autodiff, then append-optimizer
+// The passes that make a training step of a forward graph: autodiff, then append-optimizer
 // with `optimizer`'s options, except loss_scale=N (dynamic loss scaling from scale N), which
-// goes to autodiff: it seeds the backward pass with the scale.
+// goes to autodiff (it seeds the backward pass with the scale), and prune_X=V, which become
+// the options X=V of a prune pass after them.
 std::vector<std::string> backward_and_update(const std::string& optimizer);
 
 // `pipeline` with split-k told which forward GEMMs a vendor library may compute (--library:

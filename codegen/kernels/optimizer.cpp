@@ -489,6 +489,83 @@ KernelSpec emit_loss_scale_update(const KernelRequest& request) {
   return spec;
 }
 
+// prune_mask: one block. A step that prunes nothing copies the mask (the branch is uniform, so
+// no barrier is reached). A 2:4 step ranks each group of 4 in registers. An unstructured step
+// finds the threshold by bisection over the bit patterns of |w| (ordered as the magnitudes
+// are, for non-negative floats): 31 block-wide counts of {|w| <= t}, each a fixed-order
+// combine, so every thread ends with the same t; then keeps the mask where |w| > t.
+KernelSpec emit_prune_mask(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const std::vector<std::string>& in = request.input_params;
+  const std::string& out = request.output_params[0];
+  const ir::DType dtype = node.inputs[0]->type.dtype;
+  const int64_t count = ir::num_elements(node.inputs[0]->type.shape);
+  const std::string type = index_type(count);
+  const bool two_four = attr<std::string>(node, "pattern") == "2:4";
+  BodyWriter w;
+  w.line("constexpr long long kStart = {};", attr<int64_t>(node, "start"));
+  w.line("constexpr long long kEnd = {};", attr<int64_t>(node, "end"));
+  w.line("constexpr long long kFrequency = {};", attr<int64_t>(node, "frequency"));
+  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  w.line("const long long t = static_cast<long long>({});  // this step",
+         load(node.inputs[2]->type.dtype, in[2] + "[0]"));
+  w.open("if (t < kStart || t > kEnd || (t - kStart) % kFrequency != 0)");
+  w.comment("Not a pruning step: the mask as it is.");
+  w.line("for ({} i = threadIdx.x; i < kCount; i += blockDim.x) {}[i] = {}[i];", type, out, in[1]);
+  w.line("return;");
+  w.close();
+  auto magnitude = [&](const std::string& i) {
+    return fmt::format("(__float_as_uint({}) & 0x7fffffffu)", load(dtype, in[0] + "[" + i + "]"));
+  };
+  if (two_four) {
+    w.comment("2:4: each group of 4 keeps its 2 largest magnitudes (the lower index on a tie).");
+    w.open("for ({} g = threadIdx.x * 4; g < kCount; g += blockDim.x * 4)", type);
+    w.line("unsigned int m[4];");
+    w.line("for (int j = 0; j < 4; ++j) m[j] = {};", magnitude("g + j"));
+    w.open("for (int j = 0; j < 4; ++j)");
+    w.line("int beaten = 0;");
+    w.line("for (int o = 0; o < 4; ++o) beaten += m[o] > m[j] || (m[o] == m[j] && o < j);");
+    w.line("{}[g + j] = {};", out, store(dtype, "beaten < 2 ? 1.0f : 0.0f"));
+    w.close();
+    w.close();
+  } else {
+    w.line("constexpr double kSparsity = {};", attr_float(node, "sparsity"));
+    w.comment("The cubic schedule's sparsity at this step, and how many weights that prunes.");
+    w.line("const double progress = kEnd == kStart ? 1.0 : static_cast<double>(t - kStart) / "
+           "static_cast<double>(kEnd - kStart);");
+    w.line("const double remaining = 1.0 - progress;");
+    w.line("const long long k = static_cast<long long>(floor(kSparsity * (1.0 - remaining * "
+           "remaining * remaining) * static_cast<double>(kCount)));");
+    emit_warp_constants(w, kNormBlock);
+    w.line("int* partial = reinterpret_cast<int*>(kiln_smem);  // [kWarps]");
+    w.comment("The largest t with at most k magnitudes <= t: lo holds (count <= k), hi does not.");
+    w.line("long long lo = -1, hi = 0x7f800001ll;");
+    w.open("while (hi - lo > 1)");
+    w.line("const long long mid = lo + (hi - lo) / 2;");
+    w.line("int below = 0;");
+    w.line("for ({} i = threadIdx.x; i < kCount; i += blockDim.x) below += {} <= mid;", type,
+           magnitude("i"));
+    emit_block_combine(w, "below", Combine::Sum, "int", "partial");
+    w.line("if (below <= k) lo = mid; else hi = mid;");
+    w.close();
+    w.open("for ({} i = threadIdx.x; i < kCount; i += blockDim.x)", type);
+    w.line("{}[i] = static_cast<long long>({}) <= lo ? {} : {}[i];", out, magnitude("i"),
+           store(dtype, "0.0f"), in[1]);
+    w.close();
+  }
+  KernelSpec spec;
+  spec.grid = Dim3{1, 1, 1};
+  spec.block = Dim3{static_cast<uint32_t>(kNormBlock), 1, 1};
+  spec.shared_bytes = two_four ? 0 : static_cast<uint32_t>(kNormBlock / kWarpSize * 4);
+  spec.uses_barriers = !two_four;
+  spec.body = w.take();
+  spec.note = two_four ? fmt::format("one block: the 2:4 mask of {} weights", count)
+                       : fmt::format("one block: magnitude threshold of {} weights by bisection "
+                                     "(31 block-wide counts)",
+                                     count);
+  return spec;
+}
+
 // all_reduce and broadcast in one process: the mean over one rank, and the root's values, are
 // each input itself, so the kernel copies them (what `kiln run` and the tests of a
 // data-parallel program compute). Across processes the runtime performs the collective in this
@@ -530,6 +607,7 @@ void add_optimizer_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::LrSchedule, emit_lr_schedule);
   table.emplace_back(ir::OpId::GradNormClip, emit_grad_norm_clip);
   table.emplace_back(ir::OpId::LossScaleUpdate, emit_loss_scale_update);
+  table.emplace_back(ir::OpId::PruneMask, emit_prune_mask);
   table.emplace_back(ir::OpId::AllReduce, emit_collective);
   table.emplace_back(ir::OpId::Broadcast, emit_collective);
   table.emplace_back(ir::OpId::SgdUpdate, emit_update);

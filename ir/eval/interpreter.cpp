@@ -86,7 +86,7 @@ KernelFamily kernel_family(ir::OpId op) {
       return KernelFamily::Grad;
     case OpId::SgdUpdate: case OpId::AdamUpdate: case OpId::AdamwUpdate:
     case OpId::LrSchedule: case OpId::GradNormClip: case OpId::LossScaleUpdate:
-    case OpId::AllReduce: case OpId::Broadcast:
+    case OpId::PruneMask: case OpId::AllReduce: case OpId::Broadcast:
       return KernelFamily::Optimizer;
     case OpId::BatchNormTrain: case OpId::BatchNormTrainGrad: case OpId::LayerNormGrad:
     case OpId::RmsNormGrad: case OpId::BatchNormChunkStats: case OpId::BatchNormChunkSums:

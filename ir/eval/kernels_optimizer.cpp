@@ -171,6 +171,47 @@ Results loss_scale_update(const ir::Node& node, const Inputs& in) {
           ref::make_result(node, {static_cast<double>(next_skipped)}, 3)};
 }
 
+// Gradual magnitude pruning's mask (ir/ops.def): written from the definition, by sorting.
+Results prune_mask(const ir::Node& node, const Inputs& in) {
+  const double step = in[2]->get(0);
+  const auto start = static_cast<double>(ref::attr_int(node, "start"));
+  const auto end = static_cast<double>(ref::attr_int(node, "end"));
+  const auto frequency = static_cast<double>(ref::attr_int(node, "frequency"));
+  if (step < start || step > end || std::fmod(step - start, frequency) != 0) return {*in[1]};
+  const std::vector<double> w = in[0]->to_doubles();
+  std::vector<double> mask = in[1]->to_doubles();
+  const auto n = static_cast<int64_t>(w.size());
+  if (ref::attr<std::string>(node, "pattern") == "2:4") {
+    for (int64_t group = 0; group < n; group += 4)
+      for (int64_t i = group; i < group + 4; ++i) {
+        int beaten = 0;  // by larger magnitudes, or equal ones at lower indices
+        for (int64_t j = group; j < group + 4; ++j)
+          beaten += std::abs(w[j]) > std::abs(w[i]) || (std::abs(w[j]) == std::abs(w[i]) && j < i);
+        mask[i] = beaten < 2 ? 1 : 0;
+      }
+    return {ref::make_result(node, mask)};
+  }
+  const double progress = end == start ? 1 : (step - start) / (end - start);
+  const double remaining = 1 - progress;
+  const double sparsity = ref::attr_float(node, "sparsity") * (1 - remaining * remaining * remaining);
+  const auto k = static_cast<int64_t>(std::floor(sparsity * static_cast<double>(n)));
+  // The largest threshold t with at most k magnitudes <= t (NaNs are never pruned).
+  std::vector<double> magnitudes;
+  for (double x : w)
+    if (!std::isnan(x)) magnitudes.push_back(std::abs(x));
+  std::sort(magnitudes.begin(), magnitudes.end());
+  double threshold = -1;  // none: prune nothing
+  for (size_t i = 0; i < magnitudes.size(); ++i) {
+    const auto at_most = std::upper_bound(magnitudes.begin(), magnitudes.end(), magnitudes[i]) -
+                         magnitudes.begin();
+    if (at_most > k) break;
+    threshold = magnitudes[i];
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (std::abs(w[i]) <= threshold) mask[i] = 0;
+  return {ref::make_result(node, mask)};
+}
+
 // The evaluator is one process: the mean over one rank, and the root's value, is each input.
 Results all_reduce(const ir::Node&, const Inputs& in) {
   Results results;
@@ -186,6 +227,7 @@ void add_optimizer_kernels(KernelTable& table) {
   table[ir::OpId::LrSchedule] = lr_schedule;
   table[ir::OpId::GradNormClip] = grad_norm_clip;
   table[ir::OpId::LossScaleUpdate] = loss_scale_update;
+  table[ir::OpId::PruneMask] = prune_mask;
   table[ir::OpId::SgdUpdate] = sgd_update;
   table[ir::OpId::AdamUpdate] = [](const ir::Node& node, const Inputs& in) {
     return adam_update(node, in, /*decoupled=*/false);

@@ -178,6 +178,31 @@ Types infer_loss_scale_update(const InferContext& ctx) {
   return {factor, factor, counter, counter};
 }
 
+Types infer_prune_mask(const InferContext& ctx) {
+  require_float(ctx, 0);
+  require_same_type(ctx, 1, "mask");
+  require_step(ctx, 2);
+  require_range(ctx, "sparsity", 0, 1, /*open_high=*/true);
+  const int64_t start = ctx.get_int("start"), end = ctx.get_int("end");
+  if (start < 1 || end < start)
+    throw OpError{"attributes 'start' (" + std::to_string(start) + ") and 'end' (" +
+                      std::to_string(end) + ") must satisfy 1 <= start <= end",
+                  -1, start < 1 ? "start" : "end"};
+  if (ctx.get_int("frequency") < 1)
+    throw OpError{"attribute 'frequency' must be >= 1, got " +
+                      std::to_string(ctx.get_int("frequency")),
+                  -1, "frequency"};
+  const TensorType& w = ctx.inputs[0];
+  if (ctx.get_string("pattern") == "2:4") {
+    const int64_t row = w.rank() < 2 ? 0 : num_elements(w.shape) / w.shape[0];
+    if (row == 0 || row % 4 != 0)
+      throw OpError{"pattern 2:4 needs rows (w viewed [dim 0, the rest]) a multiple of 4 long; " +
+                        w.to_string() + " has rows of " + std::to_string(row),
+                    0, "pattern"};
+  }
+  return {w};
+}
+
 Types infer_all_reduce(const InferContext& ctx) {
   Types results;
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
