@@ -12,7 +12,7 @@
 // so pruned weights are 0 after every step, whatever their gradient: they stay pruned, and the
 // forward pass of the next step reads the pruned model. prune_mask (ir/ops.def) moves the mask
 // on pruning steps only: a cubic schedule from 0 at step `start` to `sparsity` at step `end`,
-// every `frequency` steps, or the 2:4 pattern of sparse tensor cores (`pattern=2:4`; sparsity
+// every `frequency` steps and at `end`, or the 2:4 pattern of sparse tensor cores (`pattern=2:4`; sparsity
 // is then 0.5, and a parameter whose rows are not a multiple of 4 long stays dense, said under
 // --debug-only=prune). The masks are training state like the optimizer's: checkpoints carry
 // them, and the training state contract (docs/training.md) needs nothing new.

@@ -509,7 +509,7 @@ KernelSpec emit_prune_mask(const KernelRequest& request) {
   w.line("constexpr {} kCount = {};", type, int_literal(count, type));
   w.line("const long long t = static_cast<long long>({});  // this step",
          load(node.inputs[2]->type.dtype, in[2] + "[0]"));
-  w.open("if (t < kStart || t > kEnd || (t - kStart) % kFrequency != 0)");
+  w.open("if (t < kStart || t > kEnd || ((t - kStart) % kFrequency != 0 && t != kEnd))");
   w.comment("Not a pruning step: the mask as it is.");
   w.line("for ({} i = threadIdx.x; i < kCount; i += blockDim.x) {}[i] = {}[i];", type, out, in[1]);
   w.line("return;");

@@ -177,7 +177,8 @@ Results prune_mask(const ir::Node& node, const Inputs& in) {
   const auto start = static_cast<double>(ref::attr_int(node, "start"));
   const auto end = static_cast<double>(ref::attr_int(node, "end"));
   const auto frequency = static_cast<double>(ref::attr_int(node, "frequency"));
-  if (step < start || step > end || std::fmod(step - start, frequency) != 0) return {*in[1]};
+  if (step < start || step > end || (std::fmod(step - start, frequency) != 0 && step != end))
+    return {*in[1]};
   const std::vector<double> w = in[0]->to_doubles();
   std::vector<double> mask = in[1]->to_doubles();
   const auto n = static_cast<int64_t>(w.size());

@@ -9,6 +9,7 @@ import math
 import warnings
 
 import torch
+import torch.nn.utils.prune
 
 from case_writer import add_case, randn
 
@@ -191,6 +192,52 @@ def optimizer_cases():
         add_case(f"loss_scale_update_{tag}", "loss_scale_update", attrs,
                  [scale] + counters(good, skipped) + grads, loss_scale_oracle(attrs),
                  out_dtype=["f32", "f32", "i32", "i32"])
+
+    # prune_mask: unstructured steps against torch.nn.utils.prune.l1_unstructured itself (the
+    # amount as a count: the cubic schedule's sparsity at the step times the elements, rounded
+    # down); 2:4 against torch.topk over each group of 4; other steps keep the mask.
+    def prune_oracle(attrs):
+        start, end = attrs.get("start", 1), attrs["end"]
+        frequency, final = attrs.get("frequency", 1), attrs.get("sparsity", 0.5)
+
+        def oracle(w, mask, step):
+            t = int(step.reshape(-1)[0])
+            if t < start or t > end or ((t - start) % frequency and t != end):
+                return mask.clone()
+            if attrs.get("pattern") == "2:4":
+                groups = w.abs().reshape(-1, 4)
+                keep = torch.zeros_like(groups)
+                keep.scatter_(1, torch.topk(groups, 2, dim=1).indices, 1.0)
+                return keep.reshape(w.shape)
+            progress = 1.0 if end == start else (t - start) / (end - start)
+            amount = math.floor(final * (1 - (1 - progress) ** 3) * w.numel())
+            module = torch.nn.Linear(1, 1)
+            module.weight = torch.nn.Parameter(w.clone())
+            torch.nn.utils.prune.l1_unstructured(module, "weight", amount=amount)
+            return module.weight_mask * mask
+        return oracle
+
+    w = randn(12, 20)
+    half_pruned = w.clone()
+    half_pruned[w.abs() < 0.6] = 0  # the zeros of an earlier step, with their mask
+    earlier_mask = (half_pruned != 0).float()
+    step = lambda t: torch.tensor([t], dtype=torch.int32)
+    prune_cases = [("start", {"sparsity": 0.8, "start": 3, "end": 13}, w, torch.ones(12, 20), 3),
+                   ("mid", {"sparsity": 0.8, "start": 3, "end": 13}, half_pruned, earlier_mask, 8),
+                   ("end", {"sparsity": 0.9, "start": 3, "end": 13, "frequency": 5},
+                    half_pruned, earlier_mask, 13),
+                   ("off_frequency", {"sparsity": 0.9, "start": 3, "end": 13, "frequency": 5},
+                    half_pruned, earlier_mask, 12),
+                   ("end_off_frequency", {"sparsity": 0.9, "start": 3, "end": 14, "frequency": 5},
+                    half_pruned, earlier_mask, 14),
+                   ("after_end", {"sparsity": 0.9, "end": 4}, half_pruned, earlier_mask, 5),
+                   ("one_step", {"sparsity": 0.5, "start": 2, "end": 2}, randn(7, 3, 3),
+                    torch.ones(7, 3, 3), 2),
+                   ("two_four", {"end": 10, "pattern": "2:4"}, randn(6, 2, 2, 3),
+                    torch.ones(6, 2, 2, 3), 4)]
+    for tag, attrs, weights, mask, t in prune_cases:
+        add_case(f"prune_mask_{tag}", "prune_mask", attrs, [weights, mask, step(t)],
+                 prune_oracle(attrs))
 
     # all_reduce against torch.distributed's own all_reduce, in a group of one process (gloo has
     # no AVG: the sum over the ranks divided by their number): one rank's mean is each tensor.
