@@ -373,8 +373,21 @@ KernelSpec emit_lr_schedule(const KernelRequest& request) {
   return spec;
 }
 
-// Threads of grad_norm_clip's one block.
+// Threads of the one-block kernels: grad_norm_clip, loss_scale_update, prune_mask.
 constexpr int64_t kNormBlock = 1024;
+
+// The launch of a one-block kernel; `combines`: its threads combine a value across the block
+// (a partial per warp in shared memory, barriers).
+KernelSpec one_block_spec(BodyWriter& w, std::string note, bool combines = true) {
+  KernelSpec spec;
+  spec.grid = Dim3{1, 1, 1};
+  spec.block = Dim3{static_cast<uint32_t>(kNormBlock), 1, 1};
+  spec.shared_bytes = combines ? static_cast<uint32_t>(kNormBlock / kWarpSize * 4) : 0;
+  spec.uses_barriers = combines;
+  spec.body = w.take();
+  spec.note = std::move(note);
+  return spec;
+}
 
 // One block: each thread sums the squares of a strided slice of every gradient in turn, the
 // block combines them in a fixed order (deterministic), and thread 0 writes norm and factor.
@@ -418,16 +431,10 @@ KernelSpec emit_grad_norm_clip(const KernelRequest& request) {
     w.line("{}[0] = coef < 1.0f ? coef : 1.0f;  // the gradients' factor", request.output_params[0]);
   w.line("{}[0] = norm;", request.output_params[1]);
   w.close();
-  KernelSpec spec;
-  spec.grid = Dim3{1, 1, 1};
-  spec.block = Dim3{static_cast<uint32_t>(kNormBlock), 1, 1};
-  spec.shared_bytes = static_cast<uint32_t>(kNormBlock / kWarpSize * 4);
-  spec.uses_barriers = true;
-  spec.body = w.take();
-  spec.note = fmt::format("one block: sum of squares over {} gradients, fixed-order block "
-                          "combine, norm and clip factor{}",
-                          node.inputs.size() - (unscale ? 1 : 0), unscale ? ", unscaled" : "");
-  return spec;
+  return one_block_spec(w, fmt::format("one block: sum of squares over {} gradients, "
+                                       "fixed-order block combine, norm and clip factor{}",
+                                       node.inputs.size() - (unscale ? 1 : 0),
+                                       unscale ? ", unscaled" : ""));
 }
 
 // One block, as grad_norm_clip: each thread tests a strided slice of every gradient for inf
@@ -477,16 +484,9 @@ KernelSpec emit_loss_scale_update(const KernelRequest& request) {
   w.line("{}[0] = {}[0];", out[3], in[2]);
   w.close();
   w.close();
-  KernelSpec spec;
-  spec.grid = Dim3{1, 1, 1};
-  spec.block = Dim3{static_cast<uint32_t>(kNormBlock), 1, 1};
-  spec.shared_bytes = static_cast<uint32_t>(kNormBlock / kWarpSize * 4);
-  spec.uses_barriers = true;
-  spec.body = w.take();
-  spec.note = fmt::format("one block: an inf/NaN test over {} gradients, fixed-order block "
-                          "combine, the loss scale's next state",
-                          node.inputs.size() - 3);
-  return spec;
+  return one_block_spec(w, fmt::format("one block: an inf/NaN test over {} gradients, "
+                                       "fixed-order block combine, the loss scale's next state",
+                                       node.inputs.size() - 3));
 }
 
 // prune_mask: one block. A step that prunes nothing copies the mask (the branch is uniform, so
@@ -553,17 +553,12 @@ KernelSpec emit_prune_mask(const KernelRequest& request) {
            store(dtype, "0.0f"), in[1]);
     w.close();
   }
-  KernelSpec spec;
-  spec.grid = Dim3{1, 1, 1};
-  spec.block = Dim3{static_cast<uint32_t>(kNormBlock), 1, 1};
-  spec.shared_bytes = two_four ? 0 : static_cast<uint32_t>(kNormBlock / kWarpSize * 4);
-  spec.uses_barriers = !two_four;
-  spec.body = w.take();
-  spec.note = two_four ? fmt::format("one block: the 2:4 mask of {} weights", count)
-                       : fmt::format("one block: magnitude threshold of {} weights by bisection "
-                                     "(31 block-wide counts)",
-                                     count);
-  return spec;
+  return one_block_spec(w,
+                        two_four ? fmt::format("one block: the 2:4 mask of {} weights", count)
+                                 : fmt::format("one block: magnitude threshold of {} weights by "
+                                               "bisection (31 block-wide counts)",
+                                               count),
+                        /*combines=*/!two_four);
 }
 
 // all_reduce and broadcast in one process: the mean over one rank, and the root's values, are
