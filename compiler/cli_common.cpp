@@ -119,6 +119,10 @@ void add_step_scalar_flags(CLI::App& command, compiler::StepScalarFlags& flags,
                      prefix + "the loss scale of the first step")
       ->check(positive())
       ->capture_default_str();
+  command.add_option("--loss-scale-growth-interval", flags.loss_scale_growth_interval,
+                     prefix + "steps with finite gradients in a row after which the scale doubles")
+      ->check(at_least_one())
+      ->capture_default_str();
   command.add_option("--prune", flags.prune,
                      prefix + "gradual magnitude pruning to this sparsity (0.8: 80 % of every "
                               "weight of rank >= 2 is 0 at --prune-end), kept 0 to the end")
@@ -139,10 +143,6 @@ void add_step_scalar_flags(CLI::App& command, compiler::StepScalarFlags& flags,
                   prefix + "unstructured, or 2:4 (2 of every 4 weights along a row: the sparse "
                            "tensor cores' pattern, 50 %)")
       ->check(CLI::IsMember({"unstructured", "2:4"}))
-      ->capture_default_str();
-  command.add_option("--loss-scale-growth-interval", flags.loss_scale_growth_interval,
-                     prefix + "steps with finite gradients in a row after which the scale doubles")
-      ->check(at_least_one())
       ->capture_default_str();
 }
 
