@@ -31,8 +31,7 @@ std::string loss_scaling_options(const StepScalarFlags& scalars, codegen::Precis
                      scalars.loss_scale_growth_interval);
 }
 
-std::string loss_scaling_report(runtime::TrainingExecutable& executable) {
-  const std::map<std::string, ir::Tensor> state = executable.state();
+std::string loss_scaling_report(const std::map<std::string, ir::Tensor>& state) {
   const auto scale = state.find("train.loss_scale");
   const auto skipped = state.find("train.loss_scale.skipped");
   if (scale == state.end() || skipped == state.end()) return "";

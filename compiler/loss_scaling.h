@@ -7,9 +7,11 @@
 
 #include <string>
 
+#include <map>
+
 #include "codegen/precision.h"
 #include "compiler/trainer.h"
-#include "runtime/executor/executable.h"
+#include "ir/tensor.h"
 
 namespace kiln::compiler {
 
@@ -19,7 +21,8 @@ namespace kiln::compiler {
 // flag for a bad value or combination.
 std::string loss_scaling_options(const StepScalarFlags& scalars, codegen::Precision precision);
 
-// "  loss scale 8192, 3 steps skipped" for the epoch line; "" when the step has no loss scale.
-std::string loss_scaling_report(runtime::TrainingExecutable& executable);
+// "  loss scale 8192, 3 steps skipped" for the epoch line, from the training state
+// (TrainingExecutable::state()); "" when the step has no loss scale.
+std::string loss_scaling_report(const std::map<std::string, ir::Tensor>& state);
 
 }  // namespace kiln::compiler

@@ -35,9 +35,9 @@ std::string pruning_options(const StepScalarFlags& scalars) {
                           : fmt::format(" prune_sparsity={}", scalars.prune));
 }
 
-std::string pruning_report(runtime::TrainingExecutable& executable) {
+std::string pruning_report(const std::map<std::string, ir::Tensor>& state) {
   int64_t zeros = 0, elements = 0;
-  for (const auto& [name, tensor] : executable.state()) {
+  for (const auto& [name, tensor] : state) {
     if (!name.starts_with("prune.mask.")) continue;
     const std::vector<double> mask = tensor.to_doubles();
     for (double m : mask) zeros += m == 0;

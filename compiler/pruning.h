@@ -2,10 +2,11 @@
 // become, and what a run reports of the masks (docs/training.md, "Pruning").
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "compiler/trainer.h"
-#include "runtime/executor/executable.h"
+#include "ir/tensor.h"
 
 namespace kiln::compiler {
 
@@ -14,8 +15,8 @@ namespace kiln::compiler {
 // naming the flag for a bad value or combination.
 std::string pruning_options(const StepScalarFlags& scalars);
 
-// "  sparsity 80.0 %" (the pruned weights' zeros among their elements) for the epoch line; ""
-// when the step prunes nothing.
-std::string pruning_report(runtime::TrainingExecutable& executable);
+// "  sparsity 80.0 %" (the pruned weights' zeros among their elements) for the epoch line, from
+// the training state (TrainingExecutable::state()); "" when the step prunes nothing.
+std::string pruning_report(const std::map<std::string, ir::Tensor>& state);
 
 }  // namespace kiln::compiler

@@ -755,14 +755,16 @@ TrainSummary train(const TrainOptions& options, std::ostream& out) {
         test_set.size() > 0 && reporter ? evaluate(executable, test_set, batch_size) : -1;
     const double train_accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen * per_sample) : 0.0;
     const double throughput = epoch_seconds > 0 ? seen * units_per_sample / epoch_seconds : 0.0;
-    if (!quiet)
+    if (!quiet) {
+      const std::map<std::string, ir::Tensor> state = executable.state();  // the scaler, masks
       out << fmt::format("epoch {}/{}: loss {:.4f}  train acc {:.2f}%  {}{:.0f} {}  {}{}\n",
                          epoch + 1, options.epochs, summary.final_loss, 100 * train_accuracy,
                          summary.test_accuracy >= 0
                              ? fmt::format("test acc {:.2f}%  ", 100 * summary.test_accuracy)
                              : std::string(),
                          throughput, throughput_unit, format_duration(epoch_seconds),
-                         loss_scaling_report(executable) + pruning_report(executable));
+                         loss_scaling_report(state) + pruning_report(state));
+    }
     if (options.on_epoch)
       options.on_epoch({epoch + 1, summary.final_loss, train_accuracy, summary.test_accuracy,
                         epoch_seconds, throughput});

@@ -160,15 +160,17 @@ ir::Value* constant_parameter(ir::Graph& graph, const std::string& name,
   return param;
 }
 
-// An i32[1] counter of the step's state: the graph's parameter `name`, or a new one at 0.
-ir::Value* counter_parameter(ir::Graph& graph, const std::string& name,
-                             const ir::TensorType& type) {
+// An i32[1] counter of the step's state (`what` it counts): the graph's parameter `name`, or a
+// new one starting at `initial`.
+ir::Value* counter_parameter(ir::Graph& graph, const std::string& name, double initial,
+                             std::string_view what) {
+  const ir::TensorType type{ir::DType::I32, {1}};
   ir::Value* counter = graph.find_value(name);
-  if (counter == nullptr) return constant_parameter(graph, name, type, 0);
+  if (counter == nullptr) return constant_parameter(graph, name, type, initial);
   if (counter->role != ir::ValueRole::Parameter || counter->type != type)
     throw Error(counter->loc.render(), fmt::format("pass '{}': %{} must be an i32[1] parameter, "
-                                                   "a counter of the loss scaler",
-                                                   kPass, name));
+                                                   "{}",
+                                                   kPass, name, what));
   return counter;
 }
 
@@ -224,12 +226,7 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
     return false;
 
   const ir::TensorType step_type{ir::DType::I32, {1}};
-  ir::Value* step = graph.find_value(kStepName);
-  if (step == nullptr) step = constant_parameter(graph, std::string(kStepName), step_type, 1);
-  if (step->role != ir::ValueRole::Parameter || step->type != step_type)
-    throw Error(step->loc.render(), fmt::format("pass '{}': %{} must be an i32[1] parameter, "
-                                                "the step counter",
-                                                kPass, kStepName));
+  ir::Value* step = counter_parameter(graph, std::string(kStepName), 1, "the step counter");
 
   // The step's scalars, read by every update: lr_scale, then grad_scale (positional, so a clip
   // without a schedule reads a constant lr_scale of 1).
@@ -245,8 +242,9 @@ bool AppendOptimizer::run(ir::Graph& graph, PassContext& context) {
     if (scalars.empty())
       scalars.push_back(constant_parameter(graph, "train.lr_scale", scalar_type, 1));
     const std::string base(kLossScaleName);
-    ir::Value* good = counter_parameter(graph, base + ".good_steps", step_type);
-    skipped = counter_parameter(graph, base + ".skipped", step_type);
+    constexpr std::string_view kScalerCounter = "a counter of the loss scaler";
+    ir::Value* good = counter_parameter(graph, base + ".good_steps", 0, kScalerCounter);
+    skipped = counter_parameter(graph, base + ".skipped", 0, kScalerCounter);
     std::vector<ir::Value*> inputs = {loss_scale, good, skipped};
     for (auto [param, grad] : updates) inputs.push_back(grad);
     ir::Node* verdict = add_op(graph, ir::OpId::LossScaleUpdate, base + ".update",
