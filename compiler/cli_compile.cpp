@@ -116,21 +116,20 @@ int run(const Options& options, const CLI::App& command) {
     return serialized.size();
   });
 
-  int64_t weight_bytes = 0;
-  // As stored: f32 weights take their --weights-dtype's bytes.
-  for (const auto& [name, tensor] : package.weights)
-    weight_bytes += tensor.dtype() == ir::DType::F32
-                        ? tensor.num_elements() * static_cast<int64_t>(ir::dtype_size(package.weights_dtype))
-                        : static_cast<int64_t>(tensor.byte_size());
+  // As stored: f32 weights in their --weights-dtype, pruned ones as a bitmask of their nonzeros.
+  const runtime::StoredWeights stored = runtime::stored_weights(package);
   std::string programs;
   for (const runtime::PackageProgram& p : package.programs)
     programs += fmt::format("{}{} {} kernels", programs.empty() ? "" : ", ", p.role, p.program.kernels.size());
-  std::cout << fmt::format("wrote {}: {} bytes ({}; {} weights{}, {} bytes; cubins {}{})\n", options.output,
+  std::cout << fmt::format("wrote {}: {} bytes ({}; {} weights{}, {} bytes{}; cubins {}{})\n", options.output,
                            written_bytes, programs, package.weights.size(),
                            package.weights_dtype == ir::DType::F32
                                ? std::string()
                                : fmt::format(" in {}", ir::dtype_name(package.weights_dtype)),
-                           weight_bytes,
+                           stored.bytes,
+                           stored.sparse == 0 ? std::string()
+                                              : fmt::format(" ({} mostly zero, stored sparse; {} bytes dense)",
+                                                            stored.sparse, stored.dense_bytes),
                            fmt::join(options.archs, ", "),
                            options.no_ptx ? ", no PTX" : ", PTX " + package.programs[0].binary.ptx_arch);
   if (options.timings) timer.print();

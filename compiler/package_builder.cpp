@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -75,13 +76,20 @@ nlohmann::ordered_json decisions_json(const PassDecisions& decisions) {
   return list;
 }
 
-// --weights-dtype: every f32 weight rounded to the storage dtype, kept as f32 (the programs'
-// type), so the package built here computes what the one read back from its file does. A
-// value beyond f16's range is an error naming the parameter.
+// The weights as the file will hold them, so the package built here computes what the one read
+// back from its file does:
+// - --weights-dtype: every f32 weight rounded to the storage dtype, kept as f32 (the programs'
+//   type). A value beyond f16's range is an error naming the parameter.
+// - -0.0 becomes +0.0: pruning multiplies weights by a 0/1 mask, which leaves half the pruned
+//   ones -0.0, and the package stores zeros as bits of a bitmask (sparse_weights.h). No sum or
+//   product can tell the two apart but for the sign of an exactly zero result.
 void round_weights_for_storage(runtime::Package& package, const PackageRequest& request) {
   package.weights_dtype = request.weights_dtype;
-  if (request.weights_dtype == ir::DType::F32) return;
   for (auto& [name, tensor] : package.weights) {
+    if (!ir::is_floating(tensor.dtype())) continue;
+    for (int64_t i = 0; i < tensor.num_elements(); ++i)
+      if (const double value = tensor.get(i); value == 0.0 && std::signbit(value)) tensor.set(i, 0.0);
+    if (request.weights_dtype == ir::DType::F32) continue;
     std::string error;
     const std::optional<ir::Tensor> narrowed = ir::narrowed_for_storage(tensor, request.weights_dtype, &error);
     if (!narrowed)

@@ -32,6 +32,7 @@
 #include "runtime/compile/mapped_file.h"
 #include "runtime/cuda/plan.h"
 #include "runtime/package/program_json.h"
+#include "runtime/package/sparse_weights.h"
 
 namespace kiln::runtime {
 namespace {
@@ -114,27 +115,65 @@ std::vector<ir::Tensor> Package::parameters(const codegen::Program& program, con
   return tensors;
 }
 
+namespace {
+
+// One weight as the file holds it: narrowed to --weights-dtype, and bitmask-encoded when that is
+// smaller (pruned weights).
+struct StoredWeight {
+  std::optional<ir::Tensor> narrowed;  // when the dtype changed
+  std::optional<BitmaskEncoded> sparse;
+};
+
+StoredWeight stored_form(const std::string& name, const ir::Tensor& computed, ir::DType weights_dtype) {
+  StoredWeight stored;
+  // f32 weights stored narrower (--weights-dtype): build_package rounded them already, so
+  // this conversion is exact and cannot overflow. Others are kept as they are, uncopied.
+  if (weights_dtype != ir::DType::F32 && computed.dtype() == ir::DType::F32) {
+    std::string error;
+    stored.narrowed = ir::narrowed_for_storage(computed, weights_dtype, &error);
+    if (!stored.narrowed) throw Error("", fmt::format("weights '{}': {}", name, error));
+  }
+  stored.sparse = encode_bitmask(stored.narrowed ? *stored.narrowed : computed);
+  return stored;
+}
+
+}  // namespace
+
+StoredWeights stored_weights(const Package& package) {
+  StoredWeights summary;
+  for (const auto& [name, computed] : package.weights) {
+    const StoredWeight stored = stored_form(name, computed, package.weights_dtype);
+    const ir::Tensor& tensor = stored.narrowed ? *stored.narrowed : computed;
+    summary.bytes += stored.sparse ? static_cast<int64_t>(stored.sparse->bytes.size())
+                                   : static_cast<int64_t>(tensor.byte_size());
+    summary.dense_bytes += static_cast<int64_t>(tensor.byte_size());
+    summary.sparse += stored.sparse.has_value();
+  }
+  return summary;
+}
+
 std::string serialize_package(const Package& package) {
   // The weights section: every tensor at a multiple of the alignment.
   std::string weights;
   Json weight_list = Json::array();
   for (const auto& [name, computed] : package.weights) {
-    // f32 weights stored narrower (--weights-dtype): build_package rounded them already, so
-    // this conversion is exact and cannot overflow. Others are written as they are, uncopied.
-    std::optional<ir::Tensor> narrowed;
-    if (package.weights_dtype != ir::DType::F32 && computed.dtype() == ir::DType::F32) {
-      std::string error;
-      narrowed = ir::narrowed_for_storage(computed, package.weights_dtype, &error);
-      if (!narrowed) throw Error("", fmt::format("weights '{}': {}", name, error));
-    }
-    const ir::Tensor& tensor = narrowed ? *narrowed : computed;
+    const StoredWeight stored = stored_form(name, computed, package.weights_dtype);
+    const ir::Tensor& tensor = stored.narrowed ? *stored.narrowed : computed;
     weights.resize(aligned(weights.size()), '\0');
-    weight_list.push_back({{"name", name},
-                           {"dtype", std::string(ir::dtype_name(tensor.dtype()))},
-                           {"shape", tensor.shape()},
-                           {"offset", weights.size()},
-                           {"bytes", tensor.byte_size()}});
-    weights.append(reinterpret_cast<const char*>(tensor.data()), tensor.byte_size());
+    Json entry = {{"name", name},
+                  {"dtype", std::string(ir::dtype_name(tensor.dtype()))},
+                  {"shape", tensor.shape()},
+                  {"offset", weights.size()}};
+    if (stored.sparse) {
+      entry["bytes"] = stored.sparse->bytes.size();
+      entry["encoding"] = std::string(kBitmaskEncoding);
+      entry["nonzeros"] = stored.sparse->nonzeros;
+      weights.append(stored.sparse->bytes);
+    } else {
+      entry["bytes"] = tensor.byte_size();
+      weights.append(reinterpret_cast<const char*>(tensor.data()), tensor.byte_size());
+    }
+    weight_list.push_back(std::move(entry));
   }
 
   SectionList list;
@@ -345,12 +384,25 @@ Package parse_package(std::string_view bytes, const std::string& path) {
     const ir::TensorType type{*dtype, w["shape"].integers()};
     const std::optional<int64_t> count = ir::checked_num_elements(type.shape);
     const int64_t offset = w["offset"].integer(), size = w["bytes"].integer();
-    if (!count || size != *count * static_cast<int64_t>(ir::dtype_size(*dtype)))
-      w.fail(fmt::format("weights '{}': {} bytes do not hold a {}", name, size, type.to_string()));
-    if (offset < 0 || static_cast<uint64_t>(offset) + static_cast<uint64_t>(size) > weights.size())
+    if (!count) w.fail(fmt::format("weights '{}': {} has too many elements", name, type.to_string()));
+    if (offset < 0 || size < 0 || static_cast<uint64_t>(offset) + static_cast<uint64_t>(size) > weights.size())
       w.fail(fmt::format("weights '{}' lie outside the weights section", name));
+    const std::string_view stored = weights.substr(static_cast<size_t>(offset), static_cast<size_t>(size));
+    if (w.has("encoding")) {
+      // Pruned weights: a bitmask of the nonzero elements and their values (sparse_weights.h).
+      if (w["encoding"].string() != kBitmaskEncoding)
+        w["encoding"].fail(fmt::format("weights '{}': unknown encoding '{}' (this kiln reads '{}')", name,
+                                       w["encoding"].string(), kBitmaskEncoding));
+      std::string error;
+      std::optional<ir::Tensor> tensor = decode_bitmask(stored, type, w["nonzeros"].integer(), &error);
+      if (!tensor) w.fail(fmt::format("corrupt package: weights '{}': {}", name, error));
+      package.weights.emplace(name, std::move(*tensor));
+      continue;
+    }
+    if (size != *count * static_cast<int64_t>(ir::dtype_size(*dtype)))
+      w.fail(fmt::format("weights '{}': {} bytes do not hold a {}", name, size, type.to_string()));
     // Copied in one pass (a sized vector would zero its bytes first).
-    const auto* first = reinterpret_cast<const std::byte*>(weights.data() + offset);
+    const auto* first = reinterpret_cast<const std::byte*>(stored.data());
     package.weights.emplace(name, ir::Tensor(type, std::vector<std::byte>(first, first + size)));
   }
   // Weights stored in bf16 or f16 for f32 parameters (--weights-dtype) widen exactly.

@@ -31,7 +31,8 @@ namespace kiln::runtime {
 // meaning; readers refuse newer versions with a message that says so.
 // 2: a kernel may launch an earlier kernel's function (its "entry").
 // 3: f32 parameters' weights may be stored in bf16 or f16 (kiln compile --weights-dtype).
-inline constexpr uint32_t kPackageFormatVersion = 3;
+// 4: weights that are mostly zeros (pruned) may be stored as a bitmask and their nonzeros.
+inline constexpr uint32_t kPackageFormatVersion = 4;
 
 inline constexpr std::string_view kInferenceProgram = "inference";
 inline constexpr std::string_view kTrainStepProgram = "train_step";
@@ -72,6 +73,15 @@ struct Package {
   // The weights of one parameter buffer, checked the same way.
   const ir::Tensor& weights_for(const codegen::Buffer& buffer, const std::string& path) const;
 };
+
+// What the weights take in the package's file (kiln compile's report): in all, as dense tensors
+// of their stored dtype, and how many are stored as a bitmask of their nonzeros (pruned).
+struct StoredWeights {
+  int64_t bytes = 0;
+  int64_t dense_bytes = 0;
+  int sparse = 0;
+};
+StoredWeights stored_weights(const Package& package);
 
 // The package's bytes (written with compiler::write_file_atomically, so that a failure leaves
 // no partial file and an existing file as it was).

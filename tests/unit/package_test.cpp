@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <cstring>
+
 #include "codegen/emit.h"
 #include "compiler/model_loader.h"
 #include "compiler/parameters.h"
@@ -14,6 +16,7 @@
 #include "passes/pass_manager.h"
 #include "runtime/package/package.h"
 #include "runtime/package/program_json.h"
+#include "runtime/package/sparse_weights.h"
 #include "tests/unit/io_test_util.h"
 
 namespace kiln::runtime {
@@ -115,11 +118,96 @@ TEST(Package, WeightsStoredNarrowWidenBack) {
       const ir::Tensor& got = read.weights.at(name);
       EXPECT_EQ(got.type(), tensor.type()) << name;  // f32, as the program takes it
       EXPECT_EQ(got.bytes(), tensor.bytes()) << name;
-      if (name.ends_with(".weight"))  // random; the biases start at zero, exact in any dtype
+      if (name.ends_with(".weight")) {  // random; the biases start at zero, exact in any dtype
         EXPECT_NE(got.bytes(), wide.weights.at(name).bytes()) << name << " was not rounded";
+      }
     }
   }
   EXPECT_EQ(parse_package(serialize_package(wide), "m.kiln").weights_dtype, ir::DType::F32);
+}
+
+// Pruned weights (mostly zeros) are stored as a bitmask and their nonzeros: the weights section
+// shrinks with the zeros and every bit comes back, -0.0 included (which the encoding keeps as a
+// value: kiln compile turns it into +0.0 before, package_builder.cpp).
+TEST(Package, PrunedWeightsStoredSparse) {
+  const Package dense = make_package();
+  Package pruned = make_package();
+  ir::Tensor& fc1 = pruned.weights.at("fc1.weight");
+  for (int64_t i = 0; i < fc1.num_elements(); ++i)
+    if (i % 5 != 0) fc1.set(i, i % 7 == 0 ? -0.0 : 0.0);  // 80 % zeros, some of them -0.0
+  const std::string bytes = serialize_package(pruned);
+  // fc1 holds 80 % zeros: of its 4 bytes per element, the file keeps the 1/5 of them that are
+  // not zeros (and the -0.0s), plus a bit each.
+  const int64_t elements = fc1.num_elements();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < elements; ++i) kept += i % 5 == 0 || i % 7 == 0;
+  const int64_t saved = 4 * elements - (4 * kept + (elements + 7) / 8);
+  EXPECT_LE(bytes.size() + static_cast<size_t>(saved) - 64, serialize_package(dense).size());
+  const Package read = parse_package(bytes, "m.kiln");
+  for (const auto& [name, tensor] : pruned.weights) EXPECT_EQ(read.weights.at(name).bytes(), tensor.bytes()) << name;
+  EXPECT_EQ(serialize_package(read), bytes);
+  const StoredWeights stored = stored_weights(pruned);
+  EXPECT_EQ(stored.sparse, stored_weights(dense).sparse + 1);  // fc1.weight, and the zero biases
+  EXPECT_LT(stored.bytes, stored.dense_bytes - saved + 1);
+}
+
+TEST(SparseWeights, RoundTripAndDenseTensorsStayDense) {
+  ir::Tensor sparse(ir::TensorType{ir::DType::I32, {3, 5}});
+  sparse.set(4, 7);
+  sparse.set(14, -1);
+  const std::optional<BitmaskEncoded> encoded = encode_bitmask(sparse);
+  ASSERT_TRUE(encoded);
+  EXPECT_EQ(encoded->nonzeros, 2);
+  EXPECT_EQ(encoded->bytes.size(), 2u + 2 * 4);  // 15 bits, two int32 values
+  std::string error;
+  const std::optional<ir::Tensor> decoded = decode_bitmask(encoded->bytes, sparse.type(), 2, &error);
+  ASSERT_TRUE(decoded) << error;
+  EXPECT_EQ(decoded->bytes(), sparse.bytes());
+
+  ir::Tensor dense(ir::TensorType{ir::DType::F32, {8}});
+  for (int64_t i = 0; i < 8; ++i) dense.set(i, i == 0 ? 0.0 : 1.5);
+  // One zero in 8 saves 4 bytes for a bitmask of 1: 29 bytes for 32.
+  ASSERT_TRUE(encode_bitmask(dense));
+  EXPECT_EQ(encode_bitmask(dense)->bytes.size(), 29u);
+  dense.set(0, 1.0);
+  EXPECT_FALSE(encode_bitmask(dense)) << "no zeros: stored dense";
+}
+
+TEST(SparseWeights, InconsistentEncodingsAreErrors) {
+  const ir::TensorType type{ir::DType::F32, {10}};
+  std::string error;
+  std::string bytes(2 + 4, '\0');
+  bytes[0] = 0x01;  // element 0 set, one value
+  EXPECT_TRUE(decode_bitmask(bytes, type, 1, &error)) << error;
+  EXPECT_FALSE(decode_bitmask(bytes, type, 2, &error));
+  EXPECT_EQ(error, "6 bytes do not hold the bitmask of a f32[10] and 2 nonzeros (10 bytes)");
+  bytes[0] = 0x03;  // two set, one value
+  EXPECT_FALSE(decode_bitmask(bytes, type, 1, &error));
+  EXPECT_EQ(error, "the bitmask marks 2 elements, the entry says 1 nonzeros");
+  bytes[0] = 0x00;
+  bytes[1] = 0x04;  // element 10 of 10
+  EXPECT_FALSE(decode_bitmask(bytes, type, 1, &error));
+  EXPECT_EQ(error, "the bitmask marks elements past the last of 10");
+  EXPECT_FALSE(decode_bitmask(bytes, type, 11, &error));
+  EXPECT_EQ(error, "11 nonzeros in a tensor of 10 elements");
+}
+
+// A reader meets an encoding it does not know (a newer writer's) as the file's error.
+TEST(Package, UnknownWeightEncodingIsNamed) {
+  Package package = make_package();
+  std::string bytes = serialize_package(package);
+  const size_t at = bytes.find("\"encoding\":\"bitmask\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at + 12, 7, "runs_of");  // same length: the sections stay where they are
+  uint64_t manifest_size = 0;
+  std::memcpy(&manifest_size, bytes.data() + 24, 8);
+  put_u32(bytes, 32, static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(bytes.data() + 64),
+                                                 static_cast<uInt>(manifest_size))));
+  reseal_header(bytes);
+  const std::string error = error_of(bytes);
+  EXPECT_NE(error.find("weights 'conv1.bias': unknown encoding 'runs_of' (this kiln reads 'bitmask')"),
+            std::string::npos)
+      << error;
 }
 
 TEST(Package, BackwardLibraryCallsRoundTrip) {
