@@ -405,6 +405,8 @@ KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
   }
   const double memory =
       roofline.memory_seconds(kernel.bytes_read + kernel.bytes_written) / time.bandwidth_share;
+  time.compute_seconds = compute;
+  time.memory_seconds = memory;
   time.seconds = std::max(compute, memory);
   time.bound = compute > memory ? "compute" : "memory";
   return time;

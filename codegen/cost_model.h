@@ -78,6 +78,8 @@ struct KernelTime {
   double efficiency = 1;    // of the unit's peak, for compute
   double bandwidth_share = 1;  // of the DRAM bandwidth its grid can draw (kSms)
   std::string_view unit;    // "f32 FMA", "TF32 tensor-core": what the peak is of
+  double compute_seconds = 0;  // its FLOPs at the unit's peak times the efficiency
+  double memory_seconds = 0;   // its bytes at its share of the DRAM bandwidth
 };
 
 // The assumptions, with why (docs/inspect.md lists them too):

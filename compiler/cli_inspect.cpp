@@ -11,6 +11,7 @@
 #include "compiler/inspect_report.h"
 #include "compiler/model_loader.h"
 #include "compiler/output_file.h"
+#include "compiler/parameters.h"
 #include "compiler/pipeline_flags.h"
 #include "ir/diagnostic.h"
 #include "runtime/package/package.h"
@@ -68,10 +69,10 @@ int inspect_package(const Options& options, const CLI::App& command) {
       if (d.is_object() && d.contains("pass") && d.contains("message") && d["pass"].is_string() &&
           d["message"].is_string())
         decisions.emplace_back(d["pass"].get<std::string>(), d["message"].get<std::string>());
-  print(options,
-        compiler::Inspection{program->program, program->binary, package.manifest.archs,
-                             package.manifest.pipeline},
-        decisions);
+  compiler::Inspection inspection{program->program, program->binary, package.manifest.archs,
+                                  package.manifest.pipeline, {}};
+  for (const auto& [name, tensor] : package.weights) inspection.weights.emplace(name, &tensor);
+  print(options, inspection, decisions);
   return kExitOk;
 }
 
@@ -80,13 +81,19 @@ int run(const Options& options, const CLI::App& command) {
   if (!options.program.empty())
     throw Error("--program", "chooses a program of a package; this is a model");
   ir::Graph graph = compiler::load_model(options.model, options.input_shapes.options(options.model));
+  // Weights from files (a checkpoint, ONNX initializers) are read so that 2:4-pruned layers can
+  // be marked; random initializers stay unmaterialized (they are dense).
+  compiler::load_file_parameter_data(graph);
   std::vector<std::pair<std::string, std::string>> decisions;
   options.pipeline.run(graph, &decisions, options.library.selection());
   const codegen::Program program =
       codegen::emit_program(graph, options.library.selection(), options.precision.value());
   const runtime::CudaBinary binary = options.cache.compile(program.source, graph.name + ".cu", options.archs);
-  print(options, compiler::Inspection{program, binary, options.archs, options.pipeline.pass_names(options.library.selection())},
-        decisions);
+  compiler::Inspection inspection{program, binary, options.archs,
+                                  options.pipeline.pass_names(options.library.selection()), {}};
+  for (const ir::Value* parameter : graph.parameters)
+    if (parameter->data) inspection.weights.emplace(parameter->name, parameter->data.get());
+  print(options, inspection, decisions);
   return kExitOk;
 }
 }  // namespace inspect_command

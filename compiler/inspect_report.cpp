@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -29,6 +30,11 @@ struct KernelFigures {
   double efficiency = 1;  // of the unit's peak, when compute bound
   double bandwidth_share = 1;  // of the DRAM bandwidth, when memory bound
   std::string_view unit;
+  // The 2:4-sparse weights it multiplies by (a conv2d or dense reading them), and its time
+  // modeled on sparse tensor cores (mma.sp: twice the dense math rate, its bytes as they are),
+  // nullopt when its unit has no sparse form (f32 FMA).
+  std::vector<std::string> two_four_weights;
+  std::optional<double> sparse_seconds;
 };
 
 struct Totals {
@@ -38,6 +44,8 @@ struct Totals {
   int64_t bytes = 0;
   int64_t bytes_before_fusion = 0;
   double seconds = 0;
+  int two_four_kernels = 0;
+  double sparse_seconds = 0;  // the sum with 2:4 kernels on sparse tensor cores where they can be
   // How the host backend runs them (codegen::HostExecution).
   int host_loop_nests = 0, host_plain_loops = 0, host_fibers = 0;
 };
@@ -53,10 +61,28 @@ struct MemoryFigures {
   double naive_over_planned = 1;
 };
 
+// The parameters of `kernel` that are 2:4 weights of a convolution or dense layer: only there is
+// the weight's row the GEMM's reduction (K), the dimension sparse tensor cores take 2 of 4 along.
+std::vector<std::string> two_four_weights(const Inspection& in, const codegen::Kernel& kernel) {
+  std::vector<std::string> names;
+  const bool gemm = kernel.library || kernel.gemm.m > 0;
+  const bool forward = std::any_of(kernel.source_ops.begin(), kernel.source_ops.end(), [](const std::string& op) {
+    return op == "conv2d" || op == "dense";
+  });
+  if (!gemm || !forward || in.weights.empty()) return names;
+  for (int id : kernel.args) {
+    const codegen::Buffer& buffer = in.program.buffers[static_cast<size_t>(id)];
+    if (buffer.role != codegen::BufferRole::Parameter) continue;
+    auto it = in.weights.find(buffer.name);
+    if (it != in.weights.end() && follows_two_four(*it->second)) names.push_back(buffer.name);
+  }
+  return names;
+}
+
 std::vector<KernelFigures> kernel_figures(const Inspection& in) {
   std::vector<KernelFigures> figures;
   for (const codegen::Kernel& kernel : in.program.kernels) {
-    KernelFigures f{kernel, {}, {}, 0, 0, 0, {}, 1, 1, {}};
+    KernelFigures f{kernel, {}, {}, 0, 0, 0, {}, 1, 1, {}, {}, {}};
     for (size_t i = 0; i < kernel.source_nodes.size(); ++i)
       f.nodes.emplace_back(kernel.source_nodes[i],
                            i < kernel.source_ops.size() ? kernel.source_ops[i] : "?");
@@ -74,6 +100,9 @@ std::vector<KernelFigures> kernel_figures(const Inspection& in) {
     f.efficiency = time.efficiency;
     f.bandwidth_share = time.bandwidth_share;
     f.unit = time.unit;
+    f.two_four_weights = two_four_weights(in, kernel);
+    if (!f.two_four_weights.empty() && time.unit != "f32 FMA")
+      f.sparse_seconds = std::max(time.compute_seconds / 2, time.memory_seconds);
     figures.push_back(std::move(f));
   }
   return figures;
@@ -88,6 +117,8 @@ Totals totals_of(const std::vector<KernelFigures>& kernels) {
     t.bytes += f.bytes;
     t.bytes_before_fusion += f.kernel.unfused_bytes;
     t.seconds += f.seconds;
+    t.two_four_kernels += !f.two_four_weights.empty();
+    t.sparse_seconds += f.sparse_seconds.value_or(f.seconds);
     switch (codegen::host_execution(f.kernel)) {
       case codegen::HostExecution::LoopNest: ++t.host_loop_nests; break;
       case codegen::HostExecution::PlainLoop: ++t.host_plain_loops; break;
@@ -200,6 +231,11 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
     if (k.library || k.gemm.m > 0)
       out += fmt::format(", modeled at {:.0f}% of the {} peak", 100 * f.efficiency, f.unit);
     out += "\n";
+    if (!f.two_four_weights.empty())
+      out += fmt::format("    2:4 sparse weights: {}; {}\n", fmt::join(f.two_four_weights, ", "),
+                         f.sparse_seconds ? fmt::format("on sparse tensor cores (mma.sp, not emitted yet) {}",
+                                                        time_text(*f.sparse_seconds))
+                                          : std::string("sparse tensor cores need --precision=tf32, bf16 or f16"));
     if (k.dynamic_symbol >= 0)
       out += fmt::format("    dynamic: the generated kernel computes the real rows only, grid {} shrinking with '{}'{}\n",
                          "xyz"[k.dynamic_grid_axis], in.program.symbols.at(static_cast<size_t>(k.dynamic_symbol)).name,
@@ -210,6 +246,20 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
 }
 
 }  // namespace
+
+bool follows_two_four(const ir::Tensor& weights) {
+  if (weights.shape().size() < 2 || !ir::is_floating(weights.dtype()) || weights.num_elements() == 0) return false;
+  const int64_t row = weights.num_elements() / weights.shape()[0];
+  if (row % 4 != 0) return false;
+  bool any = false;
+  for (int64_t group = 0; group < weights.num_elements(); group += 4) {
+    int nonzeros = 0;
+    for (int64_t i = group; i < group + 4; ++i) nonzeros += weights.get(i) != 0.0;
+    if (nonzeros > 2) return false;
+    any = any || nonzeros > 0;
+  }
+  return any;
+}
 
 std::string format_inspection_text(const Inspection& in) {
   const std::vector<KernelFigures> kernels = kernel_figures(in);
@@ -239,6 +289,10 @@ std::string format_inspection_text(const Inspection& in) {
                      bytes_text(t.bytes_before_fusion), ratio(t.bytes_before_fusion, t.bytes));
   out += fmt::format("  modeled {} time: {} (sum over kernels; launch gaps not modeled)\n", "H100",
                      time_text(t.seconds));
+  if (t.two_four_kernels > 0)
+    out += fmt::format("  2:4 sparse:        {} kernels multiply by 2:4 weights; with them on sparse tensor "
+                       "cores (mma.sp, not emitted yet): {}\n",
+                       t.two_four_kernels, time_text(t.sparse_seconds));
   out += fmt::format("  host backend:      {} loop nests (host bodies), {} plain loops, {} on fibers "
                      "(barriers, warp collectives)\n",
                      t.host_loop_nests, t.host_plain_loops, t.host_fibers);
@@ -305,6 +359,8 @@ std::string format_inspection_json(const Inspection& in) {
     kernel["unit"] = f.unit;
     kernel["efficiency"] = f.efficiency;
     kernel["bandwidth_share"] = f.bandwidth_share;
+    kernel["two_four_weights"] = f.two_four_weights;
+    kernel["sparse_modeled_seconds"] = f.sparse_seconds ? Json(*f.sparse_seconds) : Json();
     Json resources = Json::object();
     for (size_t a = 0; a < in.archs.size(); ++a) {
       const std::optional<KernelArchFigures>& r = f.archs[a];
@@ -330,6 +386,8 @@ std::string format_inspection_json(const Inspection& in) {
                     {"dram_bytes", t.bytes},
                     {"dram_bytes_before_fusion", t.bytes_before_fusion},
                     {"modeled_seconds", t.seconds},
+                    {"two_four_kernels", t.two_four_kernels},
+                    {"sparse_modeled_seconds", t.sparse_seconds},
                     {"host_loop_nests", t.host_loop_nests},
                     {"host_plain_loops", t.host_plain_loops},
                     {"host_fibers", t.host_fibers}};

@@ -4,10 +4,12 @@
 // Graphviz picture of the kernels.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "codegen/program.h"
+#include "ir/tensor.h"
 #include "runtime/compile/nvrtc.h"
 
 namespace kiln::compiler {
@@ -20,7 +22,17 @@ struct Inspection {
   const runtime::CudaBinary& binary;
   std::vector<std::string> archs;
   std::vector<std::string> passes;  // the pipeline that ran, in order
+  // The parameters' values where they are known (a package's weights; a model's weights read
+  // from files), by name: a convolution or dense layer whose weights follow the 2:4 pattern of
+  // sparse tensor cores is marked, with its time modeled on them.
+  std::map<std::string, const ir::Tensor*> weights;
 };
+
+// Whether `weights` follow the 2:4 pattern of sparse tensor cores (kiln train
+// --prune-pattern=2:4): viewed as [dim 0, the rest] (a conv's or dense layer's reduction
+// dimension along the rows), rows a multiple of 4 long, at most 2 nonzeros in every 4 along a
+// row, and some nonzero.
+bool follows_two_four(const ir::Tensor& weights);
 
 std::string format_inspection_text(const Inspection& inspection);
 std::string format_inspection_json(const Inspection& inspection);

@@ -56,7 +56,7 @@ for kernel in kernels:
     keys(kernel, ["name", "function", "implementation", "op_kind", "source_nodes", "grid", "block",
                   "dynamic_shared_bytes", "flops", "bytes_read", "bytes_written", "unfused_bytes",
                   "arithmetic_intensity", "modeled_seconds", "bound", "unit", "efficiency",
-                  "resources"], where)
+                  "two_four_weights", "sparse_modeled_seconds", "resources"], where)
     check(kernel["implementation"]["kind"] in ("generated", "library"), f"{where}: implementation")
     # The host backend runs GEMMs' host bodies as loop nests, cooperating kernels on fibers.
     check(kernel.get("host_execution") in ("loop nest", "plain loop", "fibers"),
@@ -70,8 +70,10 @@ for kernel in kernels:
     bytes_moved = kernel["bytes_read"] + kernel["bytes_written"]
     check(kernel["unfused_bytes"] >= bytes_moved, f"{where}: fusion cannot add traffic")
     check(0 < kernel["efficiency"] <= 1, f"{where}: efficiency {kernel['efficiency']}")
-    check(kernel["unit"] in ("f32 FMA", "TF32 tensor-core"), f"{where}: unit {kernel['unit']}")
-    peak = roofline["tf32_flops_per_second" if kernel["unit"] == "TF32 tensor-core" else "flops_per_second"]
+    peaks = {"f32 FMA": "flops_per_second", "TF32 tensor-core": "tf32_flops_per_second",
+             "bf16 tensor-core": "half_flops_per_second", "f16 tensor-core": "half_flops_per_second"}
+    check(kernel["unit"] in peaks, f"{where}: unit {kernel['unit']}")
+    peak = roofline[peaks[kernel["unit"]]]
     check(0 < kernel["bandwidth_share"] <= 1, f"{where}: bandwidth share {kernel['bandwidth_share']}")
     blocks = kernel["grid"][0] * kernel["grid"][1] * kernel["grid"][2]
     implementation = kernel["implementation"]
@@ -91,6 +93,15 @@ for kernel in kernels:
     seconds = max(kernel["flops"] / (peak * kernel["efficiency"]),
                   bytes_moved / (roofline["dram_bytes_per_second"] * kernel["bandwidth_share"]))
     check(math.isclose(kernel["modeled_seconds"], seconds, rel_tol=1e-9), f"{where}: modeled time")
+    # 2:4 weights: the math at twice the unit's rate (sparse tensor cores); FMA units have none.
+    sparse = kernel["sparse_modeled_seconds"]
+    if not kernel["two_four_weights"] or kernel["unit"] == "f32 FMA":
+        check(sparse is None, f"{where}: a sparse time without 2:4 weights on tensor cores")
+    else:
+        expected = max(kernel["flops"] / (2 * peak * kernel["efficiency"]),
+                       bytes_moved / (roofline["dram_bytes_per_second"] * kernel["bandwidth_share"]))
+        check(math.isclose(sparse, expected, rel_tol=1e-9) and sparse <= kernel["modeled_seconds"],
+              f"{where}: sparse modeled time {sparse}, expected {expected}")
     check(kernel["bound"] in ("memory", "compute"), f"{where}: bound")
     for arch in report["archs"]:
         resources = kernel["resources"][arch]
@@ -109,6 +120,10 @@ for execution in ("loop nest", "plain loop", "fibers"):
 check(totals["kernels_before_fusion"] == sum(len(k["source_nodes"]) for k in kernels),
       "totals.kernels_before_fusion")
 check(totals["flops"] == sum(k["flops"] for k in kernels), "totals.flops")
+check(totals["two_four_kernels"] == sum(bool(k["two_four_weights"]) for k in kernels), "totals.two_four_kernels")
+check(math.isclose(totals["sparse_modeled_seconds"],
+                   sum(k["sparse_modeled_seconds"] or k["modeled_seconds"] for k in kernels), rel_tol=1e-9),
+      "totals.sparse_modeled_seconds")
 check(totals["dram_bytes"] == sum(k["bytes_read"] + k["bytes_written"] for k in kernels),
       "totals.dram_bytes")
 check(totals["dram_bytes_before_fusion"] == sum(k["unfused_bytes"] for k in kernels),
