@@ -130,7 +130,8 @@ std::string kernel_rows(const Inspection& in) {
     for (size_t a = kernel.args.size() - static_cast<size_t>(kernel.num_outputs); a < kernel.args.size(); ++a)
       shapes += (shapes.empty() ? "" : ", ") + in.program.buffers[static_cast<size_t>(kernel.args[a])].type.to_string();
     const int64_t bytes = kernel.bytes_read + kernel.bytes_written;
-    const double seconds = codegen::kH100.seconds(kernel.flops, bytes);
+    const KernelModel model = model_kernel(in, kernel);
+    const double seconds = model.time.seconds;
     rows += fmt::format("<tr><td data-v=\"{}\">{}</td><td class=\"name\">{}</td><td>{}</td><td>{}</td>"
                         "<td>{} {}</td><td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td>",
                         k, k, html_escape(kernel.name), nodes, html_escape(shapes), dim3_text(kernel.grid),
@@ -147,8 +148,16 @@ std::string kernel_rows(const Inspection& in) {
                           f->registers, f->spill_bytes, f->spill_bytes ? "bad" : "",
                           f->occupancy.fraction(), 100 * f->occupancy.fraction());
     }
+    std::string implementation = kernel.library ? html_escape(kernel.library->routine)
+                                 : kernel.tensor_cores ? html_escape(fmt::format("generated, {}", model.time.unit))
+                                                       : std::string("generated");
+    if (!model.two_four_weights.empty())
+      implementation += html_escape(fmt::format("; 2:4 sparse weights {}{}", fmt::join(model.two_four_weights, ", "),
+                                                model.sparse_seconds ? fmt::format(" ({:.1f} ns on sparse tensor cores)",
+                                                                                   *model.sparse_seconds * 1e9)
+                                                                     : std::string()));
     rows += fmt::format("<td data-v=\"{:.6e}\">{:.1f} ns</td><td>{}</td></tr>\n", seconds, seconds * 1e9,
-                        kernel.library ? html_escape(kernel.library->routine) : "generated");
+                        implementation);
   }
   return rows;
 }
@@ -236,8 +245,8 @@ std::string format_inspection_html(const Inspection& in,
   html += "</table>\n";
 
   html += "<h2>Kernels</h2>\n<div class=\"graph\">\n" + render_svg(format_kernel_graph_dot(p)) + "</div>\n";
-  html += "<h2>Kernel table</h2>\n<p class=\"note\">Click a column to sort. Modeled time: an H100 "
-          "roofline over the modeled bytes and FLOPs (docs/inspect.md), not a measurement.</p>\n";
+  html += "<h2>Kernel table</h2>\n<p class=\"note\">Click a column to sort. Modeled time: kiln inspect's H100 cost model (each kernel "
+          "on its unit, at its tiles', waves' and template's efficiency; docs/inspect.md), not a measurement.</p>\n";
   html += "<table class=\"kernels\">\n<thead><tr><th>#</th><th>kernel</th><th>source nodes</th>"
           "<th>result shapes</th><th>grid, block</th><th>FLOPs</th><th>bytes</th>" +
           arch_headers + "<th>modeled time</th><th>implementation</th></tr></thead>\n<tbody>\n";

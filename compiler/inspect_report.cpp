@@ -89,20 +89,14 @@ std::vector<KernelFigures> kernel_figures(const Inspection& in) {
     for (const std::string& arch : in.archs) f.archs.push_back(kernel_arch_figures(kernel, in.binary, arch));
     f.bytes = kernel.bytes_read + kernel.bytes_written;
     f.intensity = f.bytes ? static_cast<double>(kernel.flops) / static_cast<double>(f.bytes) : 0.0;
-    // Waves are counted with the occupancy on sm_90 (the H100), else the last arch compiled.
-    int blocks_per_sm = 0;
-    for (size_t a = 0; a < in.archs.size(); ++a)
-      if (f.archs[a] && (blocks_per_sm == 0 || in.archs[a] == "sm_90"))
-        blocks_per_sm = f.archs[a]->occupancy.active_blocks_per_sm;
-    const codegen::KernelTime time = codegen::model_kernel_time(kernel, blocks_per_sm, kRoofline);
-    f.seconds = time.seconds;
-    f.bound = time.bound;
-    f.efficiency = time.efficiency;
-    f.bandwidth_share = time.bandwidth_share;
-    f.unit = time.unit;
-    f.two_four_weights = two_four_weights(in, kernel);
-    if (!f.two_four_weights.empty() && time.unit != "f32 FMA")
-      f.sparse_seconds = std::max(time.compute_seconds / 2, time.memory_seconds);
+    const KernelModel model = model_kernel(in, kernel);
+    f.seconds = model.time.seconds;
+    f.bound = model.time.bound;
+    f.efficiency = model.time.efficiency;
+    f.bandwidth_share = model.time.bandwidth_share;
+    f.unit = model.time.unit;
+    f.two_four_weights = model.two_four_weights;
+    f.sparse_seconds = model.sparse_seconds;
     figures.push_back(std::move(f));
   }
   return figures;
@@ -246,6 +240,20 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
 }
 
 }  // namespace
+
+KernelModel model_kernel(const Inspection& in, const codegen::Kernel& kernel) {
+  // Waves are counted with the occupancy on sm_90 (the H100), else the last arch compiled.
+  int blocks_per_sm = 0;
+  for (const std::string& arch : in.archs)
+    if (const std::optional<KernelArchFigures> f = kernel_arch_figures(kernel, in.binary, arch))
+      if (blocks_per_sm == 0 || arch == "sm_90") blocks_per_sm = f->occupancy.active_blocks_per_sm;
+  KernelModel model;
+  model.time = codegen::model_kernel_time(kernel, blocks_per_sm, kRoofline);
+  model.two_four_weights = two_four_weights(in, kernel);
+  if (!model.two_four_weights.empty() && model.time.unit != "f32 FMA")
+    model.sparse_seconds = std::max(model.time.compute_seconds / 2, model.time.memory_seconds);
+  return model;
+}
 
 bool follows_two_four(const ir::Tensor& weights) {
   if (weights.shape().size() < 2 || !ir::is_floating(weights.dtype()) || weights.num_elements() == 0) return false;

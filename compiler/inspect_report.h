@@ -5,9 +5,11 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "codegen/cost_model.h"
 #include "codegen/program.h"
 #include "ir/tensor.h"
 #include "runtime/compile/nvrtc.h"
@@ -27,6 +29,17 @@ struct Inspection {
   // sparse tensor cores is marked, with its time modeled on them.
   std::map<std::string, const ir::Tensor*> weights;
 };
+
+// What the cost model says of one kernel (codegen::model_kernel_time on the H100, its waves
+// counted at the sm_90 occupancy ptxas gave, else the last arch's), and the 2:4-sparse weights
+// of a conv2d or dense kernel with its time on sparse tensor cores: its math at twice its unit's
+// rate, its bytes as they are (nullopt on FMA units, which have no sparse form).
+struct KernelModel {
+  codegen::KernelTime time;
+  std::vector<std::string> two_four_weights;
+  std::optional<double> sparse_seconds;
+};
+KernelModel model_kernel(const Inspection& inspection, const codegen::Kernel& kernel);
 
 // Whether `weights` follow the 2:4 pattern of sparse tensor cores (kiln train
 // --prune-pattern=2:4): viewed as [dim 0, the rest] (a conv's or dense layer's reduction
