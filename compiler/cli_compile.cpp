@@ -128,7 +128,7 @@ int run(const Options& options, const CLI::App& command) {
                                : fmt::format(" in {}", ir::dtype_name(package.weights_dtype)),
                            stored.bytes,
                            stored.sparse == 0 ? std::string()
-                                              : fmt::format(" ({} mostly zero, stored sparse; {} bytes dense)",
+                                              : fmt::format(" ({} stored sparse, {} bytes dense)",
                                                             stored.sparse, stored.dense_bytes),
                            fmt::join(options.archs, ", "),
                            options.no_ptx ? ", no PTX" : ", PTX " + package.programs[0].binary.ptx_arch);
