@@ -190,8 +190,9 @@ std::optional<std::string> epilogue_refusal(const ir::Node& gemm, const ir::Valu
   if (result->type.shape != running->type.shape)
     return ref(result) + " has shape " + ir::shape_to_string(result->type.shape) +
            ", not the GEMM result's " + ir::shape_to_string(running->type.shape);
-  if (consumer.op == ir::OpId::Cast || consumer.op == ir::OpId::Dropout)
-    return ir::to_string(consumer.op) + " is left to its own kernel";
+  // A cast between float types joins: the epilogue computes in float and its store rounds once
+  // to the result's type, as for a 16-bit GEMM's own result (cuBLASLt's epilogues do the same).
+  if (consumer.op == ir::OpId::Dropout) return ir::to_string(consumer.op) + " is left to its own kernel";
   if (consumer.inputs.size() == 1) return std::nullopt;
   if (consumer.inputs.size() != 2) return ir::to_string(consumer.op) + " has more than two operands";
   if (bias_add) {
