@@ -69,10 +69,7 @@ int inspect_package(const Options& options, const CLI::App& command) {
       if (d.is_object() && d.contains("pass") && d.contains("message") && d["pass"].is_string() &&
           d["message"].is_string())
         decisions.emplace_back(d["pass"].get<std::string>(), d["message"].get<std::string>());
-  compiler::Inspection inspection{program->program, program->binary, package.manifest.archs,
-                                  package.manifest.pipeline, {}};
-  for (const auto& [name, tensor] : package.weights) inspection.weights.emplace(name, &tensor);
-  print(options, inspection, decisions);
+  print(options, compiler::package_inspection(package, *program), decisions);
   return kExitOk;
 }
 

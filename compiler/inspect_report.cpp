@@ -11,6 +11,7 @@
 
 #include "codegen/cost_model.h"
 #include "compiler/kernel_report.h"
+#include "runtime/package/package.h"
 
 namespace kiln::compiler {
 
@@ -240,6 +241,12 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
 }
 
 }  // namespace
+
+Inspection package_inspection(const runtime::Package& package, const runtime::PackageProgram& program) {
+  Inspection inspection{program.program, program.binary, package.manifest.archs, package.manifest.pipeline, {}};
+  for (const auto& [name, tensor] : package.weights) inspection.weights.emplace(name, &tensor);
+  return inspection;
+}
 
 KernelModel model_kernel(const Inspection& in, const codegen::Kernel& kernel) {
   // Waves are counted with the occupancy on sm_90 (the H100), else the last arch compiled.

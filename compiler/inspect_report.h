@@ -14,6 +14,11 @@
 #include "ir/tensor.h"
 #include "runtime/compile/nvrtc.h"
 
+namespace kiln::runtime {
+struct Package;
+struct PackageProgram;
+}  // namespace kiln::runtime
+
 namespace kiln::compiler {
 
 // Everything a report reads: the kernel table (which names each kernel's source nodes and ops
@@ -29,6 +34,10 @@ struct Inspection {
   // sparse tensor cores is marked, with its time modeled on them.
   std::map<std::string, const ir::Tensor*> weights;
 };
+
+// The report of one program of a package: its tables, the package's archs and pipeline, and its
+// weights.
+Inspection package_inspection(const runtime::Package& package, const runtime::PackageProgram& program);
 
 // What the cost model says of one kernel (codegen::model_kernel_time on the H100, its waves
 // counted at the sm_90 occupancy ptxas gave, else the last arch's), and the 2:4-sparse weights

@@ -87,15 +87,17 @@ void round_weights_for_storage(runtime::Package& package, const PackageRequest& 
   package.weights_dtype = request.weights_dtype;
   for (auto& [name, tensor] : package.weights) {
     if (!ir::is_floating(tensor.dtype())) continue;
+    if (request.weights_dtype != ir::DType::F32) {
+      std::string error;
+      const std::optional<ir::Tensor> narrowed = ir::narrowed_for_storage(tensor, request.weights_dtype, &error);
+      if (!narrowed)
+        throw Error(request.model, fmt::format("--weights-dtype={}: parameter '{}': {}",
+                                               ir::dtype_name(request.weights_dtype), name, error));
+      tensor = ir::widened_from_storage(*narrowed, tensor.type());
+    }
+    // After the rounding, which turns tiny negative weights into -0.0 too.
     for (int64_t i = 0; i < tensor.num_elements(); ++i)
       if (const double value = tensor.get(i); value == 0.0 && std::signbit(value)) tensor.set(i, 0.0);
-    if (request.weights_dtype == ir::DType::F32) continue;
-    std::string error;
-    const std::optional<ir::Tensor> narrowed = ir::narrowed_for_storage(tensor, request.weights_dtype, &error);
-    if (!narrowed)
-      throw Error(request.model, fmt::format("--weights-dtype={}: parameter '{}': {}",
-                                             ir::dtype_name(request.weights_dtype), name, error));
-    tensor = ir::widened_from_storage(*narrowed, tensor.type());
   }
 }
 

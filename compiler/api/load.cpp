@@ -87,10 +87,7 @@ Model Model::load(const std::string& path, const Options& options) {
 std::string Model::report_json() const {
   const runtime::Package& package = api::ModelFactory::package(*this);
   const runtime::PackageProgram* program = package.find(runtime::kInferenceProgram);
-  compiler::Inspection inspection{program->program, program->binary, package.manifest.archs,
-                                  package.manifest.pipeline, {}};
-  for (const auto& [name, tensor] : package.weights) inspection.weights.emplace(name, &tensor);
-  return compiler::format_inspection_json(inspection);
+  return compiler::format_inspection_json(compiler::package_inspection(package, *program));
 }
 
 FitHistory Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {

@@ -140,14 +140,18 @@ StoredWeight stored_form(const std::string& name, const ir::Tensor& computed, ir
 }  // namespace
 
 StoredWeights stored_weights(const Package& package) {
+  // Sized, not encoded: the weights are already rounded to their storage dtype (and -0.0 made
+  // +0.0) by whoever built the package, so an element is zero there exactly when it is here.
   StoredWeights summary;
   for (const auto& [name, computed] : package.weights) {
-    const StoredWeight stored = stored_form(name, computed, package.weights_dtype);
-    const ir::Tensor& tensor = stored.narrowed ? *stored.narrowed : computed;
-    summary.bytes += stored.sparse ? static_cast<int64_t>(stored.sparse->bytes.size())
-                                   : static_cast<int64_t>(tensor.byte_size());
-    summary.dense_bytes += static_cast<int64_t>(tensor.byte_size());
-    summary.sparse += stored.sparse.has_value();
+    ir::TensorType stored = computed.type();
+    if (package.weights_dtype != ir::DType::F32 && stored.dtype == ir::DType::F32) stored.dtype = package.weights_dtype;
+    const int64_t dense = ir::num_elements(stored.shape) * static_cast<int64_t>(ir::dtype_size(stored.dtype));
+    const int64_t nonzeros = count_nonzeros(computed);
+    const bool sparse = stored_as_bitmask(stored, nonzeros);
+    summary.bytes += sparse ? bitmask_encoded_bytes(stored, nonzeros) : dense;
+    summary.dense_bytes += dense;
+    summary.sparse += sparse;
   }
   return summary;
 }

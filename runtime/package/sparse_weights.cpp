@@ -34,15 +34,27 @@ int64_t bitmask_encoded_bytes(const ir::TensorType& type, int64_t nonzeros) {
   return (elements + 7) / 8 + nonzeros * static_cast<int64_t>(ir::dtype_size(type.dtype));
 }
 
+int64_t count_nonzeros(const ir::Tensor& tensor) {
+  const size_t size = ir::dtype_size(tensor.dtype());
+  int64_t nonzeros = 0;
+  for (int64_t i = 0; i < tensor.num_elements(); ++i) nonzeros += !is_zero(tensor.data() + i * size, size);
+  return nonzeros;
+}
+
+bool stored_as_bitmask(const ir::TensorType& type, int64_t nonzeros) {
+  const int64_t elements = ir::num_elements(type.shape);
+  return elements > 0 &&
+         bitmask_encoded_bytes(type, nonzeros) < elements * static_cast<int64_t>(ir::dtype_size(type.dtype));
+}
+
 std::optional<BitmaskEncoded> encode_bitmask(const ir::Tensor& tensor) {
+  // Counted first: a dense tensor (the usual case) costs one read and no allocation.
+  const int64_t nonzeros = count_nonzeros(tensor);
+  if (!stored_as_bitmask(tensor.type(), nonzeros)) return std::nullopt;
   const size_t size = ir::dtype_size(tensor.dtype());
   const int64_t elements = tensor.num_elements();
   const std::byte* data = tensor.data();
-  // Counted first: a dense tensor (the usual case) costs one read and no allocation.
-  int64_t nonzeros = 0;
-  for (int64_t i = 0; i < elements; ++i) nonzeros += !is_zero(data + i * size, size);
   const int64_t encoded_bytes = bitmask_encoded_bytes(tensor.type(), nonzeros);
-  if (elements == 0 || encoded_bytes >= static_cast<int64_t>(tensor.byte_size())) return std::nullopt;
 
   BitmaskEncoded encoded;
   encoded.nonzeros = nonzeros;

@@ -34,4 +34,11 @@ std::optional<ir::Tensor> decode_bitmask(std::string_view bytes, const ir::Tenso
 // The bytes the bitmask encoding of `nonzeros` values of a `type` takes.
 int64_t bitmask_encoded_bytes(const ir::TensorType& type, int64_t nonzeros);
 
+// How many elements of `tensor` are not zero (some byte set).
+int64_t count_nonzeros(const ir::Tensor& tensor);
+
+// Whether a `type` with `nonzeros` values is stored as a bitmask: when that is smaller than its
+// dense bytes.
+bool stored_as_bitmask(const ir::TensorType& type, int64_t nonzeros);
+
 }  // namespace kiln::runtime
