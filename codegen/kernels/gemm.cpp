@@ -93,6 +93,50 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
   w.close();
 }
 
+// Stages one operand tile 16 bytes at a time (GemmTiling::vector_a/b): a float4 along the
+// operand's contiguous dimension per load, zero outside the matrices. Its contiguous size (and
+// k's chunks) are multiples of 4, so a float4 is wholly inside or wholly outside. k contiguous:
+// 4 neighbouring threads read one row's kTileK floats (64 bytes) and scatter them down the
+// k-major tile's rows (banks (c % 4) * 8 + c / 4 with the pad of 2: 32 distinct per warp);
+// otherwise a warp reads 2 k-rows of 64 floats and stores them as float4s.
+void stage_tile_vectors(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
+                        const GemmOperand& operand, const std::string& name,
+                        const std::string& outer, const std::string& outer_size,
+                        const std::string& outer_tile, bool outer_ragged) {
+  const std::string stride = "k" + std::string(name == "a" ? "A" : "B") + "TileStride";
+  w.line("#pragma unroll");
+  w.open("for (int load = 0; load < {} * kTileK / 4 / kThreads; ++load)", outer_tile);
+  w.line("const int c = threadIdx.x + load * kThreads;");
+  if (operand.k_contiguous) {
+    w.line("const int vector_{} = c / (kTileK / 4);", outer);
+    w.line("const int vector_k = c % (kTileK / 4) * 4;");
+  } else {
+    w.line("const int vector_k = c / ({} / 4);", outer_tile);
+    w.line("const int vector_{} = c % ({} / 4) * 4;", outer, outer_tile);
+  }
+  w.line("const {} {} = block_{} + vector_{};", spec.index_type, outer, outer, outer);
+  w.line("const {} k = k0 + vector_k;", spec.index_type);
+  const std::string guard = conjunction({outer_ragged ? outer + " < " + outer_size : "",
+                                         k_ragged(spec, tiling) ? "k < " + k_end(spec) : ""});
+  const std::string load = "*reinterpret_cast<const float4*>(" + operand.address + ")";
+  if (guard.empty()) {
+    w.line("const float4 value = {};", load);
+  } else {
+    w.line("float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);");
+    w.line("if ({}) value = {};", guard, load);
+  }
+  if (operand.k_contiguous) {
+    w.line("{0}_tile[vector_k * {1} + vector_{2}] = value.x;", name, stride, outer);
+    w.line("{0}_tile[(vector_k + 1) * {1} + vector_{2}] = value.y;", name, stride, outer);
+    w.line("{0}_tile[(vector_k + 2) * {1} + vector_{2}] = value.z;", name, stride, outer);
+    w.line("{0}_tile[(vector_k + 3) * {1} + vector_{2}] = value.w;", name, stride, outer);
+  } else {
+    w.line("*reinterpret_cast<float4*>({0}_tile + vector_k * {1} + vector_{2}) = value;", name,
+           stride, outer);
+  }
+  w.close();
+}
+
 // Where each thread stages its share of an operand tile, and the operand's own setup.
 void staging_position(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
                       const std::string& name, const std::string& outer,
@@ -310,13 +354,15 @@ constexpr uint32_t kSharedBudget = 64 * 1024;
 // cp.async operand with k contiguous is outer-major, [outer][kTileK + 4]; the others k-major,
 // [kTileK][outer + pad]), then the row statistics of fused norms.
 uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
-  const auto stage_slots = [&](bool outer_major, int outer) {
-    return outer_major ? outer * (tiling.tile_k + 4) : tiling.tile_k * (outer + tiling.pad);
+  const auto stage_slots = [&](bool outer_major, bool vectors_along_outer, int outer) {
+    return outer_major ? outer * (tiling.tile_k + 4)
+                       : tiling.tile_k * (outer + k_major_pad(tiling, vectors_along_outer));
   };
   const bool a_outer_major = tiling.async_a && spec.a.k_contiguous;
   const bool b_outer_major = tiling.async_b && spec.b.k_contiguous;
   const uint32_t tile_slots = static_cast<uint32_t>(
-      tiling.stages * (stage_slots(a_outer_major, tiling.tile_m) + stage_slots(b_outer_major, tiling.tile_n)));
+      tiling.stages * (stage_slots(a_outer_major, tiling.vector_a && !spec.a.k_contiguous, tiling.tile_m) +
+                       stage_slots(b_outer_major, tiling.vector_b && !spec.b.k_contiguous, tiling.tile_n)));
   return tile_slots * static_cast<uint32_t>(spec.value_type == "double" ? sizeof(double) : sizeof(float)) +
          spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * static_cast<uint32_t>(sizeof(float));
 }
@@ -325,7 +371,23 @@ uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
 
 GemmTiling gemm_tiling(const GemmSpec& spec) {
   GemmTiling tiling;
-  if (spec.precision == Precision::F32 || spec.value_type != "float") return tiling;
+  // 16-byte copies and loads need 16-byte aligned rows, and (split-K along a contiguous k)
+  // chunks.
+  const auto copyable = [&](const GemmOperand& operand, int64_t contiguous) {
+    const bool chunk_aligned = !operand.k_contiguous || spec.k_chunk % 4 == 0;
+    return !operand.address.empty() && contiguous % 4 == 0 && chunk_aligned;
+  };
+  const auto copyable_a = [&] { return copyable(spec.a, spec.a.k_contiguous ? spec.k : spec.m); };
+  const auto copyable_b = [&] { return copyable(spec.b, spec.b.k_contiguous ? spec.k : spec.n); };
+  if (spec.value_type != "float") return tiling;
+  if (spec.precision == Precision::F32) {
+    static_assert(kGemmTileM * kGemmTileK % (4 * kGemmThreads) == 0 &&
+                      kGemmTileN * kGemmTileK % (4 * kGemmThreads) == 0,
+                  "every thread stages the same number of float4s");
+    tiling.vector_a = copyable_a();
+    tiling.vector_b = copyable_b();
+    return tiling;
+  }
   tiling.unit = spec.precision == Precision::Bf16  ? GemmUnit::TensorCoreBf16
                 : spec.precision == Precision::F16 ? GemmUnit::TensorCoreF16
                                                    : GemmUnit::TensorCoreTf32;
@@ -334,13 +396,8 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   tiling.warps_n = 4;
   const int64_t big_blocks = ceil_div(spec.m, 128) * ceil_div(spec.n, 128) * spec.batch;
   tiling.tile_m = tiling.tile_n = big_blocks >= kFillingBlocks ? 128 : 64;
-  // 16-byte copies need 16-byte aligned rows, and (split-K along a contiguous k) chunks.
-  const auto copyable = [&](const GemmOperand& operand, int64_t contiguous) {
-    const bool chunk_aligned = !operand.k_contiguous || spec.k_chunk % 4 == 0;
-    return !operand.address.empty() && contiguous % 4 == 0 && chunk_aligned;
-  };
-  tiling.async_a = copyable(spec.a, spec.a.k_contiguous ? spec.k : spec.m);
-  tiling.async_b = copyable(spec.b, spec.b.k_contiguous ? spec.k : spec.n);
+  tiling.async_a = copyable_a();
+  tiling.async_b = copyable_b();
   // cp.async operands: as many stages (up to kMaxStages) as keep the block's shared memory
   // within kSharedBudget: 3 at 64 tiles (30 KB) and at 128 (60 KB with both operands by
   // cp.async, plus the row statistics of fused norms).
@@ -353,9 +410,14 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
 
 std::string gemm_tiling_note(const GemmSpec& spec) {
   const GemmTiling t = gemm_tiling(spec);
-  if (t.unit == GemmUnit::Fma)
-    return fmt::format("{}x{}x{} tiles, {} threads, 4x4 per thread", t.tile_m, t.tile_n, t.tile_k,
-                       t.threads);
+  if (t.unit == GemmUnit::Fma) {
+    const std::string loads = t.vector_a && t.vector_b ? ", A and B by float4 loads"
+                              : t.vector_a             ? ", A by float4 loads"
+                              : t.vector_b             ? ", B by float4 loads"
+                                                       : "";
+    return fmt::format("{}x{}x{} tiles, {} threads, 4x4 per thread{}", t.tile_m, t.tile_n, t.tile_k,
+                       t.threads, loads);
+  }
   const std::string stages = fmt::format(", {} stages", t.stages);
   const std::string copies = t.async_a && t.async_b ? "A and B by cp.async" + stages
                              : t.async_a             ? "A by cp.async" + stages
@@ -421,8 +483,10 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.line("constexpr int kPerThreadM = kTileM / kThreadsM;");
     w.line("constexpr int kPerThreadN = kTileN / kThreadsN;");
   }
-  if (!tiling.async_a || !tiling.async_b)  // some operand is staged through registers
-    w.line("constexpr int kLoadsPerThread = kTileM * kTileK / kThreads;");
+  // An operand staged through registers a float at a time, or cp.async / float4 ones.
+  const bool scalar_a = !tiling.async_a && !tiling.vector_a;
+  const bool scalar_b = !tiling.async_b && !tiling.vector_b;
+  if (scalar_a || scalar_b) w.line("constexpr int kLoadsPerThread = kTileM * kTileK / kThreads;");
   // A cp.async operand with k contiguous keeps that layout in shared memory ([outer][k]); all
   // others are k-major.
   const bool a_outer_major = tiling.async_a && spec.a.k_contiguous;
@@ -433,14 +497,20 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.comment("Shared tiles: k-major with k-rows 8 banks apart, or (cp.async, k contiguous)");
     w.comment("outer-major with rows of kTileK + 4: either way a fragment load touches 32 banks.");
   }
+  if (tiling.vector_a && !spec.a.k_contiguous)
+    w.comment("A's float4s run along its rows: its k-rows start 16 bytes apart.");
   if (a_outer_major)
     w.line("constexpr int kATileStride = kTileK + 4;");
   else
-    w.line("constexpr int kATileStride = kTileM + {};", tiling.pad);
+    w.line("constexpr int kATileStride = kTileM + {};",
+           k_major_pad(tiling, tiling.vector_a && !spec.a.k_contiguous));
+  if (tiling.vector_b && !spec.b.k_contiguous)
+    w.comment("B's float4s run along its columns: its k-rows start 16 bytes apart.");
   if (b_outer_major)
     w.line("constexpr int kBTileStride = kTileK + 4;");
   else
-    w.line("constexpr int kBTileStride = kTileN + {};", tiling.pad);
+    w.line("constexpr int kBTileStride = kTileN + {};",
+           k_major_pad(tiling, tiling.vector_b && !spec.b.k_contiguous));
   w.line(a_outer_major ? "constexpr int kAStageSize = kTileM * kATileStride;"
                        : "constexpr int kAStageSize = kTileK * kATileStride;");
   // B's stage size is needed only to step past B's stages: to the next stage, or to the
@@ -486,16 +556,16 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   w.lines(spec.batch_setup);
   const bool host_body = host_body_applies(spec, tiling);
   if (host_body) emit_host_body(w, spec, tiling);
-  // Operands staged through registers get their thread's position; cp.async ones only their
-  // setup (a fused norm's statistics).
-  if (tiling.async_a)
-    w.lines(spec.a.setup);
-  else
+  // Operands staged through registers a float at a time get their thread's position; cp.async
+  // and float4 ones only their setup (a fused norm's statistics).
+  if (scalar_a)
     staging_position(w, spec, spec.a, "a", "row", "kTileM");
-  if (tiling.async_b)
-    w.lines(spec.b.setup);
   else
+    w.lines(spec.a.setup);
+  if (scalar_b)
     staging_position(w, spec, spec.b, "b", "col", "kTileN");
+  else
+    w.lines(spec.b.setup);
   w.blank();
   w.comment("Accumulators: constant indices after unrolling, so they live in registers.");
   if (mma)
@@ -556,9 +626,13 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.line("kiln_cp_async_commit();");
   }
   if (!tiling.async_a || !tiling.async_b) w.comment("Stage the tiles, zero outside the matrices.");
-  if (!tiling.async_a)
+  if (tiling.vector_a)
+    stage_tile_vectors(w, spec, tiling, spec.a, "a", "row", "kM", "kTileM", spec.m % tiling.tile_m != 0);
+  else if (!tiling.async_a)
     stage_tile(w, spec, tiling, spec.a, "a", "row", "kM", spec.m % tiling.tile_m != 0);
-  if (!tiling.async_b)
+  if (tiling.vector_b)
+    stage_tile_vectors(w, spec, tiling, spec.b, "b", "col", "kN", "kTileN", spec.n % tiling.tile_n != 0);
+  else if (!tiling.async_b)
     stage_tile(w, spec, tiling, spec.b, "b", "col", "kN", spec.n % tiling.tile_n != 0);
   if (pipelined) {
     w.comment("This step's copies have landed (the next steps' may still be in flight).");
@@ -625,7 +699,15 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   // (sm_80) aimed a gathered-patch conv on the FMA template at 8 blocks (32 registers) and
   // spilled. Two blocks of 256 threads leave it up to 128. (The tensor-core template sizes its
   // own registers well; bounding it cost modeled time.)
-  if (split_k && !mma) kernel.min_blocks_per_sm = 2;
+  // float4 staging did the same to every unguarded matmul whose operands both load as float4s
+  // (sm_80, K from 32 to 256: 32 registers, 24 bytes spilled). Four blocks per SM cap them at
+  // 64 registers, the most any of ResNet-50's GEMMs took unbounded; ptxas then takes 56-64
+  // where it took 40, for 50 % occupancy instead of 75 %: this loop waits on its 8 shared loads
+  // per 16 FMAs, which more resident warps do not speed up.
+  if (split_k && !mma)
+    kernel.min_blocks_per_sm = 2;
+  else if ((tiling.vector_a || tiling.vector_b) && !mma)
+    kernel.min_blocks_per_sm = 4;
   return kernel;
 }
 

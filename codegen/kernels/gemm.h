@@ -56,7 +56,18 @@ struct GemmTiling {
   // one's mma run; the others are staged through registers.
   bool async_a = false, async_b = false;
   int stages = 1;
+  // FMA units: operands with the same plain, 16-byte aligned address are still staged through
+  // registers (f32 needs no rounding, and the FMA loop reads k-major tiles), but 16 bytes at a
+  // time: one float4 load for four scalar ones, along the operand's contiguous dimension.
+  bool vector_a = false, vector_b = false;
 };
+
+// Floats after each k-row of a k-major shared tile: `tiling.pad`, except for an operand whose
+// float4 loads run along its outer index. Those are stored as float4 too, which takes rows
+// starting 16 bytes apart (a pad of 4) and then writes 32 banks per 8 threads.
+inline int k_major_pad(const GemmTiling& tiling, bool vectors_along_outer) {
+  return vectors_along_outer ? 4 : tiling.pad;
+}
 
 // One operand as the tile loader sees it. The outer index is `row` for A and `col` for B; both it
 // and `k` are in range when `fetch` runs.
