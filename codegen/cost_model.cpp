@@ -407,6 +407,9 @@ KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
       roofline.memory_seconds(kernel.bytes_read + kernel.bytes_written) / time.bandwidth_share;
   time.compute_seconds = compute;
   time.memory_seconds = memory;
+  if (kernel.library && kernel.library->conv() && format != Precision::F32)
+    time.layout_transform_seconds =
+        roofline.memory_seconds(kNchwTransforms * (kernel.bytes_read + kernel.bytes_written));
   time.seconds = std::max(compute, memory);
   time.bound = compute > memory ? "compute" : "memory";
   return time;

@@ -80,6 +80,10 @@ struct KernelTime {
   std::string_view unit;    // "f32 FMA", "TF32 tensor-core": what the peak is of
   double compute_seconds = 0;  // its FLOPs at the unit's peak times the efficiency
   double memory_seconds = 0;   // its bytes at its share of the DRAM bandwidth
+  // A cuDNN convolution on tensor cores: at most this much more, if cuDNN transforms kiln's NCHW
+  // operands to NHWC and the result back around its tensor-core kernel (kNchwTransforms); 0
+  // otherwise. Not in `seconds`: cuDNN has NCHW tensor-core kernels too, and picks per problem.
+  double layout_transform_seconds = 0;
 };
 
 // The assumptions, with why (docs/inspect.md lists them too):
@@ -94,6 +98,11 @@ inline constexpr double kTensorCoreTemplate = 0.35;
 inline constexpr double kTensorCoreStaged = 0.25;
 // cuBLASLt and cuDNN on large problems.
 inline constexpr double kLibrary = 0.7;
+// cuDNN "may use padding, folding, and NCHW-to-NHWC transformations to call the Tensor Core
+// operations" (its legacy API's docs, "Data and Filter Formats"); PyTorch's channels_last exists
+// to avoid them. The bound on what kiln's NCHW tensors cost: each operand read and written once
+// more on the way in, the result once more on the way out, at the DRAM peak.
+inline constexpr int kNchwTransforms = 2;  // extra passes over each byte the call moves
 // A backward convolution not on the GEMM template (conv2d_grad_input, and conv2d_grad_weight when
 // its direct loops are chosen: codegen/kernels/nn_grad.cpp) gathers one dot product per result,
 // serially, with no shared-memory reuse: every

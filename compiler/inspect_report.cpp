@@ -36,6 +36,8 @@ struct KernelFigures {
   // nullopt when its unit has no sparse form (f32 FMA).
   std::vector<std::string> two_four_weights;
   std::optional<double> sparse_seconds;
+  // At most this much more: cuDNN's NCHW <-> NHWC transforms around a tensor-core convolution.
+  double layout_transform_seconds = 0;
 };
 
 struct Totals {
@@ -47,6 +49,7 @@ struct Totals {
   double seconds = 0;
   int two_four_kernels = 0;
   double sparse_seconds = 0;  // the sum with 2:4 kernels on sparse tensor cores where they can be
+  double layout_transform_seconds = 0;  // at most this much more: cuDNN's NCHW <-> NHWC transforms
   // How the host backend runs them (codegen::HostExecution).
   int host_loop_nests = 0, host_plain_loops = 0, host_fibers = 0;
 };
@@ -98,6 +101,7 @@ std::vector<KernelFigures> kernel_figures(const Inspection& in) {
     f.unit = model.time.unit;
     f.two_four_weights = model.two_four_weights;
     f.sparse_seconds = model.sparse_seconds;
+    f.layout_transform_seconds = model.time.layout_transform_seconds;
     figures.push_back(std::move(f));
   }
   return figures;
@@ -114,6 +118,7 @@ Totals totals_of(const std::vector<KernelFigures>& kernels) {
     t.seconds += f.seconds;
     t.two_four_kernels += !f.two_four_weights.empty();
     t.sparse_seconds += f.sparse_seconds.value_or(f.seconds);
+    t.layout_transform_seconds += f.layout_transform_seconds;
     switch (codegen::host_execution(f.kernel)) {
       case codegen::HostExecution::LoopNest: ++t.host_loop_nests; break;
       case codegen::HostExecution::PlainLoop: ++t.host_plain_loops; break;
@@ -226,6 +231,10 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
     if (k.library || k.gemm.m > 0)
       out += fmt::format(", modeled at {:.0f}% of the {} peak", 100 * f.efficiency, f.unit);
     out += "\n";
+    if (f.layout_transform_seconds > 0)
+      out += fmt::format("    NCHW: up to {} more if cuDNN transforms the operands to NHWC and the result "
+                         "back for its tensor-core kernel\n",
+                         time_text(f.layout_transform_seconds));
     if (!f.two_four_weights.empty())
       out += fmt::format("    2:4 sparse weights: {}; {}\n", fmt::join(f.two_four_weights, ", "),
                          f.sparse_seconds ? fmt::format("on sparse tensor cores (mma.sp, not emitted yet) {}",
@@ -304,6 +313,11 @@ std::string format_inspection_text(const Inspection& in) {
                      bytes_text(t.bytes_before_fusion), ratio(t.bytes_before_fusion, t.bytes));
   out += fmt::format("  modeled {} time: {} (sum over kernels; launch gaps not modeled)\n", "H100",
                      time_text(t.seconds));
+  if (t.layout_transform_seconds > 0)
+    out += fmt::format("  NCHW on cuDNN:     up to {} more if cuDNN transforms the NCHW tensors to NHWC "
+                       "and back around its tensor-core convolutions (not modeled above; NHWC tensors "
+                       "would need none)\n",
+                       time_text(t.layout_transform_seconds));
   if (t.two_four_kernels > 0)
     out += fmt::format("  2:4 sparse:        {} kernels multiply by 2:4 weights; with them on sparse tensor "
                        "cores (mma.sp, not emitted yet): {}\n",
@@ -376,6 +390,7 @@ std::string format_inspection_json(const Inspection& in) {
     kernel["bandwidth_share"] = f.bandwidth_share;
     kernel["two_four_weights"] = f.two_four_weights;
     kernel["sparse_modeled_seconds"] = f.sparse_seconds ? Json(*f.sparse_seconds) : Json();
+    kernel["layout_transform_seconds"] = f.layout_transform_seconds;
     Json resources = Json::object();
     for (size_t a = 0; a < in.archs.size(); ++a) {
       const std::optional<KernelArchFigures>& r = f.archs[a];
@@ -403,6 +418,7 @@ std::string format_inspection_json(const Inspection& in) {
                     {"modeled_seconds", t.seconds},
                     {"two_four_kernels", t.two_four_kernels},
                     {"sparse_modeled_seconds", t.sparse_seconds},
+                    {"layout_transform_seconds", t.layout_transform_seconds},
                     {"host_loop_nests", t.host_loop_nests},
                     {"host_plain_loops", t.host_plain_loops},
                     {"host_fibers", t.host_fibers}};

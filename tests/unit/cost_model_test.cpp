@@ -3,6 +3,8 @@
 // rule of its own and codegen copies the figures into the kernel table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "codegen/cost_model.h"
 #include "codegen/emit.h"
 #include "ir/op_registry.h"
@@ -207,6 +209,37 @@ TEST(CostModel, GemmsRunAtTheirTilesWavesAndTemplatesEfficiency) {
   map.bytes_read = 8000;
   EXPECT_DOUBLE_EQ(model_kernel_time(map, 0).efficiency, 1.0);
   EXPECT_EQ(model_kernel_time(map, 0).bound, "memory");
+}
+
+// A cuDNN convolution on tensor cores reports, beside its time, what cuDNN's NCHW <-> NHWC
+// transforms would add at most: every byte it moves twice more at the DRAM peak. FMA math and
+// cuBLASLt need none.
+TEST(CostModel, CudnnTensorCoreConvolutionsBoundTheirLayoutTransforms) {
+  Kernel kernel;
+  kernel.flops = 2'000'000'000;
+  kernel.bytes_read = 30'000'000;
+  kernel.bytes_written = 10'000'000;
+  LibraryCall call;
+  call.op = ConvCall{};
+  call.math = Precision::Tf32;
+  kernel.library = call;
+  const KernelTime time = model_kernel_time(kernel, 1);
+  EXPECT_DOUBLE_EQ(time.layout_transform_seconds, 2 * 40'000'000 / kH100.dram_bytes_per_second);
+  EXPECT_DOUBLE_EQ(time.seconds, std::max(time.compute_seconds, time.memory_seconds));
+  call.math = Precision::F32;
+  kernel.library = call;
+  EXPECT_EQ(model_kernel_time(kernel, 1).layout_transform_seconds, 0);
+  call.math = Precision::Tf32;
+  call.op = MatmulCall{};
+  kernel.library = call;
+  EXPECT_EQ(model_kernel_time(kernel, 1).layout_transform_seconds, 0);
+  Kernel generated;
+  generated.flops = kernel.flops;
+  generated.bytes_read = kernel.bytes_read;
+  generated.tensor_cores = true;
+  generated.gemm = GemmGeometry{1024, 1024, 1024, 1, 128, 128, 16, true};
+  generated.grid = Dim3{8, 8, 1};
+  EXPECT_EQ(model_kernel_time(generated, 1).layout_transform_seconds, 0);
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ for kernel in kernels:
     keys(kernel, ["name", "function", "implementation", "op_kind", "source_nodes", "grid", "block",
                   "dynamic_shared_bytes", "flops", "bytes_read", "bytes_written", "unfused_bytes",
                   "arithmetic_intensity", "modeled_seconds", "bound", "unit", "efficiency",
-                  "two_four_weights", "sparse_modeled_seconds", "resources"], where)
+                  "two_four_weights", "sparse_modeled_seconds", "layout_transform_seconds", "resources"], where)
     check(kernel["implementation"]["kind"] in ("generated", "library"), f"{where}: implementation")
     # The host backend runs GEMMs' host bodies as loop nests, cooperating kernels on fibers.
     check(kernel.get("host_execution") in ("loop nest", "plain loop", "fibers"),
@@ -90,6 +90,14 @@ for kernel in kernels:
             share = min(1, min(blocks, 132 * per_sm) * threads / (132 * 1024))
         check(math.isclose(kernel["bandwidth_share"], share, rel_tol=1e-12),
               f"{where}: bandwidth share of {blocks} blocks")
+    # A cuDNN convolution on tensor cores may transform NCHW operands to NHWC and the result back:
+    # at most each byte it moves twice more, at the DRAM peak, reported beside its time
+    # (cost_model.h, kNchwTransforms).
+    cudnn_tensor_core_conv = (implementation["kind"] == "library" and implementation["library"] == "cudnn"
+                              and kernel["unit"] != "f32 FMA")
+    transforms = 2 * bytes_moved / roofline["dram_bytes_per_second"] if cudnn_tensor_core_conv else 0
+    check(math.isclose(kernel["layout_transform_seconds"], transforms, rel_tol=1e-9, abs_tol=0),
+          f"{where}: layout transforms {kernel['layout_transform_seconds']}, expected {transforms}")
     seconds = max(kernel["flops"] / (peak * kernel["efficiency"]),
                   bytes_moved / (roofline["dram_bytes_per_second"] * kernel["bandwidth_share"]))
     check(math.isclose(kernel["modeled_seconds"], seconds, rel_tol=1e-9), f"{where}: modeled time")
@@ -124,6 +132,8 @@ check(totals["two_four_kernels"] == sum(bool(k["two_four_weights"]) for k in ker
 check(math.isclose(totals["sparse_modeled_seconds"],
                    sum(k["sparse_modeled_seconds"] or k["modeled_seconds"] for k in kernels), rel_tol=1e-9),
       "totals.sparse_modeled_seconds")
+check(math.isclose(totals["layout_transform_seconds"], sum(k["layout_transform_seconds"] for k in kernels),
+                   rel_tol=1e-9), "totals.layout_transform_seconds")
 check(totals["dram_bytes"] == sum(k["bytes_read"] + k["bytes_written"] for k in kernels),
       "totals.dram_bytes")
 check(totals["dram_bytes_before_fusion"] == sum(k["unfused_bytes"] for k in kernels),
