@@ -117,7 +117,8 @@ std::string load_input(const KernelRequest& request, size_t index, const std::st
 
 std::string input_address(const KernelRequest& request, size_t index, const std::string& subscript) {
   if (index < request.fused_inputs.size() && !request.fused_inputs[index].empty()) return "";
-  if (request.node.inputs[index]->type.dtype != ir::DType::F32) return "";
+  const ir::DType dtype = request.node.inputs[index]->type.dtype;
+  if (dtype != ir::DType::F32 && dtype != ir::DType::F16 && dtype != ir::DType::BF16) return "";
   return "&" + request.input_params[index] + "[" + subscript + "]";
 }
 

@@ -102,8 +102,9 @@ int64_t largest_tensor(const ir::Node& node);
 // or, when a fused kernel computes that input in registers (KernelRequest::fused_inputs), the
 // call computing it.
 std::string load_input(const KernelRequest& request, size_t index, const std::string& subscript);
-// `&in_x[subscript]`: the address of that element, when operand `index` is an f32 read from a
-// kernel parameter as it is (for cp.async); empty when it is fused or converted on load.
+// `&in_x[subscript]`: the address of that element, when operand `index` is read from a kernel
+// parameter as it is, an f32 or a bf16/f16 that is only widened (for cp.async and vector
+// loads); empty when it is fused or of another type.
 std::string input_address(const KernelRequest& request, size_t index, const std::string& subscript);
 
 // Threads of a warp, on every GPU kiln targets.

@@ -93,12 +93,13 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
   w.close();
 }
 
-// Stages one operand tile 16 bytes at a time (GemmTiling::vector_a/b): a float4 along the
-// operand's contiguous dimension per load, zero outside the matrices. Its contiguous size (and
-// k's chunks) are multiples of 4, so a float4 is wholly inside or wholly outside. k contiguous:
-// 4 neighbouring threads read one row's kTileK floats (64 bytes) and scatter them down the
-// k-major tile's rows (banks (c % 4) * 8 + c / 4 with the pad of 2: 32 distinct per warp);
-// otherwise a warp reads 2 k-rows of 64 floats and stores them as float4s.
+// Stages one operand tile 4 elements at a time (GemmTiling::vector_a/b): a float4 (16 bytes), or
+// 4 bf16/f16 values (8 bytes) widened to a float4, along the operand's contiguous dimension per
+// load, zero outside the matrices. Its contiguous size (and k's chunks) are multiples of 4, so
+// a group of 4 is wholly inside or wholly outside. k contiguous: 4 neighbouring threads read one
+// row's kTileK elements and scatter them down the k-major tile's rows (banks (c % 4) * 8 + c / 4
+// with the FMA pad of 2: 32 distinct per warp); otherwise a warp reads 2 k-rows of 64 and stores
+// them as float4s.
 void stage_tile_vectors(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
                         const GemmOperand& operand, const std::string& name,
                         const std::string& outer, const std::string& outer_size,
@@ -118,18 +119,35 @@ void stage_tile_vectors(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
   w.line("const {} k = k0 + vector_k;", spec.index_type);
   const std::string guard = conjunction({outer_ragged ? outer + " < " + outer_size : "",
                                          k_ragged(spec, tiling) ? "k < " + k_end(spec) : ""});
-  const std::string load = "*reinterpret_cast<const float4*>(" + operand.address + ")";
+  const bool wide = operand.address_dtype == ir::DType::F32;
+  // 4 bf16 or f16 values are 4 unsigned shorts in memory (kiln_bf16, kiln_half): zero bits are +0.
+  const std::string vector_type = wide ? "float4" : "ushort4";
+  const std::string read = "*reinterpret_cast<const " + vector_type + "*>(" + operand.address + ")";
+  const std::string name_loaded = wide ? "value" : "bits";
   if (guard.empty()) {
-    w.line("const float4 value = {};", load);
+    w.line("const {} {} = {};", vector_type, name_loaded, read);
   } else {
-    w.line("float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);");
-    w.line("if ({}) value = {};", guard, load);
+    w.line("{} {} = {};", vector_type, name_loaded,
+           wide ? "make_float4(0.0f, 0.0f, 0.0f, 0.0f)" : "make_ushort4(0, 0, 0, 0)");
+    w.line("if ({}) {} = {};", guard, name_loaded, read);
   }
+  if (!wide)
+    w.line("const float4 value = make_float4({}, {}, {}, {});", load(operand.address_dtype, "bits.x"),
+           load(operand.address_dtype, "bits.y"), load(operand.address_dtype, "bits.z"),
+           load(operand.address_dtype, "bits.w"));
+  // Tensor cores read TF32: rounded once here, as stage_tile does (bf16/f16 units round as
+  // they pack their fragments).
+  const auto staged = [&](const std::string& element) {
+    return tiling.unit == GemmUnit::TensorCoreTf32 ? "kiln_tf32_round(" + element + ")" : element;
+  };
   if (operand.k_contiguous) {
-    w.line("{0}_tile[vector_k * {1} + vector_{2}] = value.x;", name, stride, outer);
-    w.line("{0}_tile[(vector_k + 1) * {1} + vector_{2}] = value.y;", name, stride, outer);
-    w.line("{0}_tile[(vector_k + 2) * {1} + vector_{2}] = value.z;", name, stride, outer);
-    w.line("{0}_tile[(vector_k + 3) * {1} + vector_{2}] = value.w;", name, stride, outer);
+    w.line("{0}_tile[vector_k * {1} + vector_{2}] = {3};", name, stride, outer, staged("value.x"));
+    w.line("{0}_tile[(vector_k + 1) * {1} + vector_{2}] = {3};", name, stride, outer, staged("value.y"));
+    w.line("{0}_tile[(vector_k + 2) * {1} + vector_{2}] = {3};", name, stride, outer, staged("value.z"));
+    w.line("{0}_tile[(vector_k + 3) * {1} + vector_{2}] = {3};", name, stride, outer, staged("value.w"));
+  } else if (tiling.unit == GemmUnit::TensorCoreTf32) {
+    w.line("*reinterpret_cast<float4*>({0}_tile + vector_k * {1} + vector_{2}) = make_float4({3}, {4}, {5}, {6});",
+           name, stride, outer, staged("value.x"), staged("value.y"), staged("value.z"), staged("value.w"));
   } else {
     w.line("*reinterpret_cast<float4*>({0}_tile + vector_k * {1} + vector_{2}) = value;", name,
            stride, outer);
@@ -371,21 +389,21 @@ uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
 
 GemmTiling gemm_tiling(const GemmSpec& spec) {
   GemmTiling tiling;
-  // 16-byte copies and loads need 16-byte aligned rows, and (split-K along a contiguous k)
-  // chunks.
-  const auto copyable = [&](const GemmOperand& operand, int64_t contiguous) {
+  // Loads and copies of 4 elements need rows (and, split-K along a contiguous k, chunks) that
+  // start at multiples of 4: 16-byte aligned for f32, 8-byte for bf16 and f16.
+  const auto in_fours = [&](const GemmOperand& operand, int64_t contiguous) {
     const bool chunk_aligned = !operand.k_contiguous || spec.k_chunk % 4 == 0;
     return !operand.address.empty() && contiguous % 4 == 0 && chunk_aligned;
   };
-  const auto copyable_a = [&] { return copyable(spec.a, spec.a.k_contiguous ? spec.k : spec.m); };
-  const auto copyable_b = [&] { return copyable(spec.b, spec.b.k_contiguous ? spec.k : spec.n); };
+  const bool fours_a = in_fours(spec.a, spec.a.k_contiguous ? spec.k : spec.m);
+  const bool fours_b = in_fours(spec.b, spec.b.k_contiguous ? spec.k : spec.n);
   if (spec.value_type != "float") return tiling;
   if (spec.precision == Precision::F32) {
     static_assert(kGemmTileM * kGemmTileK % (4 * kGemmThreads) == 0 &&
                       kGemmTileN * kGemmTileK % (4 * kGemmThreads) == 0,
-                  "every thread stages the same number of float4s");
-    tiling.vector_a = copyable_a();
-    tiling.vector_b = copyable_b();
+                  "every thread stages the same number of groups of 4");
+    tiling.vector_a = fours_a;
+    tiling.vector_b = fours_b;
     return tiling;
   }
   tiling.unit = spec.precision == Precision::Bf16  ? GemmUnit::TensorCoreBf16
@@ -396,8 +414,12 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   tiling.warps_n = 4;
   const int64_t big_blocks = ceil_div(spec.m, 128) * ceil_div(spec.n, 128) * spec.batch;
   tiling.tile_m = tiling.tile_n = big_blocks >= kFillingBlocks ? 128 : 64;
-  tiling.async_a = copyable_a();
-  tiling.async_b = copyable_b();
+  // cp.async copies bytes as they are: f32 operands. 16-bit ones are widened in registers, 4 at
+  // a time.
+  tiling.async_a = fours_a && spec.a.address_dtype == ir::DType::F32;
+  tiling.async_b = fours_b && spec.b.address_dtype == ir::DType::F32;
+  tiling.vector_a = fours_a && !tiling.async_a;
+  tiling.vector_b = fours_b && !tiling.async_b;
   // cp.async operands: as many stages (up to kMaxStages) as keep the block's shared memory
   // within kSharedBudget: 3 at 64 tiles (30 KB) and at 128 (60 KB with both operands by
   // cp.async, plus the row statistics of fused norms).
@@ -408,16 +430,30 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   return tiling;
 }
 
+namespace {
+
+// ", A and B by float4 loads", ", A by 4 x bf16 loads", ...: the operands loaded 4 at a time.
+std::string vector_loads_note(const GemmSpec& spec, const GemmTiling& t) {
+  const auto kind = [](const GemmOperand& operand) {
+    return operand.address_dtype == ir::DType::F32
+               ? std::string("float4")
+               : fmt::format("4 x {}", ir::dtype_name(operand.address_dtype));
+  };
+  if (t.vector_a && t.vector_b && kind(spec.a) == kind(spec.b))
+    return fmt::format(", A and B by {} loads", kind(spec.a));
+  std::string note;
+  if (t.vector_a) note += fmt::format(", A by {} loads", kind(spec.a));
+  if (t.vector_b) note += fmt::format(", B by {} loads", kind(spec.b));
+  return note;
+}
+
+}  // namespace
+
 std::string gemm_tiling_note(const GemmSpec& spec) {
   const GemmTiling t = gemm_tiling(spec);
-  if (t.unit == GemmUnit::Fma) {
-    const std::string loads = t.vector_a && t.vector_b ? ", A and B by float4 loads"
-                              : t.vector_a             ? ", A by float4 loads"
-                              : t.vector_b             ? ", B by float4 loads"
-                                                       : "";
+  if (t.unit == GemmUnit::Fma)
     return fmt::format("{}x{}x{} tiles, {} threads, 4x4 per thread{}", t.tile_m, t.tile_n, t.tile_k,
-                       t.threads, loads);
-  }
+                       t.threads, vector_loads_note(spec, t));
   const std::string stages = fmt::format(", {} stages", t.stages);
   const std::string copies = t.async_a && t.async_b ? "A and B by cp.async" + stages
                              : t.async_a             ? "A by cp.async" + stages
@@ -427,9 +463,9 @@ std::string gemm_tiling_note(const GemmSpec& spec) {
                             : t.unit == GemmUnit::TensorCoreF16 ? "m16n8k16, f16"
                                                                 : "m16n8k8, TF32";
   return fmt::format("tensor cores (mma.sync {} operands, f32 sums), {}x{}x{} tiles, "
-                     "{} warps of {}x{}, {}",
+                     "{} warps of {}x{}, {}{}",
                      instruction, t.tile_m, t.tile_n, t.tile_k, t.threads / 32, t.tile_m / t.warps_m,
-                     t.tile_n / t.warps_n, copies);
+                     t.tile_n / t.warps_n, copies, vector_loads_note(spec, t));
 }
 
 KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {

@@ -56,17 +56,18 @@ struct GemmTiling {
   // one's mma run; the others are staged through registers.
   bool async_a = false, async_b = false;
   int stages = 1;
-  // FMA units: operands with the same plain, 16-byte aligned address are still staged through
-  // registers (f32 needs no rounding, and the FMA loop reads k-major tiles), but 16 bytes at a
-  // time: one float4 load for four scalar ones, along the operand's contiguous dimension.
+  // Operands with a plain address whose contiguous dimension holds whole groups of 4 that are
+  // staged through registers (every operand on the FMA units, 16-bit ones on tensor cores) load
+  // 4 elements at a time along it: one float4 (or 4 bf16/f16 in 8 bytes) for four scalar loads.
   bool vector_a = false, vector_b = false;
 };
 
 // Floats after each k-row of a k-major shared tile: `tiling.pad`, except for an operand whose
-// float4 loads run along its outer index. Those are stored as float4 too, which takes rows
-// starting 16 bytes apart (a pad of 4) and then writes 32 banks per 8 threads.
+// vector loads run along its outer index. Those are stored as float4s, which takes rows starting
+// 16 bytes apart: the FMA tiles' pad of 2 becomes 4 (8 threads then write 32 banks); the
+// tensor-core tiles' 8 stays.
 inline int k_major_pad(const GemmTiling& tiling, bool vectors_along_outer) {
-  return vectors_along_outer ? 4 : tiling.pad;
+  return vectors_along_outer && tiling.pad % 4 != 0 ? 4 : tiling.pad;
 }
 
 // One operand as the tile loader sees it. The outer index is `row` for A and `col` for B; both it
@@ -86,11 +87,13 @@ struct GemmOperand {
   std::string host_setup;
   // Statements that set `value` (a float, preset to 0) to the element at (outer, k).
   std::string fetch;
-  // When the element is an f32 read unchanged from memory (no conversion, view or prologue):
-  // the expression of its address, which the tensor-core kernels may copy with cp.async
-  // (16 bytes from a 16-byte aligned address: kiln's buffers are 256-byte aligned). Empty
-  // otherwise; whoever changes `fetch` must clear it.
+  // When the element is read unchanged from memory (no view or prologue; an f32, or a bf16 or
+  // f16 only widened to float): the expression of its address, of an `address_dtype` element.
+  // f32 operands may be copied by cp.async on tensor cores (16 bytes from a 16-byte aligned
+  // address: kiln's buffers are 256-byte aligned); the others load 16 (f32) or 8 bytes (4 bf16
+  // or f16 values) at a time. Empty otherwise; whoever changes `fetch` must clear it.
   std::string address;
+  ir::DType address_dtype = ir::DType::F32;
   // The GEMM's host body stages this k-contiguous operand k by k, its outer index inner, as it
   // does the gathered ones: the operand is contiguous along k only in runs (a conv's grad-input
   // weight: KH * KW taps; a weight gradient's dy: one image's pixels), so its fetch divides k by

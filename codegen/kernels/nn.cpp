@@ -66,6 +66,14 @@ std::string matmul_batch_offsets(const ir::Shape& a_batch, const ir::Shape& b_ba
   return w.take();
 }
 
+// The operand's plain address, and the element type there (GemmOperand::address), when input
+// `index` is read as it is.
+void set_address(GemmOperand& operand, const KernelRequest& request, size_t index,
+                 const std::string& subscript) {
+  operand.address = input_address(request, index, subscript);
+  operand.address_dtype = request.node.inputs[index]->type.dtype;
+}
+
 // What the GEMMs of every op share: the index type and the result.
 GemmSpec gemm_for(const KernelRequest& request) {
   GemmSpec spec;
@@ -166,10 +174,10 @@ GemmSpec matmul_gemm(const KernelRequest& request) {
   const std::string a_at = ta ? "a_base + k * kM + row" : "a_base + row * kK + k";
   const std::string b_at = tb ? "b_base + col * kK + k" : "b_base + k * kN + col";
   spec.a.fetch = fmt::format("value = {};", load_input(request, 0, a_at));
-  spec.a.address = input_address(request, 0, a_at);
+  set_address(spec.a, request, 0, a_at);
   spec.b.k_contiguous = tb;
   spec.b.fetch = fmt::format("value = {};", load_input(request, 1, b_at));
-  spec.b.address = input_address(request, 1, b_at);
+  set_address(spec.b, request, 1, b_at);
   spec.channel = "static_cast<int>(col)";  // the last axis: what a bias_add(axis=-1) indexes
   spec.out_index = spec.batch > 1 ? "batch * kM * kN + row * kN + col"
                                   : "row * kN + col";
@@ -196,10 +204,10 @@ GemmSpec dense_gemm(const KernelRequest& request) {
   spec.k = k;
   spec.a.k_contiguous = true;
   spec.a.fetch = fmt::format("value = {};", load_input(request, 0, "row * kK + k"));
-  spec.a.address = input_address(request, 0, "row * kK + k");
+  set_address(spec.a, request, 0, "row * kK + k");
   spec.b.k_contiguous = true;  // weight is [N][K]: B transposed
   spec.b.fetch = fmt::format("value = {};", load_input(request, 1, "col * kK + k"));
-  spec.b.address = input_address(request, 1, "col * kK + k");
+  set_address(spec.b, request, 1, "col * kK + k");
   spec.channel = "static_cast<int>(col)";
   spec.out_index = "row * kN + col";
   if (node.inputs.size() > 2)
@@ -242,7 +250,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.a.k_contiguous = true;
   spec.a.fetch =
       fmt::format("value = {};", load_input(request, 1, "(group * kM + row) * kK + k"));
-  spec.a.address = input_address(request, 1, "(group * kM + row) * kK + k");
+  set_address(spec.a, request, 1, "(group * kM + row) * kK + k");
   const bool pointwise = kh * kw == 1 && stride[0] == 1 && stride[1] == 1 && !padded;
   if (pointwise) {
     // B: a 1x1, stride-1, unpadded convolution reads x itself, [N][C][H*W], as its patch
@@ -252,7 +260,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
         "(col / kOutPlane * kC + group * kGroupChannels + k) * kOutPlane + col % kOutPlane";
     spec.b.k_contiguous = false;
     spec.b.fetch = fmt::format("value = {};", load_input(request, 0, x_at));
-    if ((os[2] * os[3]) % 4 == 0) spec.b.address = input_address(request, 0, x_at);
+    if ((os[2] * os[3]) % 4 == 0) set_address(spec.b, request, 0, x_at);
   } else {
     // B: the patch matrix, gathered. A thread's column (output pixel) is fixed for the whole K
     // loop, so its image and window corner are computed once.
@@ -321,7 +329,7 @@ GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
   spec.a.host_along_k = true;
   spec.a.fetch = fmt::format("value = {};", load_input(request, 0, dy_at));
   // 16-byte copies along k stay inside one image's pixels when their count is a multiple of 4.
-  if (out_plane % 4 == 0) spec.a.address = input_address(request, 0, dy_at);
+  if (out_plane % 4 == 0) set_address(spec.a, request, 0, dy_at);
   // B: a thread's column (weight tap) is fixed for the whole K loop, so its channel and window
   // offsets are computed once; the pixel moves with k.
   spec.b.k_contiguous = false;
@@ -392,7 +400,7 @@ GemmSpec conv2d_grad_input_gemm(const KernelRequest& request) {
   spec.a.k_contiguous = kh * kw > 1;
   spec.a.host_along_k = kh * kw > 1;
   spec.a.fetch = fmt::format("value = {};", load_input(request, 1, w_at));
-  if (kh * kw == 1) spec.a.address = input_address(request, 1, w_at);
+  if (kh * kw == 1) set_address(spec.a, request, 1, w_at);
   if (pointwise) {
     // B: dy itself, [N][O][H*W]: 16-byte copies along the pixels stay in one image when a
     // plane holds a multiple of 4.
@@ -400,7 +408,7 @@ GemmSpec conv2d_grad_input_gemm(const KernelRequest& request) {
         "(col / kInPlane * kO + group * kOutPerGroup + k) * kOutPlane + col % kInPlane";
     spec.b.k_contiguous = false;
     spec.b.fetch = fmt::format("value = {};", load_input(request, 0, dy_at));
-    if (in_plane % 4 == 0) spec.b.address = input_address(request, 0, dy_at);
+    if (in_plane % 4 == 0) set_address(spec.b, request, 0, dy_at);
   } else {
     // B: a thread's column (input pixel) is fixed for the whole K loop, so its image and its
     // position in padded coordinates are computed once; the tap and out channel move with k.
