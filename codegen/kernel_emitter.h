@@ -63,6 +63,10 @@ struct KernelRequest {
   // The arithmetic GEMMs may use (--precision): f32 on the FMA units, or tf32, bf16 or f16
   // operands on tensor cores.
   Precision precision = Precision::F32;
+  // For operand k, the dtype its buffer holds when the kernel absorbed a cast of it (the node
+  // reads cast(buffer); fused.cpp's operand casts), or nullopt: the node's operand type. Loads
+  // (load_input, input_address) read the buffer's dtype.
+  std::vector<std::optional<ir::DType>> stored_dtypes;
 };
 
 struct KernelSpec {

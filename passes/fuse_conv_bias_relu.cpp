@@ -15,6 +15,10 @@
 // [B, T, E] after an output projection): the kernel then stores through their view
 // (ir::gemm_output_view), and the ops after them (the residual add) read the final layout.
 //
+// Casts that only the chain reads join it too (autocast's 16-bit copies of an image, a weight, a
+// bias), unless their producer can store the 16-bit value itself: the kernel reads the f32
+// tensor and rounds it as it loads.
+//
 // Only the chain's last value leaves the kernel: every other value had one user, inside the
 // chain, so no path leaves the group and comes back (the kernel cannot depend on itself).
 // TensorRT and cuDNN fuse the same pattern (convolution + bias + activation, optionally + z).
@@ -92,6 +96,56 @@ std::vector<ir::Node*> epilogue_chain(const ir::Graph& graph, const fusion::User
   return chain;
 }
 
+// Whether fuse-elementwise can join a cast of `producer`'s result into its kernel, which then
+// stores the 16-bit value: elementwise ops and GEMM epilogues.
+bool stores_casts(const ir::Node& producer) {
+  if (producer.is_kernel()) {
+    const std::string& kind = ir::kernel_kind(producer);
+    return kind == ir::kLoopKernel || kind == ir::kEpilogueKernel;
+  }
+  const ir::OpKind kind = producer.def->kind;
+  return kind == ir::OpKind::Elementwise || kind == ir::OpKind::Broadcast ||
+         kind == ir::OpKind::OutElementwiseFusable;
+}
+
+// Casts between float types that only `chain` reads (autocast's f32 -> bf16 of an image, a
+// weight, a bias, a pool's or a reshape's result): the kernel reads the f32 tensor and rounds as
+// it loads, so the 16-bit copy is never stored and no kernel makes it. Not the casts an
+// elementwise producer or a GEMM epilogue can store instead (fuse-elementwise): half the bytes.
+std::vector<ir::Node*> operand_casts(const ir::Graph& graph, const fusion::Users& users,
+                                     const std::unordered_map<const ir::Node*, std::string>& claimed,
+                                     const std::vector<ir::Node*>& chain, PassContext& context) {
+  std::vector<ir::Node*> casts;
+  const auto in_chain = [&](const ir::Node* node) {
+    return std::find(chain.begin(), chain.end(), node) != chain.end();
+  };
+  for (const ir::Node* node : chain)
+    for (const ir::Value* input : node->inputs) {
+      ir::Node* cast = input->producer;
+      if (cast == nullptr || cast->is_kernel() || cast->op != ir::OpId::Cast || in_chain(cast) ||
+          std::find(casts.begin(), casts.end(), cast) != casts.end())
+        continue;
+      const ir::Value* source = cast->inputs[0];
+      std::optional<std::string> reason;
+      if (!ir::is_floating(source->type.dtype) || !ir::is_floating(input->type.dtype))
+        reason = "it is not a cast between float types";
+      else if (const ir::Node* producer = source->producer; producer && stores_casts(*producer))
+        reason = fusion::ref(*producer) + " can round it as it stores it (fuse-elementwise): half the bytes";
+      else if (claimed.count(cast))
+        reason = "kernel '" + claimed.at(cast) + "' already reads it";
+      else if (graph.is_output(input) ||
+               !std::all_of(users.of(input).begin(), users.of(input).end(), in_chain))
+        reason = "its result is read outside the kernel";
+      if (reason) {
+        context.debug(kPass, fmt::format("not fusing {} into {}: {}", fusion::ref(*cast),
+                                         fusion::ref(*chain.front()), *reason));
+        continue;
+      }
+      casts.push_back(cast);
+    }
+  return casts;
+}
+
 std::string kernel_name(const std::vector<ir::Node*>& chain) {
   const ir::Node& anchor = *chain.front();
   std::string name = ir::to_string(anchor.op) + (anchor.inputs.size() > 2 ? "_bias" : "");
@@ -124,8 +178,10 @@ bool FuseConvBiasRelu::run(ir::Graph& graph, PassContext& context) {
   std::unordered_map<const ir::Node*, std::string> claimed;  // node -> the kernel it joins
   for (ir::Node* anchor : anchors) {
     std::vector<ir::Node*> chain = epilogue_chain(graph, users, claimed, *anchor, context);
-    if (chain.size() < 2) continue;
+    const std::vector<ir::Node*> casts = operand_casts(graph, users, claimed, chain, context);
+    if (chain.size() + casts.size() < 2) continue;
     std::string name = kernel_name(chain);
+    chain.insert(chain.begin(), casts.begin(), casts.end());
     const std::string what = fmt::format("fuse {} into kernel {}", describe_chain(chain), name);
     if (!context.take_fuel(kPass, what)) break;
     for (const ir::Node* node : chain) claimed.emplace(node, name);

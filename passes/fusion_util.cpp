@@ -124,9 +124,10 @@ std::optional<std::string> recomputed_norm_refusal(const ir::Node& norm) {
   return std::nullopt;
 }
 
-std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir::Node& consumer) {
+std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir::Node& consumer,
+                                                 const ir::Value* rows) {
   if (auto reason = recomputed_norm_refusal(norm)) return reason;
-  const ir::Value* y = norm.results[0];
+  const ir::Value* y = rows ? rows : norm.results[0];
   const ir::Node* dense = rows_gemm_of(consumer);
   if (!dense)
     return ref(consumer) + " is not a dense or a matmul of rows by one matrix (or such a GEMM's epilogue kernel)";
@@ -154,7 +155,9 @@ std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir:
   } else if (x != y || dense->inputs[1] == y || (dense->inputs.size() > 2 && dense->inputs[2] == y)) {
     return ref(consumer) + " reads it as another operand than the dense's rows";
   }
-  if (dense->inputs[0]->type.dtype != ir::DType::F32) return "the GEMM is not f32";
+  if (dense->inputs[0]->type.dtype != y->type.dtype) return "the GEMM does not read its rows in their dtype";
+  if (y->type.dtype != ir::DType::F32 && y->type.dtype != ir::DType::BF16 && y->type.dtype != ir::DType::F16)
+    return "the GEMM is not f32, bf16 or f16";
   return std::nullopt;
 }
 

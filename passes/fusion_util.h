@@ -55,8 +55,10 @@ const ir::Node* rows_gemm_of(const ir::Node& consumer);
 // of fuse-norm-prologue: the norm must normalize the last axis alone, in f32, and `consumer`
 // must be a rows GEMM (or such a GEMM's epilogue kernel) that reads it as its rows only,
 // directly or through views that keep each row of A one whole row of the norm. nullopt when it
-// can. Whether the norm has other readers is the caller's question.
-std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir::Node& consumer);
+// can. Whether the norm has other readers is the caller's question. `rows`: the value the GEMM
+// reads when it is not the norm's result but its cast to the GEMM's 16-bit dtype (autocast's).
+std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir::Node& consumer,
+                                                 const ir::Value* rows = nullptr);
 
 // Why `norm`'s result cannot be recomputed where it is read, as the GEMM prologue and the
 // residual epilogue operand do: only a norm over the last axis alone, in f32. nullopt when it can.

@@ -108,16 +108,21 @@ int64_t largest_tensor(const ir::Node& node) {
   return largest;
 }
 
+ir::DType stored_dtype(const KernelRequest& request, size_t index) {
+  if (index < request.stored_dtypes.size() && request.stored_dtypes[index])
+    return *request.stored_dtypes[index];
+  return request.node.inputs[index]->type.dtype;
+}
+
 std::string load_input(const KernelRequest& request, size_t index, const std::string& subscript) {
   if (index < request.fused_inputs.size() && !request.fused_inputs[index].empty())
     return request.fused_inputs[index] + "(" + subscript + ")";
-  return load(request.node.inputs[index]->type.dtype,
-              request.input_params[index] + "[" + subscript + "]");
+  return load(stored_dtype(request, index), request.input_params[index] + "[" + subscript + "]");
 }
 
 std::string input_address(const KernelRequest& request, size_t index, const std::string& subscript) {
   if (index < request.fused_inputs.size() && !request.fused_inputs[index].empty()) return "";
-  const ir::DType dtype = request.node.inputs[index]->type.dtype;
+  const ir::DType dtype = stored_dtype(request, index);
   if (dtype != ir::DType::F32 && dtype != ir::DType::F16 && dtype != ir::DType::BF16) return "";
   return "&" + request.input_params[index] + "[" + subscript + "]";
 }

@@ -101,6 +101,8 @@ int64_t largest_tensor(const ir::Node& node);
 // Element `subscript` of input `index` (its kernel parameter), converted to its compute type;
 // or, when a fused kernel computes that input in registers (KernelRequest::fused_inputs), the
 // call computing it.
+// The dtype operand `index`'s buffer holds (KernelRequest::stored_dtypes, else the operand's).
+ir::DType stored_dtype(const KernelRequest& request, size_t index);
 std::string load_input(const KernelRequest& request, size_t index, const std::string& subscript);
 // `&in_x[subscript]`: the address of that element, when operand `index` is read from a kernel
 // parameter as it is, an f32 or a bf16/f16 that is only widened (for cp.async and vector

@@ -114,7 +114,7 @@ using Aliases = std::vector<std::pair<std::string, std::string>>;  // alias, dec
 
 KernelRequest inner_request(const ir::Node& node, const KernelRequest& request, const Names& names,
                             Aliases& aliases) {
-  KernelRequest inner{node, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows, request.precision};
+  KernelRequest inner{node, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows, request.precision, {}};
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     const std::string param = names.param(node.inputs[i]);
     if (param.empty()) {  // computed in the kernel (fused_x)
@@ -480,10 +480,53 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
   spec.note += "; " + norm.describe() + " as a prologue (rows normalized as they are staged)";
 }
 
+// `expression` (a float or double of dtype `from`) converted to `to` and back to the compute
+// type: what reading a stored cast(from -> to) would give.
+std::string cast_value(ir::DType from, ir::DType to, const std::string& expression) {
+  if (to == ir::DType::BF16) return "kiln_bf16_to_float(kiln_float_to_bf16(" + expression + "))";
+  if (to == ir::DType::F16) return "kiln_half_to_float(kiln_float_to_half(" + expression + "))";
+  if (to == ir::DType::F32 && from == ir::DType::F64) return "static_cast<float>(" + expression + ")";
+  return expression;  // widening is exact
+}
+
+// Whether the GEMM's units round an operand to `to` as they take it (bf16 or f16 tensor cores
+// at --precision=bf16/f16): then reading the f32 buffer unchanged is reading the cast.
+bool units_round_to(Precision precision, ir::DType to) {
+  return sixteen_bit(precision) && precision_name(precision) == ir::dtype_name(to);
+}
+
 KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) {
   const ir::Node& kernel = request.node;
   const Names names(kernel, request.input_params);
   BodyPlan plan = plan_in;
+  // Casts of the kernel's operands (fuse-conv-bias-relu takes autocast's 16-bit copies of
+  // inputs and parameters): the GEMM and the epilogue read the operand as stored and convert
+  // it as the cast would, so the copy is never stored.
+  std::unordered_map<const ir::Value*, const ir::Node*> operand_casts;
+  // A cast of the rows a norm prologue or a view makes (fuse-norm-prologue takes autocast's
+  // cast between an f32 norm and a 16-bit dense): A is rounded as it is staged.
+  const ir::Node* rows_cast = nullptr;
+  std::erase_if(plan.compute, [&](const ir::Node* node) {
+    if (node->op != ir::OpId::Cast) return false;
+    const ir::Node* producer = node->inputs[0]->producer;
+    if (!names.param(node->inputs[0]).empty()) {
+      operand_casts.emplace(node->results[0], node);
+      return true;
+    }
+    if (producer && (is_norm(*producer) || ir::is_view_op(producer->op)) && !rows_cast) {
+      rows_cast = node;
+      return true;
+    }
+    return false;
+  });
+  // The value the GEMM reads as `value`, seen through the rows cast.
+  const auto uncast = [&](const ir::Value* value) {
+    return rows_cast && value == rows_cast->results[0] ? rows_cast->inputs[0] : value;
+  };
+  const auto cast_of = [&](const ir::Value* value) -> const ir::Node* {
+    auto found = operand_casts.find(value);
+    return found == operand_casts.end() ? nullptr : found->second;
+  };
   // Norms the kernel recomputes (their results are never stored): the one the GEMM reads as
   // its rows is its prologue (fuse-norm-prologue), the others are residuals its epilogue reads
   // (fuse-norm-residual). Their statistics come first; they are not epilogue steps.
@@ -501,7 +544,7 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     plan.compute.erase(plan.compute.begin());
   }
   const ir::Node& anchor = *plan.compute.front();
-  const ir::Value* a_source = row_views.empty() ? anchor.inputs[0] : row_views.front()->inputs[0];
+  const ir::Value* a_source = row_views.empty() ? uncast(anchor.inputs[0]) : row_views.front()->inputs[0];
   const ir::Node* norm = nullptr;
   std::vector<const ir::Node*> residual_norms;
   for (const ir::Node* n : norms) {
@@ -512,11 +555,34 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   }
   const ir::Value* rows = norm ? norm->results[0] : row_views.empty() ? nullptr : row_views.front()->inputs[0];
   const ir::Value* rows_param = norm ? norm->inputs[0] : rows;  // the kernel operand A comes from
-  KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows, request.precision};
-  for (const ir::Value* input : anchor.inputs)
-    inner.input_params.push_back(input == anchor.inputs[0] && rows ? names.param(rows_param) : names.param(input));
+  KernelRequest inner{anchor, request.kernel_name, {}, request.output_params, {}, request.dynamic_rows, request.precision, {}};
+  BodyWriter operand_lambdas(0);
+  for (size_t index = 0; index < anchor.inputs.size(); ++index) {
+    const ir::Value* input = anchor.inputs[index];
+    const ir::Node* cast = cast_of(input);
+    const ir::Value* read = cast ? cast->inputs[0] : input;
+    const bool a_rows = input == anchor.inputs[0] && rows;
+    inner.input_params.push_back(a_rows ? names.param(rows_param) : names.param(read));
+    inner.stored_dtypes.push_back(cast           ? std::optional<ir::DType>(read->type.dtype)
+                                  : a_rows && rows_cast ? std::optional<ir::DType>(rows_param->type.dtype)
+                                                        : std::nullopt);
+    inner.fused_inputs.emplace_back();
+    // A and B on tensor cores that round them as the cast would: read as stored.
+    if (!cast || (index < 2 && units_round_to(request.precision, input->type.dtype))) continue;
+    // Units that would not round the operand (f32 FMA), or a bias: the loads convert it.
+    inner.fused_inputs.back() = "cast_" + inner.input_params.back();
+    operand_lambdas.comment(fmt::format("{}: {} -> {} as the GEMM loads it", cast->describe(),
+                                        ir::dtype_name(read->type.dtype), ir::dtype_name(input->type.dtype)));
+    operand_lambdas.line("const auto {} = [&](long long i) -> float {{ return {}; }};",
+                         inner.fused_inputs.back(),
+                         cast_value(read->type.dtype, input->type.dtype,
+                                    load(read->type.dtype, inner.input_params.back() + "[i]")));
+  }
+
   const ir::Value* a = row_views.empty() ? rows : row_views.back()->results[0];
-  if (rows && ((anchor.op != ir::OpId::Dense && anchor.op != ir::OpId::Matmul) || anchor.inputs[0] != a))
+  if (rows_cast && !rows)
+    throw Error(kernel.loc.render(), kernel.describe() + ": a cast before its GEMM rounds a norm's or a view's rows only");
+  if (rows && ((anchor.op != ir::OpId::Dense && anchor.op != ir::OpId::Matmul) || uncast(anchor.inputs[0]) != a))
     throw Error(kernel.loc.render(), kernel.describe() + ": a norm prologue or row views feed the rows of a dense or matmul only");
   RowPosition row_at = row_major;
   if (!row_views.empty()) {
@@ -583,6 +649,13 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
         next_array += 2;
         arg = normalized(*recomputed, names, prefix, residual_row("row") + " + col", "col");
         spec.note += "; " + recomputed->describe() + " recomputed as the residual";
+      } else if (const ir::Node* cast = cast_of(input)) {
+        // A cast operand (a bias autocast made 16-bit): read as stored, converted.
+        const ir::Value* read = cast->inputs[0];
+        std::string index = epilogue_index(node, input, running->type.shape);
+        if (index == "out_index" && !out_views.empty() && !past_views) index = "row * kN + col";
+        arg = cast_value(read->type.dtype, input->type.dtype,
+                         load(read->type.dtype, names.param(read) + "[" + index + "]"));
       } else if (input != running) {
         const std::string param = names.param(input);
         KILN_CHECK(!param.empty()) << node.describe() << " reads a value the epilogue lost";
@@ -605,7 +678,21 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     spec.a.address.clear();  // a view's rows need not be 16-byte aligned
     spec.note += "; A read through the view of " + source_list(row_views);
   }
-  spec.prelude = prelude.take();
+  if (rows_cast && !units_round_to(request.precision, rows_cast->results[0]->type.dtype))
+    spec.a.fetch += fmt::format("\nvalue = {};  // {}", cast_value(rows_cast->inputs[0]->type.dtype,
+                                                                  rows_cast->results[0]->type.dtype, "value"),
+                                rows_cast->describe());
+  if (rows_cast) spec.note += "; A rounded to " + std::string(ir::dtype_name(rows_cast->results[0]->type.dtype)) + " as it is staged";
+  spec.prelude = operand_lambdas.take() + prelude.take();
+  if (!operand_casts.empty()) {
+    std::string sources;
+    for (const ir::Node* node : plan_in.compute)
+      if (operand_casts.count(node->results[0]))
+        sources += fmt::format("{}{} ({} -> {})", sources.empty() ? "" : ", ", node->inputs[0]->name,
+                               ir::dtype_name(node->inputs[0]->type.dtype),
+                               ir::dtype_name(node->results[0]->type.dtype));
+    spec.note += "; reads " + sources + " as stored, converting as it loads";
+  }
   if (!spec.epilogue.empty() && spec.epilogue.back() != '\n') spec.epilogue += '\n';
   spec.epilogue += epilogue.take();
   spec.out_dtype = plan.stored->type.dtype;

@@ -740,10 +740,16 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   // 64 registers, the most any of ResNet-50's GEMMs took unbounded; ptxas then takes 56-64
   // where it took 40, for 50 % occupancy instead of 75 %: this loop waits on its 8 shared loads
   // per 16 FMAs, which more resident warps do not speed up.
+  // On tensor cores, an operand staged as 4 x 16-bit loads next to one copied by cp.async (an
+  // f32 input autocast reads as stored beside a bf16 weight) met the same heuristic: 40
+  // registers, 16 bytes spilled (sm_80). Any bound makes ptxas allocate normally; one block per
+  // SM leaves it every register (it takes 56).
   if (split_k && !mma)
     kernel.min_blocks_per_sm = 2;
   else if ((tiling.vector_a || tiling.vector_b) && !mma)
     kernel.min_blocks_per_sm = 4;
+  else if ((tiling.vector_a || tiling.vector_b) && mma)
+    kernel.min_blocks_per_sm = 1;
   return kernel;
 }
 

@@ -71,7 +71,7 @@ std::string matmul_batch_offsets(const ir::Shape& a_batch, const ir::Shape& b_ba
 void set_address(GemmOperand& operand, const KernelRequest& request, size_t index,
                  const std::string& subscript) {
   operand.address = input_address(request, index, subscript);
-  operand.address_dtype = request.node.inputs[index]->type.dtype;
+  operand.address_dtype = stored_dtype(request, index);
 }
 
 // What the GEMMs of every op share: the index type and the result.
