@@ -51,4 +51,9 @@ inline bool sixteen_bit(Precision precision) {
   return precision == Precision::Bf16 || precision == Precision::F16;
 }
 
+// The dtype the autocast pass narrows to at `precision` ("bf16", "f16"), or "" (no autocast).
+inline std::string_view autocast_dtype(Precision precision) {
+  return sixteen_bit(precision) ? precision_name(precision) : std::string_view();
+}
+
 }  // namespace kiln::codegen

@@ -208,7 +208,7 @@ Prepared prepare_model(const Options& options, PhaseTimer& timer, runtime::Kerne
       timer.time("parse", [&] { return compiler::load_model(options.model, import); }));
   timer.time("weights", [&] { compiler::load_parameter_data(*graph); });
   if (options.batch != 0) compiler::set_batch_size(*graph, options.batch);
-  timer.time("passes", [&] { options.pipeline.run(*graph, nullptr, options.library.selection()); });
+  timer.time("passes", [&] { options.pipeline.run(*graph, nullptr, options.library.selection(), options.precision.value()); });
   Prepared prepared;
   for (const ir::Value* input : graph->inputs)
     prepared.slots.push_back({input->name, input->type, input->dynamic_dims});

@@ -163,7 +163,9 @@ void PrecisionFlag::add_to(CLI::App& command) {
   command.add_option("--precision", text,
                      "arithmetic of conv2d, dense and matmul: f32 (exact, CUDA cores), or on "
                      "tensor cores with f32 sums, operands rounded to tf32 (10 mantissa bits), "
-                     "bf16 (7) or f16 (10, range +-65504); docs/tensor-cores.md")
+                     "bf16 (7) or f16 (10, range +-65504); bf16 and f16 also autocast: those ops' "
+                     "results stay 16-bit until a norm, softmax, loss or reduction widens them "
+                     "(the autocast pass); docs/tensor-cores.md")
       ->check(CLI::IsMember({"f32", "tf32", "bf16", "f16"}))
       ->capture_default_str();
 }

@@ -72,7 +72,7 @@ int run(const Options& options, const CLI::App& command) {
                                  options.precision.value()),
         options.seed};
   }
-  options.pipeline.apply_to(request, options.library.selection());
+  options.pipeline.apply_to(request, options.library.selection(), options.precision.value());
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   request.cache = cache.get();
   request.verbose = options.cache.verbose;

@@ -31,7 +31,7 @@ struct Options {
 int run(const Options& options) {
   PhaseTimer timer;
   ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, options.input_shapes.options(options.model)); });
-  timer.time("passes", [&] { options.pipeline.run(graph, nullptr, options.library.selection()); });
+  timer.time("passes", [&] { options.pipeline.run(graph, nullptr, options.library.selection(), options.precision.value()); });
   const codegen::Program program = timer.time("codegen", [&] {
     return codegen::emit_program(graph, options.library.selection(), options.precision.value());
   });

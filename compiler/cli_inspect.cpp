@@ -82,12 +82,12 @@ int run(const Options& options, const CLI::App& command) {
   // be marked; random initializers stay unmaterialized (they are dense).
   compiler::load_file_parameter_data(graph);
   std::vector<std::pair<std::string, std::string>> decisions;
-  options.pipeline.run(graph, &decisions, options.library.selection());
+  options.pipeline.run(graph, &decisions, options.library.selection(), options.precision.value());
   const codegen::Program program =
       codegen::emit_program(graph, options.library.selection(), options.precision.value());
   const runtime::CudaBinary binary = options.cache.compile(program.source, graph.name + ".cu", options.archs);
   compiler::Inspection inspection{program, binary, options.archs,
-                                  options.pipeline.pass_names(options.library.selection()), {}};
+                                  options.pipeline.pass_names(options.library.selection(), options.precision.value()), {}};
   for (const ir::Value* parameter : graph.parameters)
     if (parameter->data) inspection.weights.emplace(parameter->name, parameter->data.get());
   print(options, inspection, decisions);

@@ -34,6 +34,7 @@ struct Options {
   bool batch_invariant = false;  // --batch-invariant: as kiln train's
   int rank = 0;
   PipelineFlags pipeline;
+  PrecisionFlag precision;  // bf16/f16: the default pipelines autocast (passes/autocast.cpp)
   InputShapeFlag input_shapes;
 };
 
@@ -105,7 +106,7 @@ int run_split(const Options& options, std::string& out) {
       const std::string padded = std::string(static_cast<size_t>(chunks[i].first - 1), '\n') + chunks[i].second;
       ir::Graph graph = ir::parse_graph(padded, options.input, base_dir.empty() ? "." : base_dir);
       ir::verify(graph);
-      options.pipeline.run(graph);
+      options.pipeline.run(graph, nullptr, {}, options.precision.value());
       if (i) out += "// -----\n";
       out += ir::print_graph(graph);
     } catch (const Error& error) {
@@ -148,12 +149,13 @@ int run(const Options& options) {
       // The whole step as `[mpirun ...] kiln train [--batch-invariant]` compiles it (Adam at
       // its defaults).
       PipelineFlags step = options.pipeline;
-      step.passes = passes::training_pipeline("optimizer=adam lr=0.001", options.distributed,
-                                              options.batch_invariant);
+      step.passes = passes::with_autocast(
+          passes::training_pipeline("optimizer=adam lr=0.001", options.distributed, options.batch_invariant),
+          codegen::autocast_dtype(options.precision.value()));
       step.passes_given = true;
       step.run(graph);
     } else {
-      options.pipeline.run(graph);
+      options.pipeline.run(graph, nullptr, {}, options.precision.value());
     }
     if (!options.params_out.empty()) {
       move_inline_params(graph, options.params_out);
@@ -210,6 +212,7 @@ Command add_opt_command(CLI::App& app) {
                   "safetensors file and refer to them from the IR with file(...)");
   // opt prints the graph as written unless passes are asked for (-O1 or --passes).
   options->pipeline.add_to(*opt, 0);
+  options->precision.add_to(*opt);
   options->input_shapes.add_to(*opt);
   return {opt, [options]() { return run(*options); }};
 }

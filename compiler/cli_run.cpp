@@ -257,7 +257,7 @@ std::vector<ir::Tensor> run_model(Options options, const compiler::ImportOptions
   }
   request.library = options.library.text;
   request.precision = options.precision.value();
-  options.pipeline.apply_to(request, options.library.selection());
+  options.pipeline.apply_to(request, options.library.selection(), options.precision.value());
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   request.cache = cache.get();
   request.verbose = options.cache.verbose;
@@ -324,7 +324,7 @@ int run(const Options& options, const CLI::App& command) {
       // package cache by, so it is compiled here.
       ir::Graph graph = timer.time("parse", [&] { return compiler::load_model(options.model, import); });
       timer.time("weights", [&] { compiler::load_parameter_data(graph); });
-      timer.time("passes", [&] { options.pipeline.run(graph, nullptr, options.library.selection()); });
+      timer.time("passes", [&] { options.pipeline.run(graph, nullptr, options.library.selection(), options.precision.value()); });
       conform_inputs(inputs, options, input_slots(graph));
       if (options.backend == "reference") {
         if (!options.profile.empty())

@@ -71,7 +71,7 @@ int run(Options options) {
   }
   defaults.request.library = options.library.text;
   defaults.request.precision = options.precision.value();
-  options.pipeline.apply_to(defaults.request, options.library.selection());
+  options.pipeline.apply_to(defaults.request, options.library.selection(), options.precision.value());
   std::unique_ptr<runtime::KernelCache> cache = options.cache.open();
   defaults.request.cache = cache.get();
   defaults.request.verbose = options.cache.verbose;

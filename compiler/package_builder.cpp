@@ -139,8 +139,10 @@ BuiltPackage build_package(const PackageRequest& request) {
     TrainingPrograms programs = build_training_programs(request.model, request.train->batch_size,
                                                         request.train->seed, request.train->optimizer,
                                                         libraries, request.precision);
-    m.pipeline = passes::keep_vendor_gemms_whole(passes::training_pipeline(request.train->optimizer),
-                                                 libraries.cudnn, libraries.cublaslt);
+    m.pipeline = passes::with_autocast(
+        passes::keep_vendor_gemms_whole(passes::training_pipeline(request.train->optimizer),
+                                        libraries.cudnn, libraries.cublaslt),
+        codegen::autocast_dtype(request.precision));
     m.options["train"] = training_options_json(programs);
     m.report["fusion_decisions"] = {{std::string(runtime::kTrainStepProgram), decisions_json(programs.step_decisions)}};
     package.programs.push_back(compile_program(request, std::string(runtime::kInferenceProgram),

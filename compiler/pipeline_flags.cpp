@@ -31,10 +31,13 @@ void PipelineFlags::add_to(CLI::App& command, int default_level) {
       ->check(CLI::NonNegativeNumber);
 }
 
-std::vector<std::string> PipelineFlags::pass_names(const codegen::LibrarySelection& libraries) const {
+std::vector<std::string> PipelineFlags::pass_names(const codegen::LibrarySelection& libraries,
+                                                  codegen::Precision precision) const {
   if (!passes.empty()) return passes;
-  return passes::keep_vendor_gemms_whole(passes::inference_pipeline(opt_level), libraries.cudnn,
-                                         libraries.cublaslt);
+  return passes::with_autocast(
+      passes::keep_vendor_gemms_whole(passes::inference_pipeline(opt_level), libraries.cudnn,
+                                      libraries.cublaslt),
+      codegen::autocast_dtype(precision));
 }
 
 bool PipelineFlags::given(const CLI::App& command) const {
@@ -47,17 +50,19 @@ bool PipelineFlags::observes() const {
 }
 
 void PipelineFlags::apply_to(compiler::PackageRequest& request,
-                             const codegen::LibrarySelection& libraries) const {
+                             const codegen::LibrarySelection& libraries,
+                             codegen::Precision precision) const {
   request.opt_level = opt_level;
-  request.pipeline = pass_names(libraries);
-  request.run_pipeline = [this, libraries](ir::Graph& graph, compiler::PassDecisions* decisions) {
-    run(graph, decisions, libraries);
+  request.pipeline = pass_names(libraries, precision);
+  request.run_pipeline = [this, libraries, precision](ir::Graph& graph, compiler::PassDecisions* decisions) {
+    run(graph, decisions, libraries, precision);
   };
   request.reuse_package = !observes();
 }
 
 void PipelineFlags::run(ir::Graph& graph, std::vector<std::pair<std::string, std::string>>* decisions,
-                        const codegen::LibrarySelection& libraries) const {
+                        const codegen::LibrarySelection& libraries,
+                        codegen::Precision precision) const {
   passes::PassManagerOptions options = manager;
   if (decisions) {
     options.decisions = decisions;
@@ -69,7 +74,7 @@ void PipelineFlags::run(ir::Graph& graph, std::vector<std::pair<std::string, std
   // Names are checked before anything runs, so a typo never half-optimizes a graph.
   for (const std::string& name : print_after)
     if (!passes::find_pass(name)) manager_instance.add(name);  // throws with a did-you-mean
-  manager_instance.add_all(pass_names(libraries));
+  manager_instance.add_all(pass_names(libraries, precision));
   if (manager_instance.passes().empty()) return;
   // Folding passes compute with parameter values, so every parameter needs its data first.
   compiler::load_parameter_data(graph);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codegen/library_call.h"
+#include "codegen/precision.h"
 #include "compiler/package_builder.h"
 #include "ir/graph.h"
 #include "passes/pass_manager.h"
@@ -24,12 +25,15 @@ struct PipelineFlags {
   void add_to(CLI::App& command, int default_level);
   // The passes run() runs, in order: --passes as given, or the default pipeline for -O, whose
   // split-k leaves whole the forward GEMMs `libraries` (--library) may compute
-  // (passes::keep_vendor_gemms_whole).
-  std::vector<std::string> pass_names(const codegen::LibrarySelection& libraries = {}) const;
+  // (passes::keep_vendor_gemms_whole), and which at a 16-bit `precision` autocasts
+  // (passes::with_autocast).
+  std::vector<std::string> pass_names(const codegen::LibrarySelection& libraries = {},
+                                      codegen::Precision precision = codegen::Precision::F32) const;
   // Runs --passes, or the default pipeline for -O. Dumps and logs go to stderr. `decisions`:
   // where to keep the fusion passes' decisions (every refusal, with its reason), if anywhere.
   void run(ir::Graph& graph, std::vector<std::pair<std::string, std::string>>* decisions = nullptr,
-           const codegen::LibrarySelection& libraries = {}) const;
+           const codegen::LibrarySelection& libraries = {},
+           codegen::Precision precision = codegen::Precision::F32) const;
   // Whether -O or --passes was given (a package is already compiled: they cannot apply).
   bool given(const CLI::App& command) const;
   // Whether a flag watches or limits the passes (IR dumps, pass logs and times, --pass-fuel):
@@ -37,7 +41,8 @@ struct PipelineFlags {
   bool observes() const;
   // Sets `request`'s pipeline from these flags: -O, the pass names, how to run them (this
   // object must outlive the request), and whether the package may come from the package cache.
-  void apply_to(compiler::PackageRequest& request, const codegen::LibrarySelection& libraries) const;
+  void apply_to(compiler::PackageRequest& request, const codegen::LibrarySelection& libraries,
+                codegen::Precision precision) const;
 };
 
 }  // namespace kiln::cli

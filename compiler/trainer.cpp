@@ -335,11 +335,13 @@ TrainingPrograms build_training_programs(const std::string& model, int64_t batch
   programs.info =
       make_training_graph(step_graph, TrainingGraphOptions{batch_size, seed, std::max(rank, 0)});
   run_pipeline(step_graph,
-               passes::keep_vendor_gemms_whole(passes::training_pipeline(optimizer, rank >= 0, batch_invariant),
-                                               libraries.cudnn, libraries.cublaslt),
+               passes::with_autocast(
+                   passes::keep_vendor_gemms_whole(passes::training_pipeline(optimizer, rank >= 0, batch_invariant),
+                                                   libraries.cudnn, libraries.cublaslt),
+                   codegen::autocast_dtype(precision)),
                &programs.step_decisions);
   set_batch_size(eval_graph, batch_size);
-  run_pipeline(eval_graph, kEvalPipeline);
+  run_pipeline(eval_graph, passes::with_autocast(kEvalPipeline, codegen::autocast_dtype(precision)));
   add_weights(step_graph, programs.weights);
   add_weights(eval_graph, programs.weights);
   programs.step = codegen::emit_program(step_graph, libraries, precision);

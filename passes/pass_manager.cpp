@@ -272,4 +272,14 @@ std::vector<std::string> training_pipeline(const std::string& optimizer, bool di
   return pipeline;
 }
 
+std::vector<std::string> with_autocast(std::vector<std::string> pipeline, std::string_view low) {
+  if (low.empty()) return pipeline;
+  auto at = std::find(pipeline.begin(), pipeline.end(), "fuse-attention");
+  if (at == pipeline.end()) return pipeline;
+  const bool folds = std::find(pipeline.begin(), pipeline.end(), "constant-fold") != pipeline.end();
+  at = pipeline.insert(at + 1, fmt::format("autocast{{to={}}}", low));
+  if (folds) pipeline.insert(at + 1, "constant-fold");
+  return pipeline;
+}
+
 }  // namespace kiln::passes
