@@ -18,16 +18,11 @@ uint64_t mix(uint64_t x) {
 }
 
 void reinfer(ir::Node& node) {
-  std::vector<ir::TensorType> types;
-  for (const ir::Value* input : node.inputs) types.push_back(input->type);
-  std::vector<ir::TensorType> results;
   try {
-    results = ir::infer_op(*node.def, types, node.attrs);
+    ir::reinfer_results(node);
   } catch (const ir::OpError& error) {
     throw Error(node.loc.render(), node.describe() + ": " + error.message);
   }
-  KILN_CHECK(results.size() == node.results.size()) << node.describe() << ": result count changed";
-  for (size_t i = 0; i < results.size(); ++i) node.results[i]->type = results[i];
 }
 
 }  // namespace

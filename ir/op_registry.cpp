@@ -243,4 +243,12 @@ std::vector<TensorType> infer_op(OpId op, const std::vector<Value*>& inputs, Att
   return infer_op(OpRegistry::instance().get(op), types, attrs);
 }
 
+void reinfer_results(Node& node) {
+  std::vector<TensorType> types;
+  for (const Value* input : node.inputs) types.push_back(input->type);
+  const std::vector<TensorType> results = infer_op(*node.def, types, node.attrs);
+  KILN_CHECK(results.size() == node.results.size()) << node.describe() << ": result count changed";
+  for (size_t i = 0; i < results.size(); ++i) node.results[i]->type = results[i];
+}
+
 }  // namespace kiln::ir

@@ -126,6 +126,9 @@ std::vector<TensorType> infer_op(const OpDef& def, const std::vector<TensorType>
 // The same for op `op` applied to `inputs` (values of a graph), as a rewrite that builds a node
 // needs it. OpError as above.
 std::vector<TensorType> infer_op(OpId op, const std::vector<Value*>& inputs, AttrMap& attrs);
+// Sets `node`'s result types from its operands' current types, after a rewrite changed them
+// (the result count must stay). OpError as above.
+void reinfer_results(Node& node);
 
 // Closest candidate by edit distance, when within a third of the word's length (at least 2).
 std::optional<std::string> closest_name(std::string_view word,

@@ -145,8 +145,20 @@ class AutocastRewriter {
       if (cast == nullptr) return false;
       input = cast;
     }
-    // The operands' dtypes may have changed upstream even where none was cast here.
-    reinfer(node);
+    // The operands' dtypes may have changed upstream even where none was cast here. An op whose
+    // type rule takes f32 only gets its 16-bit operands widened back.
+    try {
+      ir::reinfer_results(node);
+    } catch (const ir::OpError& error) {
+      for (ir::Value*& input : node.inputs) {
+        if (input->type.dtype != low_) continue;
+        ir::Value* cast = cast_of(input, DType::F32, node,
+                                  fmt::format("{} takes no {} ({})", node.describe(), ir::dtype_name(low_), error.message));
+        if (cast == nullptr) return false;
+        input = cast;
+      }
+      reinfer(node);
+    }
     return true;
   }
 
@@ -166,17 +178,13 @@ class AutocastRewriter {
     return casts_[key] = cast->results[0];
   }
 
-  void reinfer(ir::Node& node) {
-    std::vector<ir::TensorType> types;
-    for (const ir::Value* input : node.inputs) types.push_back(input->type);
-    std::vector<ir::TensorType> results;
+  // An op whose type rule refuses the dtypes autocast gave it is a bug of the class table.
+  static void reinfer(ir::Node& node) {
     try {
-      results = ir::infer_op(*node.def, types, node.attrs);
+      ir::reinfer_results(node);
     } catch (const ir::OpError& error) {
       throw InternalError(fmt::format("autocast made {} ill-typed: {}", node.describe(), error.message));
     }
-    KILN_CHECK(results.size() == node.results.size()) << node.describe() << ": result count changed";
-    for (size_t i = 0; i < results.size(); ++i) node.results[i]->type = results[i];
   }
 
   // Each output whose dtype the pass changed is cast back: the model's interface stays.
