@@ -169,13 +169,23 @@ class AutocastRewriter {
     const std::string what = fmt::format("cast %{} {} -> {}: {}", value->name,
                                          ir::dtype_name(value->type.dtype), ir::dtype_name(dtype), why);
     if (!context_.take_fuel(kPass, what)) return nullptr;
+    return casts_[key] = new_cast(value, dtype, &user);
+  }
+
+  // A cast node of `value` to `dtype`, right before `user` (located there), or at the end of
+  // the graph (located at the value's producer) when there is none.
+  ir::Value* new_cast(ir::Value* value, DType dtype, const ir::Node* user) {
     ir::TensorType type = value->type;
     type.dtype = dtype;
-    ir::Node* cast = graph_.insert_node_before(
-        &user, OpId::Cast, user.name, {value}, {{"to", std::string(ir::dtype_name(dtype))}},
-        {{names_.take(value->name + "." + std::string(ir::dtype_name(dtype))), type}}, user.loc);
+    const std::string to(ir::dtype_name(dtype));
+    const ir::Node& at = user ? *user : *value->producer;
+    const std::vector<std::pair<std::string, ir::TensorType>> result = {
+        {names_.take(value->name + "." + to), type}};
     changed_ = true;
-    return casts_[key] = cast->results[0];
+    const ir::AttrMap attrs = {{"to", to}};
+    ir::Node* cast = user ? graph_.insert_node_before(user, OpId::Cast, at.name, {value}, attrs, result, at.loc)
+                          : graph_.add_node(OpId::Cast, at.name, {value}, attrs, result, at.loc);
+    return cast->results[0];
   }
 
   // An op whose type rule refuses the dtypes autocast gave it is a bug of the class table.
@@ -197,16 +207,7 @@ class AutocastRewriter {
       if (!context_.take_fuel(kPass, what)) return;
       const auto key = std::make_pair(static_cast<const ir::Value*>(output), original[i]);
       auto found = casts_.find(key);
-      if (found == casts_.end()) {
-        ir::TensorType type = output->type;
-        type.dtype = original[i];
-        const ir::Node* producer = output->producer;
-        ir::Node* cast = graph_.add_node(
-            OpId::Cast, producer->name, {output}, {{"to", std::string(ir::dtype_name(original[i]))}},
-            {{names_.take(output->name + "." + std::string(ir::dtype_name(original[i]))), type}},
-            producer->loc);
-        found = casts_.emplace(key, cast->results[0]).first;
-      }
+      if (found == casts_.end()) found = casts_.emplace(key, new_cast(output, original[i], nullptr)).first;
       output = found->second;
       changed_ = true;
     }

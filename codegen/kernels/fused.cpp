@@ -483,10 +483,8 @@ void add_norm_prologue(nn::GemmSpec& spec, const ir::Node& norm, const Names& na
 // `expression` (a float or double of dtype `from`) converted to `to` and back to the compute
 // type: what reading a stored cast(from -> to) would give.
 std::string cast_value(ir::DType from, ir::DType to, const std::string& expression) {
-  if (to == ir::DType::BF16) return "kiln_bf16_to_float(kiln_float_to_bf16(" + expression + "))";
-  if (to == ir::DType::F16) return "kiln_half_to_float(kiln_float_to_half(" + expression + "))";
   if (to == ir::DType::F32 && from == ir::DType::F64) return "static_cast<float>(" + expression + ")";
-  return expression;  // widening is exact
+  return load(to, store(to, expression));  // f16/bf16 round there and back; widening is exact
 }
 
 // Whether the GEMM's units round an operand to `to` as they take it (bf16 or f16 tensor cores
@@ -649,19 +647,16 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
         next_array += 2;
         arg = normalized(*recomputed, names, prefix, residual_row("row") + " + col", "col");
         spec.note += "; " + recomputed->describe() + " recomputed as the residual";
-      } else if (const ir::Node* cast = cast_of(input)) {
-        // A cast operand (a bias autocast made 16-bit): read as stored, converted.
-        const ir::Value* read = cast->inputs[0];
-        std::string index = epilogue_index(node, input, running->type.shape);
-        if (index == "out_index" && !out_views.empty() && !past_views) index = "row * kN + col";
-        arg = cast_value(read->type.dtype, input->type.dtype,
-                         load(read->type.dtype, names.param(read) + "[" + index + "]"));
       } else if (input != running) {
-        const std::string param = names.param(input);
+        // An operand cast (a bias autocast made 16-bit) is read as stored, then converted.
+        const ir::Node* cast = cast_of(input);
+        const ir::Value* read = cast ? cast->inputs[0] : input;
+        const std::string param = names.param(read);
         KILN_CHECK(!param.empty()) << node.describe() << " reads a value the epilogue lost";
         std::string index = epilogue_index(node, input, running->type.shape);
         if (index == "out_index" && !out_views.empty() && !past_views) index = "row * kN + col";
-        arg = load(input->type.dtype, param + "[" + index + "]");
+        arg = load(read->type.dtype, param + "[" + index + "]");
+        if (cast) arg = cast_value(read->type.dtype, input->type.dtype, arg);
       }
       args += (i ? ", " : "") + arg;
     }
