@@ -21,7 +21,8 @@
 // turns the casts of inference weights into 16-bit parameters (half the package). Casts then
 // fuse into their neighbours: a GEMM whose operand is a cast reads the f32 tensor and rounds as
 // it stages (fuse-conv-bias-relu), a cast after a GEMM or an elementwise op rounds at its store.
-// Each cast is logged with the reason under --debug-only=autocast.
+// Each cast is logged with the reason under --debug-only=autocast. The pass is one rewrite for
+// --pass-fuel: half an autocast would leave dtypes that no cast joins.
 #include <fmt/format.h>
 
 #include <map>
@@ -68,16 +69,22 @@ class AutocastRewriter {
   AutocastRewriter(ir::Graph& graph, PassContext& context, DType low)
       : graph_(graph), context_(context), low_(low), names_(graph) {}
 
+  // One sweep in graph order: each node's casts go right before it in the new order, which the
+  // graph takes once at the end (linear; inserting each cast in place would be quadratic).
   bool run() {
+    // All or nothing: a graph autocast halfway would mix dtypes where no cast joins them.
+    if (!context_.take_fuel(kPass, fmt::format("autocast @{} to {}", graph_.name, ir::dtype_name(low_))))
+      return false;
     std::vector<DType> original;
     for (const ir::Value* output : graph_.outputs) original.push_back(output->type.dtype);
-    std::vector<ir::Node*> order;
-    for (const auto& node : graph_.nodes()) order.push_back(node.get());
-    for (ir::Node* node : order) {
-      if (node->is_kernel()) continue;
-      if (!visit(*node)) return changed_;
+    std::vector<ir::Node*> nodes;
+    for (const auto& node : graph_.nodes()) nodes.push_back(node.get());
+    for (ir::Node* node : nodes) {
+      if (!node->is_kernel()) visit(*node);
+      order_.push_back(node);
     }
     restore_outputs(original);
+    if (changed_) graph_.reorder(order_);
     return changed_;
   }
 
@@ -132,8 +139,7 @@ class AutocastRewriter {
   }
 
   // Casts the float operands of `node` to what its class wants and re-infers its results.
-  // False when the fuel ran out.
-  bool visit(ir::Node& node) {
+  void visit(ir::Node& node) {
     const Class c = class_of(node.op);
     // Narrowing a follow op's parameters (a bias, a scale) keeps its activations 16-bit.
     const bool narrow_parameters = c == Class::Follow && follows_low_activations(node);
@@ -141,9 +147,7 @@ class AutocastRewriter {
     for (ir::Value*& input : node.inputs) {
       if (!target || !ir::is_floating(input->type.dtype) || input->type.dtype == *target) continue;
       const std::string why = reason(node, c, narrow_parameters);
-      ir::Value* cast = cast_of(input, *target, node, why);
-      if (cast == nullptr) return false;
-      input = cast;
+      input = cast_of(input, *target, &node, why);
     }
     // The operands' dtypes may have changed upstream even where none was cast here. An op whose
     // type rule takes f32 only gets its 16-bit operands widened back.
@@ -152,40 +156,30 @@ class AutocastRewriter {
     } catch (const ir::OpError& error) {
       for (ir::Value*& input : node.inputs) {
         if (input->type.dtype != low_) continue;
-        ir::Value* cast = cast_of(input, DType::F32, node,
-                                  fmt::format("{} takes no {} ({})", node.describe(), ir::dtype_name(low_), error.message));
-        if (cast == nullptr) return false;
-        input = cast;
+        input = cast_of(input, DType::F32, &node,
+                        fmt::format("{} takes no {} ({})", node.describe(), ir::dtype_name(low_), error.message));
       }
       reinfer(node);
     }
-    return true;
   }
 
-  // `value` cast to `dtype`, made once (before `user`, its first reader that needs it).
-  ir::Value* cast_of(ir::Value* value, DType dtype, const ir::Node& user, const std::string& why) {
-    const auto key = std::make_pair(value, dtype);
+  // `value` cast to `dtype`, made once, before its first reader that needs it (`user`, whose
+  // location it takes; an output's cast takes its producer's). `why` is logged when not empty.
+  ir::Value* cast_of(ir::Value* value, DType dtype, const ir::Node* user, const std::string& why) {
+    const auto key = std::make_pair(static_cast<const ir::Value*>(value), dtype);
     if (auto found = casts_.find(key); found != casts_.end()) return found->second;
-    const std::string what = fmt::format("cast %{} {} -> {}: {}", value->name,
-                                         ir::dtype_name(value->type.dtype), ir::dtype_name(dtype), why);
-    if (!context_.take_fuel(kPass, what)) return nullptr;
-    return casts_[key] = new_cast(value, dtype, &user);
-  }
-
-  // A cast node of `value` to `dtype`, right before `user` (located there), or at the end of
-  // the graph (located at the value's producer) when there is none.
-  ir::Value* new_cast(ir::Value* value, DType dtype, const ir::Node* user) {
+    if (!why.empty())
+      context_.debug(kPass, fmt::format("cast %{} {} -> {}: {}", value->name,
+                                        ir::dtype_name(value->type.dtype), ir::dtype_name(dtype), why));
     ir::TensorType type = value->type;
     type.dtype = dtype;
     const std::string to(ir::dtype_name(dtype));
     const ir::Node& at = user ? *user : *value->producer;
-    const std::vector<std::pair<std::string, ir::TensorType>> result = {
-        {names_.take(value->name + "." + to), type}};
+    ir::Node* cast = graph_.add_node(OpId::Cast, at.name, {value}, {{"to", to}},
+                                     {{names_.take(value->name + "." + to), type}}, at.loc);
+    order_.push_back(cast);
     changed_ = true;
-    const ir::AttrMap attrs = {{"to", to}};
-    ir::Node* cast = user ? graph_.insert_node_before(user, OpId::Cast, at.name, {value}, attrs, result, at.loc)
-                          : graph_.add_node(OpId::Cast, at.name, {value}, attrs, result, at.loc);
-    return cast->results[0];
+    return casts_[key] = cast->results[0];
   }
 
   // An op whose type rule refuses the dtypes autocast gave it is a bug of the class table.
@@ -202,14 +196,8 @@ class AutocastRewriter {
     for (size_t i = 0; i < graph_.outputs.size(); ++i) {
       ir::Value*& output = graph_.outputs[i];
       if (output->type.dtype == original[i]) continue;
-      const std::string what = fmt::format("cast output %{} back to {}", output->name,
-                                           ir::dtype_name(original[i]));
-      if (!context_.take_fuel(kPass, what)) return;
-      const auto key = std::make_pair(static_cast<const ir::Value*>(output), original[i]);
-      auto found = casts_.find(key);
-      if (found == casts_.end()) found = casts_.emplace(key, new_cast(output, original[i], nullptr)).first;
-      output = found->second;
-      changed_ = true;
+      context_.debug(kPass, fmt::format("cast output %{} back to {}", output->name, ir::dtype_name(original[i])));
+      output = cast_of(output, original[i], nullptr, "");
     }
   }
 
@@ -218,6 +206,7 @@ class AutocastRewriter {
   DType low_;
   NameTable names_;
   std::map<std::pair<const ir::Value*, DType>, ir::Value*> casts_;
+  std::vector<const ir::Node*> order_;  // the graph's new order, casts before their readers
   bool changed_ = false;
 };
 
