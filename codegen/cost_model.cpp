@@ -349,10 +349,13 @@ int64_t unfused_bytes(const ir::Node& node) {
 KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
                              const Roofline& roofline) {
   KernelTime time;
-  // The unit and its peak: a library call's math (cuDNN's bf16 is TF32 math, cudnn_conv.h),
-  // or the generated kernel's tensor-core operand format.
+  // The unit and its peak: a library call's 16-bit tensors, or the math it may use on f32
+  // ones (cuDNN's bf16 is TF32 math, cudnn_conv.h), or the generated kernel's tensor-core
+  // operand format.
   Precision format = Precision::F32;
-  if (kernel.library)
+  if (kernel.library && kernel.library->dtype != ir::DType::F32)
+    format = kernel.library->dtype == ir::DType::BF16 ? Precision::Bf16 : Precision::F16;
+  else if (kernel.library)
     format = kernel.library->math == Precision::Bf16 && kernel.library->conv() ? Precision::Tf32
                                                                                : kernel.library->math;
   else if (kernel.tensor_cores)

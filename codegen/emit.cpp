@@ -352,7 +352,12 @@ class ProgramBuilder {
       kernel.dynamic_symbol = request.dynamic_rows->symbol;
       kernel.dynamic_grid_axis = spec.dynamic_grid_axis;
     }
-    kernel.library = select_library_call(node, libraries_, precision_);
+    std::string why_not;
+    kernel.library = select_library_call(node, libraries_, precision_, &why_not);
+    const bool gemm = kernel.gemm.m > 0 || node.op == ir::OpId::Conv2dGradInput ||
+                      node.op == ir::OpId::Conv2dGradWeight;
+    if (!kernel.library && gemm && (libraries_.cublaslt || libraries_.cudnn))
+      kernel.library_refusal = why_not;
     if (node.op == ir::OpId::AllReduce)
       kernel.collective = Collective{Collective::Mean,
                                      static_cast<int>(std::get<int64_t>(node.attrs.at("bucket")))};

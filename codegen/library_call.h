@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "codegen/precision.h"
+#include "ir/dtype.h"
 
 namespace kiln::codegen {
 
@@ -41,7 +42,8 @@ enum class ConvDirection { Forward, BackwardData, BackwardFilter };
 std::string_view conv_direction_name(ConvDirection direction);
 
 // y = conv2d(x, w) over NCHW tensors, cross-correlation as in PyTorch (or one of its
-// gradients: `direction`); f32 throughout. The dims are the forward convolution's.
+// gradients: `direction`); every tensor in the call's dtype. The dims are the forward
+// convolution's.
 struct ConvCall {
   int64_t n = 1, c = 1, h = 1, w = 1;  // x: [n, c, h, w]
   int64_t k = 1, r = 1, s = 1;         // weight: [k, c / groups, r, s]
@@ -54,7 +56,8 @@ struct ConvCall {
   friend bool operator==(const ConvCall&, const ConvCall&) = default;
 };
 
-// y[i] = op(a[i]) @ op(b[i]) for i < batch, every matrix row-major and contiguous; f32.
+// y[i] = op(a[i]) @ op(b[i]) for i < batch, every matrix row-major and contiguous, in the call's
+// dtype.
 // a is [m, k] ([k, m] stored when transpose_a), b is [k, n] ([n, k] stored when transpose_b),
 // y is [m, n]. A batch stride of 0 gives every batch the same matrix (broadcast).
 struct MatmulCall {
@@ -84,6 +87,11 @@ struct LibraryCall {
   // _FAST_16BF and (cuDNN converts f32 tensors to f16 only) cuDNN's TF32 tensor-op math; f16
   // _FAST_16F and CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION.
   Precision math = Precision::F32;
+  // What every tensor the call reads and writes is stored as: f32, bf16 or f16 (autocast's
+  // activations and folded weights). 16-bit tensors are cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF
+  // configurations (f32 compute) and cuBLASLt's CUDA_R_16BF / CUDA_R_16F layouts with
+  // CUBLAS_COMPUTE_32F: the tensor cores read them as stored, products exact, sums in f32.
+  ir::DType dtype = ir::DType::F32;
 
   int x_arg = 0;        // conv: x; matmul: a (-1: a backward-data conv reads no x)
   int weight_arg = 1;   // conv: the filter; matmul: b (-1: a backward-filter conv reads none)

@@ -112,6 +112,8 @@ bool absorb(Pattern& p, const ir::Node& node, const std::vector<ir::Value*>& ope
     p.value = node.results[0];
     return true;
   }
+  if (op == ir::OpId::Cast)
+    return refuse(p, after + ": the library stores its result in its operands' dtype");
   if (op != ir::OpId::BiasAdd && op != ir::OpId::Add)
     return refuse(p, after + ": no library epilogue computes it");
   // bias_add(v, b) or add(v, p) / add(p, v): exactly one operand is the running value.
@@ -122,7 +124,12 @@ bool absorb(Pattern& p, const ir::Node& node, const std::vector<ir::Value*>& ope
   const ir::Value* other = first ? node.inputs[1] : node.inputs[0];
   const int position = operand_position(operands, other);
   if (position < 0) return refuse(p, after + ": its operand is computed inside the kernel");
-  if (other->type.dtype != ir::DType::F32) return refuse(p, after + ": operand is not f32");
+  if (const ir::DType dtype = p.anchor->results[0]->type.dtype; other->type.dtype != dtype) {
+    return refuse(p, fmt::format("{}: operand is {}, {} {}: a library call reads and writes one "
+                                 "dtype",
+                                 after, ir::dtype_name(other->type.dtype), p.anchor->op,
+                                 ir::dtype_name(dtype)));
+  }
   const ir::Shape& out = p.value->type.shape;
   bool is_bias = false;
   if (op == ir::OpId::BiasAdd) {
@@ -182,6 +189,13 @@ Pattern match(const ir::Node& node) {
     return p;
   }
   const ir::Node& anchor = *body.nodes().front();
+  if (anchor.op == ir::OpId::Cast) {
+    // autocast's operand cast, which the kernel applies as it loads (fuse-conv-bias-relu).
+    p.why = fmt::format("it casts an operand to {} as it loads it; the library calls read "
+                        "tensors as stored",
+                        ir::dtype_name(anchor.results[0]->type.dtype));
+    return p;
+  }
   if (anchor.op != ir::OpId::Conv2d && anchor.op != ir::OpId::Dense && anchor.op != ir::OpId::Matmul) {
     p.why = "the kernel starts with " + ir::to_string(anchor.op) + ", not conv2d, dense or matmul";
     return p;
@@ -207,10 +221,30 @@ Pattern match(const ir::Node& node) {
   return p;
 }
 
-bool all_f32(const ir::Node& node) {
-  for (const ir::Value* value : node.inputs)
-    if (value->type.dtype != ir::DType::F32) return false;
-  return node.results[0]->type.dtype == ir::DType::F32;
+// The one dtype every tensor of `node` has, when it is one the libraries take (f32, bf16, f16);
+// else nullopt with `why`. cuDNN's 16-bit configurations store x, w, y, z and the bias alike,
+// and a cuBLASLt call here has one layout type for A, B, C and D.
+std::optional<ir::DType> library_dtype(const ir::Node& node, std::string& why) {
+  const ir::DType dtype = node.results[0]->type.dtype;
+  for (const ir::Value* value : node.inputs) {
+    if (value->type.dtype == dtype) continue;
+    why = fmt::format("{}: mixes {} and {} tensors (a library call reads and writes one dtype)",
+                      node.op, ir::dtype_name(value->type.dtype), ir::dtype_name(dtype));
+    return std::nullopt;
+  }
+  if (dtype != ir::DType::F32 && dtype != ir::DType::BF16 && dtype != ir::DType::F16) {
+    why = fmt::format("{}: {} tensors (the library calls take f32, bf16 or f16)", node.op,
+                      ir::dtype_name(dtype));
+    return std::nullopt;
+  }
+  return dtype;
+}
+
+// " (tf32 math)" where f32 tensors may be rounded for tensor cores; 16-bit tensors say it
+// themselves.
+std::string math_text(const LibraryCall& call) {
+  if (call.dtype != ir::DType::F32 || call.math == Precision::F32) return "";
+  return fmt::format(" ({} math)", precision_name(call.math));
 }
 
 std::string epilogue_text(const LibraryCall& call) {
@@ -253,14 +287,15 @@ std::optional<LibraryCall> conv_call(const Pattern& p, LibraryCall call, std::st
              pad[0], pad[1], stride[0], stride[1], dilation[0], dilation[1], y[2], y[3]};
   call.library = std::string(kCudnnLibrary);
   call.routine = call.bias ? "cudnnConvolutionBiasActivationForward" : "cudnnConvolutionForward";
-  std::string text = fmt::format("conv f32 {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
-                                 c.n, c.c, c.h, c.w, c.k, c.c / c.groups, c.r, c.s, c.pad_h,
+  std::string text = fmt::format("conv {} {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
+                                 ir::dtype_name(call.dtype), c.n, c.c, c.h, c.w, c.k, c.c / c.groups, c.r, c.s, c.pad_h,
                                  c.pad_w, c.stride_h, c.stride_w);
   if (c.dilation_h != 1 || c.dilation_w != 1)
     text += fmt::format(" dilation {},{}", c.dilation_h, c.dilation_w);
   if (c.groups != 1) text += fmt::format(" groups {}", c.groups);
   call.descriptor = text + epilogue_text(call);
-  const int64_t tensor_bytes = (ir::num_elements(x) + ir::num_elements(y)) * 4;
+  const auto element_bytes = static_cast<int64_t>(ir::dtype_size(call.dtype));
+  const int64_t tensor_bytes = (ir::num_elements(x) + ir::num_elements(y)) * element_bytes;
   call.workspace_bytes = std::clamp(2 * tensor_bytes, kConvWorkspaceMin, kConvWorkspaceMax);
   call.op = c;
   return call;
@@ -329,8 +364,8 @@ std::optional<LibraryCall> matmul_call(const Pattern& p, LibraryCall call, std::
     if (m.batch_stride_a == 0) batch_text += "(a shared) ";
     if (m.batch_stride_b == 0) batch_text += "(b shared) ";
   }
-  call.descriptor = fmt::format("{} f32 {}{} * {}{}", anchor.op, batch_text, a_text, b_text,
-                                epilogue_text(call));
+  call.descriptor = fmt::format("{} {} {}{} * {}{}", anchor.op, ir::dtype_name(call.dtype),
+                                batch_text, a_text, b_text, epilogue_text(call));
   const int64_t flops = 2 * m.batch * m.m * m.n * m.k;
   call.workspace_bytes = flops >= kLargeMatmulFlops ? kMatmulWorkspaceLarge : kMatmulWorkspaceSmall;
   call.op = m;
@@ -348,11 +383,13 @@ std::optional<LibraryCall> conv_grad_call(const ir::Node& node, const LibrarySel
   const std::string op = ir::to_string(node.op);
   const auto& pad = std::get<std::vector<int64_t>>(node.attrs.at("pad"));
   const auto chunk = node.attrs.find("k_chunk");
-  if (!selection.cudnn)
+  if (!selection.cudnn) {
     why = op + ": cuDNN not selected (--library)";
-  else if (!all_f32(node))
-    why = op + ": not f32 (the library calls are f32 only)";
-  else if (chunk != node.attrs.end() && std::get<int64_t>(chunk->second) > 0)
+    return std::nullopt;
+  }
+  const std::optional<ir::DType> dtype = library_dtype(node, why);
+  if (!dtype) return std::nullopt;
+  if (chunk != node.attrs.end() && std::get<int64_t>(chunk->second) > 0)
     why = op + " with k_chunk: split-K partial weights are the generated kernel's";
   else if (pad[0] != pad[2] || pad[1] != pad[3])
     why = fmt::format("{} pad [{}]: cuDNN pads both sides alike", op, fmt::join(pad, ","));
@@ -379,15 +416,18 @@ std::optional<LibraryCall> conv_grad_call(const ir::Node& node, const LibrarySel
   call.weight_arg = data ? 1 : -1;
   call.out_arg = 2;
   call.math = precision;
-  call.descriptor = fmt::format("conv {} f32 {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
-                                data ? "backward data" : "backward filter", c.n, c.c, c.h, c.w,
+  call.dtype = *dtype;
+  call.descriptor = fmt::format("conv {} {} {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
+                                data ? "backward data" : "backward filter",
+                                ir::dtype_name(call.dtype), c.n, c.c, c.h, c.w,
                                 c.k, c.c / c.groups, c.r, c.s, c.pad_h, c.pad_w, c.stride_h,
                                 c.stride_w);
   if (c.dilation_h != 1 || c.dilation_w != 1)
     call.descriptor += fmt::format(" dilation {},{}", c.dilation_h, c.dilation_w);
   if (c.groups != 1) call.descriptor += fmt::format(" groups {}", c.groups);
-  if (call.math != Precision::F32) call.descriptor += fmt::format(" ({} math)", precision_name(call.math));
-  const int64_t tensor_bytes = (ir::num_elements(x) + ir::num_elements(dy)) * 4;
+  call.descriptor += math_text(call);
+  const auto element_bytes = static_cast<int64_t>(ir::dtype_size(call.dtype));
+  const int64_t tensor_bytes = (ir::num_elements(x) + ir::num_elements(dy)) * element_bytes;
   call.workspace_bytes = std::clamp(2 * tensor_bytes, kConvWorkspaceMin, kConvWorkspaceMax);
   call.op = c;
   return call;
@@ -399,14 +439,15 @@ std::optional<LibraryCall> select(const ir::Node& node, const LibrarySelection& 
     return conv_grad_call(node, selection, precision, why);
   const Pattern p = match(node);
   const bool conv = p.why.empty() && p.anchor->op == ir::OpId::Conv2d;
+  std::optional<ir::DType> dtype;
   if (!p.why.empty())
     why = p.why;
   else if (conv && !selection.cudnn)
     why = "conv2d: cuDNN not selected (--library)";
   else if (!conv && !selection.cublaslt)
     why = ir::to_string(p.anchor->op) + ": cuBLASLt not selected (--library)";
-  else if (!all_f32(node) || !all_f32(*p.anchor))
-    why = ir::to_string(p.anchor->op) + ": not f32 (the library calls are f32 only)";
+  else  // the kernel's operands include the anchor's, so this covers the anchor too
+    dtype = library_dtype(node, why);
   if (!why.empty()) return std::nullopt;
 
   LibraryCall call;
@@ -419,10 +460,10 @@ std::optional<LibraryCall> select(const ir::Node& node, const LibrarySelection& 
   call.residual_arg = p.residual;
   call.out_arg = static_cast<int>(node.inputs.size());  // the first (only) result
   call.math = precision;
+  call.dtype = *dtype;
   std::optional<LibraryCall> made =
       conv ? conv_call(p, std::move(call), why) : matmul_call(p, std::move(call), why);
-  if (made && made->math != Precision::F32)
-    made->descriptor += fmt::format(" ({} math)", precision_name(made->math));
+  if (made) made->descriptor += math_text(*made);
   return made;
 }
 

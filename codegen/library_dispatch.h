@@ -3,7 +3,7 @@
 // A pure function of one IR node: a plain conv2d / dense / matmul, or a fused kernel of kind
 // "epilogue" (ir/kernel_region.h) whose body is such an anchor followed by bias, residual add
 // and one activation. The answer is a LibraryCall only when the library computes exactly
-// that, in f32:
+// that, on tensors of one dtype (f32, or autocast's bf16 or f16):
 //   cuDNN      cudnnConvolutionBiasActivationForward: y = act(conv(x) + z + bias), act relu
 //              or identity; a conv with nothing after it is cudnnConvolutionForward.
 //   cuBLASLt   cublasLtMatmul: D = epilogue(A B + C), epilogues DEFAULT, BIAS, RELU,
@@ -31,8 +31,8 @@ std::string library_flag_text(const LibrarySelection& selection);
 
 // The library call that computes `node` (as emit_program makes its kernel: Kernel::args are
 // the node's operands, then its results), or nullopt; `why_not`, when given, then says why
-// ("leaky_relu after dense: cuBLASLt has no such epilogue"). With Precision::Tf32 the call
-// may use TF32 tensor-core math (LibraryCall::tf32).
+// ("leaky_relu after dense: cuBLASLt has no such epilogue"). With Precision::Tf32 (bf16, f16)
+// an f32 call may round its operands for tensor cores (LibraryCall::math).
 std::optional<LibraryCall> select_library_call(const ir::Node& node,
                                                const LibrarySelection& selection,
                                                Precision precision = Precision::F32,

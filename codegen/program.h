@@ -97,6 +97,9 @@ struct Kernel {
   int64_t unfused_bytes = 0;
   // Set when --library chose a vendor routine for this kernel.
   std::optional<LibraryCall> library;
+  // Why none did, for a GEMM kernel when --library selected a library (kiln inspect shows it):
+  // "the kernel starts with cast, not conv2d, dense or matmul".
+  std::string library_refusal;
   // A collective of data-parallel training (ir/ops.def: all_reduce, broadcast), from its
   // operands into its results. In a run of several processes the runtime performs it in the
   // kernel's place (runtime/distributed/); one process launches the kernel, whose copy is what

@@ -231,6 +231,7 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
     if (k.library || k.gemm.m > 0)
       out += fmt::format(", modeled at {:.0f}% of the {} peak", 100 * f.efficiency, f.unit);
     out += "\n";
+    if (!k.library_refusal.empty()) out += fmt::format("    no library call: {}\n", k.library_refusal);
     if (f.layout_transform_seconds > 0)
       out += fmt::format("    NCHW: up to {} more if cuDNN transforms the operands to NHWC and the result "
                          "back for its tensor-core kernel\n",
@@ -370,6 +371,7 @@ std::string format_inspection_json(const Inspection& in) {
     } else {
       kernel["implementation"] = {
           {"kind", "generated"}, {"tensor_cores", k.tensor_cores}, {"gemm", k.gemm.m > 0}};
+      if (!k.library_refusal.empty()) kernel["implementation"]["library_refusal"] = k.library_refusal;
     }
     kernel["host_execution"] = std::string(codegen::host_execution_name(codegen::host_execution(k)));
     kernel["op_kind"] = k.op_kind;

@@ -28,9 +28,10 @@ class ConvGradRunner final : public LibraryRunner {
         handle_(context.cudnn_handle()),
         context_(kernel_context(kernel_name)),
         data_(call.conv()->direction == ConvDirection::BackwardData),
-        math_(call.math) {
+        math_(call.math),
+        dtype_(call.dtype) {
     // dy has the forward output's shape: the forward convolution's descriptors describe it.
-    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, *call.conv(), math_);
+    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, *call.conv(), math_, dtype_);
     x_desc_ = std::move(descriptors.x);
     dy_desc_ = std::move(descriptors.y);
     w_desc_ = std::move(descriptors.w);
@@ -79,7 +80,7 @@ class ConvGradRunner final : public LibraryRunner {
       const Perf& result = results[i];
       if (result.status != CUDNN_STATUS_SUCCESS || result.memory > workspace_limit) continue;
       if (result.determinism != CUDNN_DETERMINISTIC) continue;
-      if (!cudnn_math_allowed(result.mathType, math_)) continue;
+      if (!cudnn_math_allowed(result.mathType, math_, dtype_)) continue;
       return result;
     }
     throw Error("", fmt::format("cuDNN: no deterministic algorithm for {} ({}) within {} B of "
@@ -116,6 +117,7 @@ class ConvGradRunner final : public LibraryRunner {
   std::string context_;
   bool data_;  // BackwardData, else BackwardFilter
   codegen::Precision math_;  // --precision: which algorithms may run
+  ir::DType dtype_;          // of every tensor
   Unique<cudnnTensorDescriptor_t> x_desc_, dy_desc_;
   Unique<cudnnFilterDescriptor_t> w_desc_;
   Unique<cudnnConvolutionDescriptor_t> conv_desc_;

@@ -33,6 +33,18 @@ constexpr int kHeuristicCandidates = 8;
 
 // ---- cuBLASLt ---------------------------------------------------------------------------------
 
+// cuBLASLt's name for f32, bf16 or f16 (codegen::LibraryCall::dtype).
+cudaDataType_t cuda_data_type(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::F32: return CUDA_R_32F;
+    case ir::DType::BF16: return CUDA_R_16BF;
+    case ir::DType::F16: return CUDA_R_16F;
+    default: break;
+  }
+  KILN_CHECK(false) << "no cuBLASLt library call on " << ir::dtype_name(dtype) << " tensors";
+  return CUDA_R_32F;
+}
+
 cublasLtEpilogue_t matmul_epilogue(const codegen::LibraryCall& call) {
   switch (call.activation) {
     case LibraryActivation::None:
@@ -53,7 +65,8 @@ class MatmulRunner final : public LibraryRunner {
       : api_(context.cublaslt()),
         handle_(context.cublaslt_handle()),
         stream_(context.stream()),
-        context_(kernel_context(kernel_name)) {
+        context_(kernel_context(kernel_name)),
+        data_type_(cuda_data_type(call.dtype)) {
     const codegen::MatmulCall& m = *call.matmul();
     const auto n = static_cast<uint64_t>(m.n), k = static_cast<uint64_t>(m.k),
                rows = static_cast<uint64_t>(m.m);
@@ -66,9 +79,12 @@ class MatmulRunner final : public LibraryRunner {
 
     cublasLtMatmulDesc_t desc = nullptr;
     // CUBLAS_COMPUTE_32F keeps full f32 as the generated kernels do; with --precision=tf32,
-    // bf16 or f16 the _FAST_ types let cuBLASLt round A and B to that format for the tensor
-    // cores, as they then do, and sum in f32.
-    const cublasComputeType_t compute = call.math == codegen::Precision::Tf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+    // bf16 or f16 the _FAST_ types let cuBLASLt round f32 A and B to that format for the tensor
+    // cores, as they then do, and sum in f32. bf16 and f16 matrices are multiplied as stored
+    // (products exact) and summed in f32: CUBLAS_COMPUTE_32F, the scale type f32, and the bias
+    // in D's type (cuBLASLt's default for CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE).
+    const cublasComputeType_t compute = call.dtype != ir::DType::F32             ? CUBLAS_COMPUTE_32F
+                                        : call.math == codegen::Precision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                         : call.math == codegen::Precision::Bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                         : call.math == codegen::Precision::F16  ? CUBLAS_COMPUTE_32F_FAST_16F
                                                                                 : CUBLAS_COMPUTE_32F;
@@ -117,12 +133,12 @@ class MatmulRunner final : public LibraryRunner {
           "cublasLtMatmulDescSetAttribute");
   }
 
-  // A column-major f32 matrix of `rows` x `cols` with leading dimension `rows`, `batch` times
+  // A column-major matrix of `rows` x `cols` with leading dimension `rows`, `batch` times
   // at `stride` elements apart.
   Unique<cublasLtMatrixLayout_t> layout(uint64_t rows, uint64_t cols, int64_t batch,
                                         int64_t stride) {
     cublasLtMatrixLayout_t handle = nullptr;
-    check(api_.cublasLtMatrixLayoutCreate(&handle, CUDA_R_32F, rows, cols,
+    check(api_.cublasLtMatrixLayoutCreate(&handle, data_type_, rows, cols,
                                           static_cast<int64_t>(rows)),
           "cublasLtMatrixLayoutCreate");
     Unique<cublasLtMatrixLayout_t> owned = own(handle, api_.cublasLtMatrixLayoutDestroy);
@@ -170,6 +186,7 @@ class MatmulRunner final : public LibraryRunner {
   cublasLtHandle_t handle_;
   CUstream stream_;
   std::string context_;
+  cudaDataType_t data_type_;  // of A, B, C and D
   Unique<cublasLtMatmulDesc_t> desc_;
   Unique<cublasLtMatrixLayout_t> lt_a_, lt_b_, lt_d_;
   cublasLtMatmulAlgo_t algo_ = {};
@@ -211,7 +228,8 @@ class ConvRunner final : public LibraryRunner {
     const codegen::ConvCall& c = *call.conv();
     // FMA math keeps f32 exact; --precision=tf32, bf16 or f16 allows tensor-op math (cudnn_conv.h).
     math_ = call.math;
-    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, c, math_);
+    dtype_ = call.dtype;
+    ConvDescriptors descriptors = cudnn_conv_descriptors(api_, context_, c, math_, dtype_);
     x_desc_ = std::move(descriptors.x);
     y_desc_ = std::move(descriptors.y);
     w_desc_ = std::move(descriptors.w);
@@ -223,7 +241,8 @@ class ConvRunner final : public LibraryRunner {
     z_ = y_;  // read with alpha2 = 0 when there is no residual: any valid tensor will do
     if (fused_) {
       bias_ = device_pointer(operands.args.at(call.bias_arg));
-      bias_desc_ = cudnn_tensor(api_, context_, 1, c.k, 1, 1);
+      // The bias in the tensors' dtype, as cuDNN's 16-bit configurations store it.
+      bias_desc_ = cudnn_tensor(api_, context_, 1, c.k, 1, 1, dtype_);
       cudnnActivationDescriptor_t activation = nullptr;
       check(api_.cudnnCreateActivationDescriptor(&activation), "cudnnCreateActivationDescriptor");
       activation_desc_ = own(activation, api_.cudnnDestroyActivationDescriptor);
@@ -289,7 +308,7 @@ class ConvRunner final : public LibraryRunner {
     for (int i = 0; i < returned; ++i) {
       const cudnnConvolutionFwdAlgoPerf_t& result = results[i];
       if (result.status != CUDNN_STATUS_SUCCESS || result.memory > workspace_limit) continue;
-      if (!cudnn_math_allowed(result.mathType, math_)) continue;
+      if (!cudnn_math_allowed(result.mathType, math_, dtype_)) continue;
       if (precomp_only && result.algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
         continue;
       algo_ = result.algo;
@@ -320,6 +339,7 @@ class ConvRunner final : public LibraryRunner {
   bool fused_;            // cudnnConvolutionBiasActivationForward, else cudnnConvolutionForward
   bool identity_ = false;
   codegen::Precision math_ = codegen::Precision::F32;  // --precision: which algorithms may run
+  ir::DType dtype_ = ir::DType::F32;                   // of every tensor
   Unique<cudnnTensorDescriptor_t> x_desc_, y_desc_, bias_desc_;
   Unique<cudnnFilterDescriptor_t> w_desc_;
   Unique<cudnnConvolutionDescriptor_t> conv_desc_;

@@ -124,6 +124,7 @@ Json library_to_json(const codegen::LibraryCall& call) {
   if (call.math == codegen::Precision::Tf32) json["tf32"] = true;  // as before bf16 and f16
   else if (call.math != codegen::Precision::F32) json["math"] = std::string(codegen::precision_name(call.math));
   if (call.dy_arg >= 0) json["dy_arg"] = call.dy_arg;
+  if (call.dtype != ir::DType::F32) json["dtype"] = std::string(ir::dtype_name(call.dtype));
   if (const codegen::ConvCall* c = call.conv()) {
     json["conv"] = {{"n", c->n}, {"c", c->c}, {"h", c->h}, {"w", c->w}, {"k", c->k}, {"r", c->r},
                     {"s", c->s}, {"groups", c->groups}, {"pad_h", c->pad_h}, {"pad_w", c->pad_w},
@@ -163,6 +164,12 @@ codegen::LibraryCall library_from_json(const JsonAt& at) {
     call.math = *math;
   }
   if (at.has("dy_arg")) call.dy_arg = to_int(at["dy_arg"]);
+  if (at.has("dtype")) {  // absent: f32 (and older packages)
+    const std::optional<ir::DType> dtype = ir::parse_dtype(at["dtype"].string());
+    if (!dtype || (*dtype != ir::DType::F32 && *dtype != ir::DType::BF16 && *dtype != ir::DType::F16))
+      at["dtype"].fail("library calls take f32, bf16 or f16 tensors, not '" + at["dtype"].string() + "'");
+    call.dtype = *dtype;
+  }
   if (at.has("conv")) {
     const JsonAt c = at["conv"];
     call.op = codegen::ConvCall{c["n"].integer(),        c["c"].integer(),        c["h"].integer(),
@@ -218,6 +225,7 @@ Json kernel_to_json(const codegen::Kernel& k) {
                     {"tile_m", k.gemm.tile_m}, {"tile_n", k.gemm.tile_n}, {"tile_k", k.gemm.tile_k},
                     {"async_copies", k.gemm.async_copies}};
   if (k.library) json["library"] = library_to_json(*k.library);
+  if (!k.library_refusal.empty()) json["library_refusal"] = k.library_refusal;
   if (k.collective)
     json["collective"] = {{"kind", k.collective->kind == codegen::Collective::Mean ? "mean" : "broadcast"},
                           {"index", k.collective->index}};
@@ -266,6 +274,7 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
   k.bytes_written = at["bytes_written"].integer();
   k.unfused_bytes = at["unfused_bytes"].integer();
   if (at.has("library")) k.library = library_from_json(at["library"]);
+  if (at.has("library_refusal")) k.library_refusal = at["library_refusal"].string();
   if (at.has("collective")) {  // absent: not a collective
     const JsonAt c = at["collective"];
     const std::string kind = c["kind"].string();
@@ -510,6 +519,17 @@ void validate_program(const codegen::Program& program, const std::string& path,
                       k.library->x_arg, k.library->weight_arg})
         if (arg >= static_cast<int>(k.args.size()))
           fail(fmt::format("kernel '{}': library call argument {} out of range", k.name, arg));
+      // The library reads the bytes as the call's dtype: another buffer type would be misread.
+      for (int arg : {k.library->out_arg, k.library->bias_arg, k.library->residual_arg,
+                      k.library->dy_arg, k.library->x_arg, k.library->weight_arg}) {
+        if (arg < 0) continue;
+        const int id = k.args[static_cast<size_t>(arg)];
+        if (id < 0 || id >= num_buffers) continue;  // reported with the kernel's arguments
+        const ir::DType dtype = program.buffers[static_cast<size_t>(id)].type.dtype;
+        if (dtype != k.library->dtype)
+          fail(fmt::format("kernel '{}': library call on {} tensors, and its argument {} is {}",
+                           k.name, ir::dtype_name(k.library->dtype), arg, ir::dtype_name(dtype)));
+      }
     }
   }
   validate_dynamic_dims(program, fail);

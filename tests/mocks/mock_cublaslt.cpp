@@ -1,6 +1,8 @@
 // The mock cuBLASLt (mock_vendor_libraries.h): cublasLtMatmul on the host, column-major, as
 // the cuBLAS documentation defines it, so the row-major trick of library_runner.cpp is checked
-// against the definition rather than against itself.
+// against the definition rather than against itself. Matrices are f32, bf16 or f16 (A and B of
+// one type, C and D of one type, f32 or A's), multiplied and summed in f32 and rounded as D
+// stores them; the bias has D's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE's default).
 #include <cublasLt.h>
 
 #include <cmath>
@@ -9,7 +11,10 @@
 #include <mutex>
 #include <string>
 
+#include "tests/mocks/mock_storage.h"
 #include "tests/mocks/mock_vendor_libraries.h"
+
+using kiln_mock::Storage;
 
 struct cublasLtContext {
   int unused = 0;
@@ -20,9 +25,10 @@ namespace {
 struct Desc {
   int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const float* bias = nullptr;
+  const void* bias = nullptr;
 };
 struct Layout {
+  Storage type = Storage::F32;
   uint64_t rows = 0, cols = 0;
   int64_t ld = 0;
   int32_t batch = 1;
@@ -63,12 +69,16 @@ bool consistent(const Desc& d, const Layout& a, const Layout& b, const Layout& c
   const uint64_t n = op_cols(b, d.transb);
   for (const Layout* x : {&a, &b, &c, &out})
     if (x->ld < static_cast<int64_t>(x->rows)) return false;  // column-major needs ld >= rows
+  if (a.type != b.type || c.type != out.type || (out.type != a.type && out.type != Storage::F32))
+    return false;
   return op_rows(b, d.transb) == k && c.rows == m && c.cols == n && out.rows == m &&
          out.cols == n && a.batch == out.batch && b.batch == out.batch && c.batch == out.batch;
 }
 
-float element(const float* x, const Layout& l, int32_t op, uint64_t i, uint64_t j) {
-  return op == CUBLAS_OP_N ? x[i + j * l.ld] : x[j + i * l.ld];
+// Element (i, j) of op(X); X's batch starts `offset` elements in.
+float element(const void* x, const Layout& l, int64_t offset, int32_t op, uint64_t i, uint64_t j) {
+  const uint64_t index = op == CUBLAS_OP_N ? i + j * l.ld : j + i * l.ld;
+  return kiln_mock::load(x, l.type, static_cast<size_t>(offset + static_cast<int64_t>(index)));
 }
 
 float activate(uint32_t epilogue, float v) {
@@ -170,8 +180,15 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t handle,
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* handle, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
   std::lock_guard lock(g_mutex);
-  if (type != CUDA_R_32F || rows == 0 || cols == 0) return CUBLAS_STATUS_INVALID_VALUE;
-  *handle = reinterpret_cast<cublasLtMatrixLayout_t>(new Layout{rows, cols, ld});
+  Storage storage;
+  switch (type) {
+    case CUDA_R_32F: storage = Storage::F32; break;
+    case CUDA_R_16BF: storage = Storage::Bf16; break;
+    case CUDA_R_16F: storage = Storage::F16; break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (rows == 0 || cols == 0) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = reinterpret_cast<cublasLtMatrixLayout_t>(new Layout{storage, rows, cols, ld});
   ++g_stats.descriptors;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -273,19 +290,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t oper
   const float beta_value = *static_cast<const float*>(beta);
   const uint64_t m = ld.rows, n = ld.cols, k = op_cols(la, op.transa);
   for (int32_t batch = 0; batch < ld.batch; ++batch) {
-    const float* pa = static_cast<const float*>(a) + batch * la.stride;
-    const float* pb = static_cast<const float*>(b) + batch * lb.stride;
-    const float* pc = static_cast<const float*>(c) + batch * lc.stride;
-    float* pd = static_cast<float*>(d) + batch * ld.stride;
     for (uint64_t j = 0; j < n; ++j) {
       for (uint64_t i = 0; i < m; ++i) {
         float sum = 0.0f;
         for (uint64_t p = 0; p < k; ++p)
-          sum += element(pa, la, op.transa, i, p) * element(pb, lb, op.transb, p, j);
+          sum += element(a, la, batch * la.stride, op.transa, i, p) *
+                 element(b, lb, batch * lb.stride, op.transb, p, j);
         float v = alpha_value * sum;
-        if (beta_value != 0.0f) v += beta_value * pc[i + j * lc.ld];
-        if ((op.epilogue & CUBLASLT_EPILOGUE_BIAS) != 0) v += op.bias[i];  // one per row of D
-        pd[i + j * ld.ld] = activate(op.epilogue, v);
+        if (beta_value != 0.0f) v += beta_value * element(c, lc, batch * lc.stride, CUBLAS_OP_N, i, j);
+        if ((op.epilogue & CUBLASLT_EPILOGUE_BIAS) != 0)
+          v += kiln_mock::load(op.bias, ld.type, i);  // one per row of D, in D's type
+        const int64_t index = batch * ld.stride + static_cast<int64_t>(i + j * ld.ld);
+        kiln_mock::store(d, ld.type, static_cast<size_t>(index), activate(op.epilogue, v));
       }
     }
   }

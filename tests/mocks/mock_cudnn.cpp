@@ -1,7 +1,9 @@
 // The mock cuDNN (mock_vendor_libraries.h): the legacy convolution API on the host, NCHW,
 // cross-correlation with padding, stride, dilation and groups, as the cuDNN API reference
 // defines cudnnConvolutionForward, cudnnConvolutionBiasActivationForward and the backward
-// cudnnConvolutionBackwardData and cudnnConvolutionBackwardFilter.
+// cudnnConvolutionBackwardData and cudnnConvolutionBackwardFilter, on f32 tensors and on the
+// 16-bit ones of the PSEUDO_BFLOAT16 and PSEUDO_HALF configurations (f32 compute, results
+// rounded as stored).
 #include <cudnn.h>
 
 #include <algorithm>
@@ -9,8 +11,12 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "tests/mocks/mock_storage.h"
 #include "tests/mocks/mock_vendor_libraries.h"
+
+using kiln_mock::Storage;
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
@@ -18,10 +24,12 @@ struct cudnnContext {
 };
 struct cudnnTensorStruct {
   int n = 0, c = 0, h = 0, w = 0;
+  Storage type = Storage::F32;
   bool operator==(const cudnnTensorStruct&) const = default;
 };
 struct cudnnFilterStruct {
   int k = 0, c = 0, r = 0, s = 0;
+  Storage type = Storage::F32;
 };
 struct cudnnConvolutionStruct {
   int pad_h = 0, pad_w = 0, u = 1, v = 1, dilation_h = 1, dilation_w = 1, groups = 1;
@@ -68,6 +76,26 @@ cudnnStatus_t reject(cudnnStatus_t status, std::string message) {
   return status;
 }
 
+// The element types the mock takes: f32, bf16, f16.
+bool storage_of(cudnnDataType_t type, Storage* storage) {
+  switch (type) {
+    case CUDNN_DATA_FLOAT: *storage = Storage::F32; return true;
+    case CUDNN_DATA_BFLOAT16: *storage = Storage::Bf16; return true;
+    case CUDNN_DATA_HALF: *storage = Storage::F16; return true;
+    default: return false;
+  }
+}
+
+// The math kiln asks for: FMA on f32 tensors (exact f32), tensor-op math on 16-bit ones.
+cudnnStatus_t check_math(const cudnnConvolutionStruct& conv, Storage type) {
+  if (conv.mode != CUDNN_CROSS_CORRELATION)
+    return reject(CUDNN_STATUS_BAD_PARAM, "kiln wants cross-correlation");
+  const cudnnMathType_t wanted = type == Storage::F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+  if (conv.math != wanted)
+    return reject(CUDNN_STATUS_BAD_PARAM, "kiln wants FMA math on f32, tensor-op math on 16 bits");
+  return CUDNN_STATUS_SUCCESS;
+}
+
 const Algorithm* find_algorithm(cudnnConvolutionFwdAlgo_t algo) {
   for (const Algorithm& a : kAlgorithms)
     if (a.algo == algo) return &a;
@@ -80,7 +108,7 @@ cudnnTensorStruct output_of(const cudnnConvolutionStruct& conv, const cudnnTenso
     return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
   };
   return {x.n, w.k, out(x.h, conv.pad_h, w.r, conv.dilation_h, conv.u),
-          out(x.w, conv.pad_w, w.s, conv.dilation_w, conv.v)};
+          out(x.w, conv.pad_w, w.s, conv.dilation_w, conv.v), x.type};
 }
 
 // Everything a forward call checks before touching memory.
@@ -90,8 +118,9 @@ cudnnStatus_t check_forward(cudnnHandle_t handle, const cudnnTensorStruct& x,
                             size_t workspace_bytes, const void* workspace) {
   if (handle == nullptr || !handle->stream_set)
     return reject(CUDNN_STATUS_BAD_PARAM, "handle without a stream");
-  if (conv.mode != CUDNN_CROSS_CORRELATION || conv.math != CUDNN_FMA_MATH)
-    return reject(CUDNN_STATUS_BAD_PARAM, "kiln wants cross-correlation in FMA math");
+  if (x.type != w.type || y.type != x.type)
+    return reject(CUDNN_STATUS_NOT_SUPPORTED, "x, w and y of different data types");
+  if (cudnnStatus_t s = check_math(conv, x.type)) return s;
   if (x.c != w.c * conv.groups || w.k % conv.groups != 0)
     return reject(CUDNN_STATUS_BAD_PARAM, "channels do not match the filter and groups");
   if (!(output_of(conv, x, w) == y)) return reject(CUDNN_STATUS_BAD_PARAM, "output dims");
@@ -102,7 +131,7 @@ cudnnStatus_t check_forward(cudnnHandle_t handle, const cudnnTensorStruct& x,
 }
 
 // sum over the window of output element (n, k, p, q).
-float correlate(const float* x, const float* w, const cudnnTensorStruct& xd,
+float correlate(const void* x, const void* w, const cudnnTensorStruct& xd,
                 const cudnnFilterStruct& wd, const cudnnConvolutionStruct& conv, int n, int k,
                 int p, int q) {
   const int group = k / (wd.k / conv.groups);
@@ -115,8 +144,8 @@ float correlate(const float* x, const float* w, const cudnnTensorStruct& xd,
       for (int s = 0; s < wd.s; ++s) {
         const int iw = q * conv.v - conv.pad_w + s * conv.dilation_w;
         if (iw < 0 || iw >= xd.w) continue;
-        sum += x[((n * xd.c + channel) * xd.h + ih) * xd.w + iw] *
-               w[((k * wd.c + c) * wd.r + r) * wd.s + s];
+        sum += kiln_mock::load(x, xd.type, ((n * xd.c + channel) * xd.h + ih) * xd.w + iw) *
+               kiln_mock::load(w, wd.type, ((k * wd.c + c) * wd.r + r) * wd.s + s);
       }
     }
   }
@@ -208,9 +237,10 @@ cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) { return c
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) { return destroy(d); }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
                                          cudnnDataType_t type, int n, int c, int h, int w) {
-  if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || n < 1 || c < 1 || h < 1 || w < 1)
+  Storage storage;
+  if (format != CUDNN_TENSOR_NCHW || !storage_of(type, &storage) || n < 1 || c < 1 || h < 1 || w < 1)
     return CUDNN_STATUS_BAD_PARAM;
-  *d = cudnnTensorStruct{n, c, h, w};
+  *d = cudnnTensorStruct{n, c, h, w, storage};
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -218,9 +248,10 @@ cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d) { return c
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) { return destroy(d); }
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
                                          cudnnTensorFormat_t format, int k, int c, int h, int w) {
-  if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT || k < 1 || c < 1 || h < 1 || w < 1)
+  Storage storage;
+  if (format != CUDNN_TENSOR_NCHW || !storage_of(type, &storage) || k < 1 || c < 1 || h < 1 || w < 1)
     return CUDNN_STATUS_BAD_PARAM;
-  *d = cudnnFilterStruct{k, c, h, w};
+  *d = cudnnFilterStruct{k, c, h, w, storage};
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -324,15 +355,14 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
     return s;
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   const cudnnTensorStruct& yd = *y_desc;
-  auto* out = static_cast<float*>(y);
   for (int n = 0; n < yd.n; ++n)
     for (int k = 0; k < yd.c; ++k)
       for (int p = 0; p < yd.h; ++p)
         for (int q = 0; q < yd.w; ++q) {
-          float& v = out[((n * yd.c + k) * yd.h + p) * yd.w + q];
-          const float sum = correlate(static_cast<const float*>(x), static_cast<const float*>(w),
-                                      *x_desc, *w_desc, *conv, n, k, p, q);
-          v = a * sum + (b != 0.0f ? b * v : 0.0f);
+          const int i = ((n * yd.c + k) * yd.h + p) * yd.w + q;
+          const float sum = correlate(x, w, *x_desc, *w_desc, *conv, n, k, p, q);
+          const float before = b != 0.0f ? b * kiln_mock::load(y, yd.type, i) : 0.0f;
+          kiln_mock::store(y, yd.type, i, a * sum + before);
         }
   record(handle, algo, workspace, workspace_bytes);
   return CUDNN_STATUS_SUCCESS;
@@ -351,27 +381,25 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
           check_forward(handle, *x_desc, *w_desc, *conv, *y_desc, algo, workspace_bytes, workspace))
     return s;
   const cudnnTensorStruct& yd = *y_desc;
-  if (!(*z_desc == yd) || !(*bias_desc == cudnnTensorStruct{1, yd.c, 1, 1}))
-    return reject(CUDNN_STATUS_BAD_PARAM, "z must match y and the bias be 1xKx1x1");
+  // The bias is stored as y is in every configuration kiln uses (f32, PSEUDO_BFLOAT16,
+  // PSEUDO_HALF).
+  if (!(*z_desc == yd) || !(*bias_desc == cudnnTensorStruct{1, yd.c, 1, 1, yd.type}))
+    return reject(CUDNN_STATUS_BAD_PARAM, "z must match y and the bias be 1xKx1x1 of y's type");
   const bool relu = activation->mode == CUDNN_ACTIVATION_RELU;
   if (!relu && activation->mode != CUDNN_ACTIVATION_IDENTITY)
     return reject(CUDNN_STATUS_NOT_SUPPORTED, "only relu and identity");
   if (!relu && algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
     return reject(CUDNN_STATUS_NOT_SUPPORTED, "identity needs IMPLICIT_PRECOMP_GEMM");
   const float a1 = *static_cast<const float*>(alpha1), a2 = *static_cast<const float*>(alpha2);
-  const auto* zv = static_cast<const float*>(z);
-  const auto* bv = static_cast<const float*>(bias);
-  auto* out = static_cast<float*>(y);
   for (int n = 0; n < yd.n; ++n)
     for (int k = 0; k < yd.c; ++k)
       for (int p = 0; p < yd.h; ++p)
         for (int q = 0; q < yd.w; ++q) {
           const int i = ((n * yd.c + k) * yd.h + p) * yd.w + q;
-          float v = a1 * correlate(static_cast<const float*>(x), static_cast<const float*>(w),
-                                   *x_desc, *w_desc, *conv, n, k, p, q);
-          if (a2 != 0.0f) v += a2 * zv[i];
-          v += bv[k];
-          out[i] = relu ? std::max(v, 0.0f) : v;
+          float v = a1 * correlate(x, w, *x_desc, *w_desc, *conv, n, k, p, q);
+          if (a2 != 0.0f) v += a2 * kiln_mock::load(z, yd.type, i);
+          v += kiln_mock::load(bias, yd.type, k);
+          kiln_mock::store(y, yd.type, i, relu ? std::max(v, 0.0f) : v);
         }
   record(handle, algo, workspace, workspace_bytes);
   return CUDNN_STATUS_SUCCESS;
@@ -461,8 +489,9 @@ cudnnStatus_t check_backward(cudnnHandle_t handle, const cudnnTensorStruct& x,
                              size_t workspace_bytes, const void* workspace) {
   if (handle == nullptr || !handle->stream_set)
     return reject(CUDNN_STATUS_BAD_PARAM, "handle without a stream");
-  if (conv.mode != CUDNN_CROSS_CORRELATION || conv.math != CUDNN_FMA_MATH)
-    return reject(CUDNN_STATUS_BAD_PARAM, "kiln wants cross-correlation in FMA math");
+  if (x.type != w.type || dy.type != x.type)
+    return reject(CUDNN_STATUS_NOT_SUPPORTED, "x, w and dy of different data types");
+  if (cudnnStatus_t s = check_math(conv, x.type)) return s;
   if (x.c != w.c * conv.groups || w.k % conv.groups != 0 || !(output_of(conv, x, w) == dy))
     return reject(CUDNN_STATUS_BAD_PARAM, "dy is not the forward output of x and w");
   if (*static_cast<const float*>(beta) != 0.0f)
@@ -491,13 +520,12 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
                                        workspace_bytes, workspace))
     return s;
   const cudnnTensorStruct& xd = *dx_desc;
-  auto* out = static_cast<float*>(dx);
-  std::fill(out, out + xd.n * xd.c * xd.h * xd.w, 0.0f);
+  std::vector<float> sums(static_cast<size_t>(xd.n * xd.c * xd.h * xd.w), 0.0f);
   const float a = *static_cast<const float*>(alpha);
-  const auto* wv = static_cast<const float*>(w);
-  const auto* dyv = static_cast<const float*>(dy);
-  for_each_product(xd, *w_desc, *conv, *dy_desc,
-                   [&](int xi, int wi, int yi) { out[xi] += a * dyv[yi] * wv[wi]; });
+  for_each_product(xd, *w_desc, *conv, *dy_desc, [&](int xi, int wi, int yi) {
+    sums[xi] += a * kiln_mock::load(dy, xd.type, yi) * kiln_mock::load(w, xd.type, wi);
+  });
+  for (size_t i = 0; i < sums.size(); ++i) kiln_mock::store(dx, xd.type, i, sums[i]);
   record(handle, static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, workspace_bytes);
   return CUDNN_STATUS_SUCCESS;
 }
@@ -517,13 +545,12 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
                                        workspace_bytes, workspace))
     return s;
   const cudnnFilterStruct& wd = *dw_desc;
-  auto* out = static_cast<float*>(dw);
-  std::fill(out, out + wd.k * wd.c * wd.r * wd.s, 0.0f);
+  std::vector<float> sums(static_cast<size_t>(wd.k * wd.c * wd.r * wd.s), 0.0f);
   const float a = *static_cast<const float*>(alpha);
-  const auto* xv = static_cast<const float*>(x);
-  const auto* dyv = static_cast<const float*>(dy);
-  for_each_product(*x_desc, wd, *conv, *dy_desc,
-                   [&](int xi, int wi, int yi) { out[wi] += a * dyv[yi] * xv[xi]; });
+  for_each_product(*x_desc, wd, *conv, *dy_desc, [&](int xi, int wi, int yi) {
+    sums[wi] += a * kiln_mock::load(dy, wd.type, yi) * kiln_mock::load(x, wd.type, xi);
+  });
+  for (size_t i = 0; i < sums.size(); ++i) kiln_mock::store(dw, wd.type, i, sums[i]);
   record(handle, static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, workspace_bytes);
   return CUDNN_STATUS_SUCCESS;
 }

@@ -109,16 +109,84 @@ TEST(LibraryDispatch, ConvWithoutBiasIsPlainConvolutionForward) {
 TEST(LibraryDispatch, ConvRefusals) {
   EXPECT_EQ(refusal(kConvBias, LibrarySelection{true, false}),
             "conv2d: cuDNN not selected (--library)");
-  EXPECT_NE(refusal(R"(graph @g(%x: f16[1,1,8,8], %w: f16[4,1,3,3]) -> (f16[1,4,6,6]) {
-  %y = conv2d(%x, %w) : f16[1,4,6,6]
+  EXPECT_EQ(refusal(R"(graph @g(%x: f64[1,1,8,8], %w: f64[4,1,3,3]) -> (f64[1,4,6,6]) {
+  %y = conv2d(%x, %w) : f64[1,4,6,6]
   return %y
-})").find("not f32"),
-            std::string::npos);
+})"),
+            "conv2d: f64 tensors (the library calls take f32, bf16 or f16)");
   EXPECT_EQ(refusal(R"(graph @g(%x: f32[1,1,8,8], %w: f32[4,1,3,3]) -> (f32[1,4,7,7]) {
   %y = conv2d(%x, %w) {pad = [0,0,1,1]} : f32[1,4,7,7]
   return %y
 })"),
             "conv2d pad [0,0,1,1]: cuDNN pads both sides alike");
+}
+
+// autocast's 16-bit activations and folded weights: the calls read and write them as stored,
+// so the tensor cores take them as the generated kernel's do, and sum in f32.
+TEST(LibraryDispatch, SixteenBitTensorsAreCallsOnTheirType) {
+  ir::Graph conv = parse(R"(graph @g(%x: bf16[2,8,10,10], %w: bf16[16,8,3,3], %b: bf16[16]) -> (bf16[2,16,8,8]) {
+  %out = kernel @fused_0(%x, %w, %b) {kind = "epilogue"} : bf16[2,16,8,8] {
+    %c = conv2d(%x, %w) : bf16[2,16,8,8]
+    %cb = bias_add(%c, %b) : bf16[2,16,8,8]
+    %out = relu(%cb) : bf16[2,16,8,8]
+    return %out
+  }
+  return %out
+})");
+  std::string why;
+  std::optional<LibraryCall> call =
+      select_library_call(*conv.nodes().front(), kBoth, Precision::Bf16, &why);
+  ASSERT_TRUE(call.has_value()) << why;
+  EXPECT_EQ(call->routine, "cudnnConvolutionBiasActivationForward");
+  EXPECT_EQ(call->dtype, ir::DType::BF16);
+  EXPECT_EQ(call->math, Precision::Bf16);
+  // The dtype says what the tensor cores read: no "(bf16 math)".
+  EXPECT_EQ(call->descriptor, "conv bf16 2x8x10x10 * 16x8x3x3 pad 0,0 stride 1,1 + bias + relu");
+
+  ir::Graph dense = parse(R"(graph @g(%x: f16[8,64], %w: f16[10,64], %b: f16[10]) -> (f16[8,10]) {
+  %y = dense(%x, %w, %b) : f16[8,10]
+  return %y
+})");
+  call = select_library_call(*dense.nodes().front(), kBoth, Precision::F16, &why);
+  ASSERT_TRUE(call.has_value()) << why;
+  EXPECT_EQ(call->routine, "cublasLtMatmul");
+  EXPECT_EQ(call->dtype, ir::DType::F16);
+  EXPECT_EQ(call->descriptor, "dense f16 8x64 * (10x64)^T + bias");
+
+  ir::Graph grad = parse(R"(graph @g(%dy: bf16[2,16,8,8], %x: bf16[2,8,16,16]) -> (bf16[16,4,3,3]) {
+  %dw = conv2d_grad_weight(%dy, %x) {shape = [16,4,3,3], stride = [2,2], pad = [1,1,1,1], groups = 2} : bf16[16,4,3,3]
+  return %dw
+})");
+  call = select_library_call(*grad.nodes().front(), kBoth, Precision::Bf16, &why);
+  ASSERT_TRUE(call.has_value()) << why;
+  EXPECT_EQ(call->dtype, ir::DType::BF16);
+  EXPECT_EQ(call->descriptor, "conv backward filter bf16 2x8x16x16 * 16x4x3x3 pad 1,1 stride 2,2 groups 2");
+}
+
+// A kernel that reads or writes tensors of two dtypes casts between them inside, which no
+// library routine does.
+TEST(LibraryDispatch, CastsStayOnTheGeneratedKernel) {
+  // A bf16 GEMM whose result autocast widens to add an f32 residual.
+  EXPECT_EQ(refusal(R"(graph @g(%x: bf16[8,64], %w: bf16[10,64], %r: f32[8,10]) -> (f32[8,10]) {
+  %out = kernel @fused_0(%x, %w, %r) {kind = "epilogue"} : f32[8,10] {
+    %d = dense(%x, %w) : bf16[8,10]
+    %df = cast(%d) {to = "f32"} : f32[8,10]
+    %out = add(%df, %r) : f32[8,10]
+    return %out
+  }
+  return %out
+})"),
+            "cast after dense: the library stores its result in its operands' dtype");
+  // An f32 input autocast rounds as the kernel loads it: the library has no such load.
+  EXPECT_EQ(refusal(R"(graph @g(%x: f32[8,64], %w: bf16[10,64]) -> (bf16[8,10]) {
+  %out = kernel @fused_0(%x, %w) {kind = "epilogue"} : bf16[8,10] {
+    %xc = cast(%x) {to = "bf16"} : bf16[8,64]
+    %out = dense(%xc, %w) : bf16[8,10]
+    return %out
+  }
+  return %out
+})"),
+            "it casts an operand to bf16 as it loads it; the library calls read tensors as stored");
 }
 
 // conv2d's gradients on cuDNN's backward routines, described by the forward convolution.

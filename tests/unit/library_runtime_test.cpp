@@ -10,10 +10,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 #include "codegen/library_dispatch.h"
 #include "ir/diagnostic.h"
 #include "ir/parser.h"
+#include "ir/tensor.h"
 #include "runtime/cuda/cuda_executable.h"
 #include "runtime/cuda/driver_api.h"
 #include "runtime/cuda/library_runner.h"
@@ -57,11 +59,39 @@ std::vector<float> ramp(size_t count, int seed) {
   return values;
 }
 
+// A bf16 or f16 tensor of `values`, rounded to nearest even.
+ir::Tensor make_16bit(ir::DType dtype, ir::Shape shape, const std::vector<float>& values) {
+  ir::Tensor tensor({dtype, std::move(shape)});
+  EXPECT_EQ(values.size(), static_cast<size_t>(tensor.num_elements()));
+  std::vector<uint16_t> bits;
+  for (float value : values)
+    bits.push_back(dtype == ir::DType::BF16 ? ir::float_to_bfloat16_bits(value) : ir::float_to_half_bits(value));
+  std::memcpy(tensor.data(), bits.data(), tensor.byte_size());
+  return tensor;
+}
+
+// The elements of a bf16 or f16 tensor, widened.
+std::vector<float> widen(const ir::Tensor& tensor) {
+  std::vector<uint16_t> bits(static_cast<size_t>(tensor.num_elements()));
+  std::memcpy(bits.data(), tensor.data(), tensor.byte_size());
+  std::vector<float> values;
+  for (uint16_t b : bits)
+    values.push_back(tensor.type().dtype == ir::DType::BF16 ? ir::bfloat16_bits_to_float(b)
+                                                            : ir::half_bits_to_float(b));
+  return values;
+}
+
+// `values` as a 16-bit tensor stores them.
+std::vector<float> rounded(ir::DType dtype, const std::vector<float>& values) {
+  return widen(make_16bit(dtype, {static_cast<int64_t>(values.size())}, values));
+}
+
 // The library call codegen makes for the first node of `text`.
-codegen::LibraryCall library_call(const std::string& text) {
+codegen::LibraryCall library_call(const std::string& text,
+                                  codegen::Precision precision = codegen::Precision::F32) {
   ir::Graph graph = ir::parse_graph(text, "library.ir");
   std::string why;
-  auto call = codegen::select_library_call(*graph.nodes().front(), {true, true}, codegen::Precision::F32, &why);
+  auto call = codegen::select_library_call(*graph.nodes().front(), {true, true}, precision, &why);
   EXPECT_TRUE(call.has_value()) << why;
   return call.value_or(codegen::LibraryCall{});
 }
@@ -368,8 +398,9 @@ TEST_F(CudaMockLibraries, MatmulLayoutsMatchTheRowMajorDefinition) {
   EXPECT_EQ(kernel_runs(), 0);
 }
 
-// conv2d(x [1,2,5,5], w [3,2,3,3], pad 1) + bias b [3] (+ residual r) + relu: x, w, b, r, y.
-std::string conv_kernel(bool residual, bool relu) {
+// conv2d(x [1,2,5,5], w [3,2,3,3], pad 1) + bias b [3] (+ residual r) + relu: x, w, b, r, y,
+// all of `dtype`.
+std::string conv_kernel(bool residual, bool relu, const std::string& dtype = "f32") {
   std::string body = "    %cb = bias_add(%c, %b) : f32[1,3,5,5]\n";
   std::string last = "%cb";
   if (residual) {
@@ -378,7 +409,7 @@ std::string conv_kernel(bool residual, bool relu) {
   }
   body += relu ? "    %y = relu(" + last + ") : f32[1,3,5,5]\n"
                : "    %y = reshape(" + last + ") {shape = [1,3,5,5]} : f32[1,3,5,5]\n";
-  return std::string(R"(graph @g(%x: f32[1,2,5,5], %w: f32[3,2,3,3], %b: f32[3], %r: f32[1,3,5,5]) -> (f32[1,3,5,5]) {
+  std::string text = std::string(R"(graph @g(%x: f32[1,2,5,5], %w: f32[3,2,3,3], %b: f32[3], %r: f32[1,3,5,5]) -> (f32[1,3,5,5]) {
   %y = kernel @fused_0(%x, %w, %b)") + (residual ? ", %r" : "") +
          R"() {kind = "epilogue"} : f32[1,3,5,5] {
     %c = conv2d(%x, %w) {pad = [1,1,1,1]} : f32[1,3,5,5]
@@ -386,6 +417,9 @@ std::string conv_kernel(bool residual, bool relu) {
   }
   return %y
 })";
+  for (size_t at = text.find("f32["); at != std::string::npos; at = text.find("f32[", at + dtype.size()))
+    text.replace(at, 3, dtype);
+  return text;
 }
 
 std::vector<float> conv_reference(const std::vector<float>& x, const std::vector<float>& w,
@@ -443,6 +477,68 @@ TEST_F(CudaMockLibraries, ConvBiasResidualReluRunsOnCudnn) {
       EXPECT_EQ(dnn_stats().handles, 0);
       EXPECT_EQ(dnn_stats().descriptors, 0);
     }
+  }
+}
+
+// autocast's bf16 and f16 tensors go to the libraries as stored (cuDNN's PSEUDO_BFLOAT16 and
+// PSEUDO_HALF configurations, cuBLASLt's 16-bit layouts), summed in f32 and rounded once at the
+// store, as the generated kernel does: with small integers every f32 sum is exact, so the
+// results are the reference's rounded to the dtype, bit for bit.
+TEST_F(CudaMockLibraries, SixteenBitTensorsRunOnTheLibrariesAsStored) {
+  for (ir::DType dtype : {ir::DType::BF16, ir::DType::F16}) {
+    const std::string name(ir::dtype_name(dtype));
+    const codegen::Precision precision =
+        dtype == ir::DType::BF16 ? codegen::Precision::Bf16 : codegen::Precision::F16;
+    SCOPED_TRACE(name);
+    {
+      const codegen::Program program = one_kernel(
+          {make_buffer("x", {dtype, {1, 2, 5, 5}}, BufferRole::Input, 0),
+           make_buffer("w", {dtype, {3, 2, 3, 3}}, BufferRole::Parameter, 0),
+           make_buffer("b", {dtype, {3}}, BufferRole::Parameter, 1),
+           make_buffer("r", {dtype, {1, 3, 5, 5}}, BufferRole::Input, 1),
+           make_buffer("y", {dtype, {1, 3, 5, 5}}, BufferRole::Output, 0)},
+          library_call(conv_kernel(true, true, name), precision));
+      register_("fused_0", 5, [](void* const*, unsigned long long) {});
+      // Large enough that some sums need more bits than bf16 has: the rounding shows.
+      std::vector<float> w = ramp(54, 3), b = {1, -2, 0.5}, x = ramp(50, 4), r = ramp(75, 5);
+      for (float& v : w) v *= 8.0f;
+      auto executable = create(program, {make_16bit(dtype, {3, 2, 3, 3}, w), make_16bit(dtype, {3}, b)},
+                               options());
+      EXPECT_EQ(executable->library_report(),
+                std::vector<std::string>{fmt::format(
+                    "fused_0: cudnn conv {} 1x2x5x5 * 3x2x3x3 pad 1,1 stride 1,1 + bias + residual + "
+                    "relu (algo WINOGRAD_NONFUSED, 0 B workspace)",
+                    name)});
+      std::vector<ir::Tensor> outputs =
+          executable->run({make_16bit(dtype, {1, 2, 5, 5}, x), make_16bit(dtype, {1, 3, 5, 5}, r)});
+      ASSERT_EQ(outputs[0].type().dtype, dtype);
+      const std::vector<float> expected = rounded(dtype, conv_reference(x, w, b, &r, true));
+      EXPECT_EQ(widen(outputs[0]), expected);
+      if (dtype == ir::DType::BF16) {
+        EXPECT_NE(expected, conv_reference(x, w, b, &r, true));  // rounded, and checked as such
+      }
+      // 16-bit tensors allow tensor-op algorithms (the heuristics' Winograd) at any precision:
+      // their products are exact either way.
+      EXPECT_EQ(dnn_stats().last_choice, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED);
+      EXPECT_EQ(kernel_runs(), 0);
+    }
+    {
+      const codegen::Program program = one_kernel(
+          {make_buffer("x", {dtype, {4, 3}}, BufferRole::Input, 0),
+           make_buffer("w", {dtype, {2, 3}}, BufferRole::Parameter, 0),
+           make_buffer("b", {dtype, {2}}, BufferRole::Parameter, 1),
+           make_buffer("y", {dtype, {4, 2}}, BufferRole::Output, 0)},
+          library_call(std::regex_replace(std::string(kDenseKernel), std::regex("f32"), name), precision));
+      auto executable = create(program, {make_16bit(dtype, {2, 3}, kDenseW), make_16bit(dtype, {2}, kDenseB)},
+                               options());
+      const std::vector<float> x = ramp(12, 2);
+      std::vector<ir::Tensor> outputs = executable->run({make_16bit(dtype, {4, 3}, x)});
+      EXPECT_EQ(widen(outputs[0]), rounded(dtype, dense_reference(x, kDenseW, kDenseB)));
+      EXPECT_EQ(lt_stats().last_choice, CUBLASLT_EPILOGUE_RELU_BIAS);
+      EXPECT_EQ(kernel_runs(), 0);
+    }
+    EXPECT_EQ(dnn_stats().descriptors, 0);
+    EXPECT_EQ(lt_stats().descriptors, 0);
   }
 }
 

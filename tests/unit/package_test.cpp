@@ -233,6 +233,37 @@ TEST(Package, BackwardLibraryCallsRoundTrip) {
   }
 }
 
+// A library call on bf16 tensors keeps its dtype; one whose dtype is not its buffers' (the
+// library would read f32 bytes as bf16) is the file's error, as is a dtype no call takes.
+TEST(Package, SixteenBitLibraryCallsRoundTripAndAreChecked) {
+  ir::Graph graph = ir::parse_graph(R"(graph @g(%x: bf16[8,64], %w: bf16[10,64], %b: bf16[10]) -> (bf16[8,10]) {
+  %y = dense(%x, %w, %b) : bf16[8,10]
+  return %y
+})", "dense.ir");
+  const codegen::Program program =
+      codegen::emit_program(graph, codegen::LibrarySelection{true, false}, codegen::Precision::Bf16);
+  ASSERT_EQ(program.kernels.size(), 1u);
+  ASSERT_TRUE(program.kernels[0].library.has_value());
+  const std::string path = "dense.kiln";
+  Json json = program_to_json(program);
+  EXPECT_EQ(json["kernels"][0]["library"]["dtype"], "bf16");
+  const codegen::Program read = program_from_json(JsonAt(json, "", path));
+  validate_program(read, path, "program");
+  EXPECT_EQ(read.kernels[0].library->dtype, ir::DType::BF16);
+  EXPECT_EQ(program_to_json(read), json);
+
+  json["kernels"][0]["library"]["dtype"] = "f16";
+  const codegen::Program damaged = program_from_json(JsonAt(json, "", path));
+  std::string message = testing_util::error_of([&] { validate_program(damaged, path, "program"); }).message;
+  EXPECT_NE(message.find("kernel 'dense_0': library call on f16 tensors, and its argument 3 is bf16"),
+            std::string::npos)
+      << message;
+  json["kernels"][0]["library"]["dtype"] = "i32";
+  message = testing_util::error_of([&] { program_from_json(JsonAt(json, "", path)); }).message;
+  EXPECT_NE(message.find("library calls take f32, bf16 or f16 tensors, not 'i32'"), std::string::npos)
+      << message;
+}
+
 TEST(Package, TruncatedAnywhereIsTruncated) {
   const std::string bytes = serialize_package(make_package());
   for (size_t size : {size_t{10}, size_t{63}, size_t{64}, bytes.size() / 2, bytes.size() - 1}) {
