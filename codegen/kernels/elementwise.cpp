@@ -358,8 +358,13 @@ ElementFn cast_fn(DType from, DType to) {
   const std::string summary =
       fmt::format("cast {} -> {}", ir::dtype_name(from), ir::dtype_name(to));
   if (ir::is_floating(to)) {
+    // A 16-bit result rounds here, not only at a store: a consumer in the same fused kernel
+    // must read the rounded value (cast to bf16 and back is a rounding, not a no-op).
+    const auto round_to = [&](const std::string& value) {
+      return "return " + load(to, store(to, value)) + ";";
+    };
     if (from == DType::F64 && (to == DType::F16 || to == DType::BF16))
-      return {summary + ": rounded to odd in float, so the store's rounding is the only one",
+      return {summary + ": rounded to odd in float, then to nearest even, as one rounding",
               {"// Rounding to nearest float, then to f16 or bf16, could round twice. Truncating",
                "// toward zero and setting the last bit when bits were lost (\"round to odd\")",
                "// keeps the information a single rounding of the double needs: float has 13",
@@ -367,12 +372,15 @@ ElementFn cast_fn(DType from, DType to) {
                "const float rounded = static_cast<float>(value);",
                "if (value != value || rounded == INFINITY || rounded == -INFINITY ||",
                "    static_cast<double>(rounded) == value)",
-               "  return rounded;",
+               "  " + round_to("rounded"),
                "int bits = __float_as_int(rounded);",
                "if (fabs(static_cast<double>(rounded)) > fabs(value)) bits -= 1;  // toward zero",
-               "return __int_as_float(bits | 1);"}};
+               round_to("__int_as_float(bits | 1)")}};
+    if (ir::is_floating(from) && from != to && (to == DType::F16 || to == DType::BF16))
+      return {summary + ": rounded to nearest even", {round_to("value")}};
     if (ir::is_floating(from))
-      return {summary + ": f16/bf16 round once, on store", {"return value;"}};
+      return {summary + (from == DType::F64 && to == DType::F32 ? ": rounded to nearest" : ": exact"),
+              {"return value;"}};
     return {summary, {fmt::format("return static_cast<{}>(value);", compute_type(to))}};
   }
   if (to == DType::Bool) return {summary + ": nonzero (and NaN) is true", {"return value != 0;"}};

@@ -152,12 +152,42 @@ TEST(CodegenIntWidths, F64ToHalfRoundsOnce) {
   const std::vector<Tensor> got_want = {tensor(
       DType::F64, {5}, {1 + std::ldexp(1.0, -11) + tiny, -(1 + std::ldexp(1.0, -8) + tiny), 1e300, nan, 0.1})};
   const Program program = check_graph("f64_to_half", text, got_want, kExact);
-  EXPECT_TRUE(contains(program.source, "return __int_as_float(bits | 1);"));
+  EXPECT_TRUE(contains(program.source, "__int_as_float(bits | 1)"));  // rounded to odd, then to 16 bits
 #if KILN_CODEGEN_TEST_HOST
   // The reference's answers, spelled out: 1 + 2^-10 in f16 and -(1 + 2^-7) in bf16.
   const std::vector<Tensor> got = testing::run_on_host(program, "f64_to_half", got_want);
   EXPECT_EQ(got[0].get(0), 1 + std::ldexp(1.0, -10));
   EXPECT_EQ(got[1].get(1), -(1 + std::ldexp(1.0, -7)));
+#endif
+}
+
+// A cast to bf16 or f16 inside a fused kernel rounds there, though nothing stores its value:
+// cast to 16 bits and back is a rounding, as in the reference (1 + 2^-8 + 2^-12 is past the
+// midpoint of two bf16 values, 1 + 2^-12 short of two f16 ones'; ties go to even).
+TEST(CodegenIntWidths, CastToHalfAndBackRoundsInsideAKernel) {
+  const std::string text = R"(graph @round_trip(%x: f32[4]) -> (f32[4], f32[4]) {
+  %b = kernel @bf16_0(%x) {kind = "loop"} : f32[4] {
+    %xb = cast(%x) {to = "bf16"} : bf16[4]
+    %b = cast(%xb) {to = "f32"} : f32[4]
+    return %b
+  }
+  %h = kernel @f16_1(%x) {kind = "loop"} : f32[4] {
+    %xh = cast(%x) {to = "f16"} : f16[4]
+    %h = cast(%xh) {to = "f32"} : f32[4]
+    return %h
+  }
+  return %b, %h
+})";
+  const float x[] = {1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -12), 1.0f + std::ldexp(1.0f, -12),
+                     1.0f + 3 * std::ldexp(1.0f, -11), 0.1f};
+  const Program program = check_graph("round_trip", text, {tensor(DType::F32, {4}, {x[0], x[1], x[2], x[3]})}, kExact);
+  EXPECT_TRUE(contains(program.source, "kiln_bf16_to_float(kiln_float_to_bf16(value))"));
+#if KILN_CODEGEN_TEST_HOST
+  const std::vector<Tensor> got =
+      testing::run_on_host(program, "round_trip", {tensor(DType::F32, {4}, {x[0], x[1], x[2], x[3]})});
+  EXPECT_EQ(got[0].get(0), 1 + std::ldexp(1.0, -7));   // bf16: past the midpoint, up
+  EXPECT_EQ(got[1].get(1), 1.0);                       // f16: 1 + 2^-12 is under half an ulp
+  EXPECT_EQ(got[1].get(2), 1 + std::ldexp(1.0, -9));   // f16: a tie (1.5 ulp) goes to even (2 ulp)
 #endif
 }
 
