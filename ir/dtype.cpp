@@ -85,6 +85,10 @@ bool fits_dtype(double value, DType dtype) {
   return false;
 }
 
+DType accumulation_dtype(DType dtype) {
+  return dtype == DType::BF16 || dtype == DType::F16 ? DType::F32 : dtype;
+}
+
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::F32: case DType::I32: case DType::U32: return 4;

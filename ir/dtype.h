@@ -34,6 +34,10 @@ std::size_t dtype_size(DType dtype);  // bytes per element
 bool is_floating(DType dtype);
 bool is_integer(DType dtype);   // every integer type (not bool)
 bool is_unsigned(DType dtype);  // u8, u16, u32, u64
+// What a GEMM over `dtype` operands sums in: f32 for bf16 and f16 (the tensor cores' f32
+// accumulators, rounded once at the store), else `dtype`. Split-K partial sums (k_chunk) have
+// this dtype, so a split GEMM rounds once too, after their reduce_sum.
+DType accumulation_dtype(DType dtype);
 // The smallest and largest values of an integer type, as doubles (u64's and i64's upper ends
 // round up to 2^64 and 2^63).
 double integer_min(DType dtype);

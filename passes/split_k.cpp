@@ -147,9 +147,10 @@ int64_t choose_chunk(const ir::Node& node, const std::set<std::string>& whole, s
                       ir::to_string(node.op));
     return 0;
   }
-  if (node.results[0]->type.dtype != ir::DType::F32) {
-    why = fmt::format("the {} is {}: partial sums would round to it", forward ? "result" : "gradient",
-                      ir::dtype_name(node.results[0]->type.dtype));
+  if (const ir::DType dtype = node.results[0]->type.dtype;
+      dtype != ir::DType::F32 && dtype != ir::DType::BF16 && dtype != ir::DType::F16) {
+    why = fmt::format("the {} is {}: split-K GEMMs are f32, bf16 or f16", forward ? "result" : "gradient",
+                      ir::dtype_name(dtype));
     return 0;
   }
   const GemmShape g = gemm_shape(node);
@@ -245,31 +246,51 @@ bool SplitK::run(ir::Graph& graph, PassContext& context) {
     const int64_t bias_axis = node->op == ir::OpId::Dense ? old_out->type.rank() - 1 : 1;
     std::vector<ir::Value*> operands = node->inputs;
     if (biased) operands.pop_back();
+    // 16-bit GEMMs sum in f32: their partials and the sum stay f32, and a cast rounds the sum
+    // once, as the unsplit kernel rounds its accumulators.
+    const ir::DType sum_dtype = ir::accumulation_dtype(old_out->type.dtype);
+    const bool rounds = sum_dtype != old_out->type.dtype;
     ir::Node* partials = graph.insert_node_before(
         node, node->op, node->name, operands, std::move(attrs),
-        {{names.take(out_name + ".partials"), ir::TensorType{old_out->type.dtype, partials_shape}}},
-        node->loc);
-    const std::string sum_name = biased ? names.take(out_name + ".sum") : out_name;
+        {{names.take(out_name + ".partials"), ir::TensorType{sum_dtype, partials_shape}}}, node->loc);
+    const std::string sum_name = biased || rounds ? names.take(out_name + ".sum") : out_name;
     ir::Node* sum = graph.insert_node_before(
         node, ir::OpId::ReduceSum, node->name.empty() ? "" : node->name + ".sum",
         {partials->results[0]}, {{"axes", std::vector<int64_t>{0}}, {"keepdims", false}},
-        {{sum_name, old_out->type}}, node->loc);
+        {{sum_name, ir::TensorType{sum_dtype, old_out->type.shape}}}, node->loc);
     ir::Node* result = sum;
     if (biased) {
+      // The bias joins the f32 sum (widened exactly) before the one rounding, as in the unsplit
+      // kernel's epilogue.
+      ir::Value* bias = node->inputs[2];
+      if (rounds) {
+        bias = graph.insert_node_before(
+            node, ir::OpId::Cast, node->name.empty() ? "" : node->name + ".bias_f32", {bias},
+            {{"to", std::string(ir::dtype_name(sum_dtype))}},
+            {{names.take(bias->name + ".f32"), ir::TensorType{sum_dtype, bias->type.shape}}},
+            node->loc)->results[0];
+      }
       result = graph.insert_node_before(
           node, ir::OpId::BiasAdd, node->name.empty() ? "" : node->name + ".bias",
-          {sum->results[0], node->inputs[2]}, {{"axis", bias_axis}}, {{out_name, old_out->type}},
-          node->loc);
+          {sum->results[0], bias}, {{"axis", bias_axis}},
+          {{rounds ? names.take(out_name + ".biased") : out_name, sum->results[0]->type}}, node->loc);
+    }
+    if (rounds) {
+      result = graph.insert_node_before(
+          node, ir::OpId::Cast, node->name.empty() ? "" : node->name + ".round",
+          {result->results[0]}, {{"to", std::string(ir::dtype_name(old_out->type.dtype))}},
+          {{out_name, old_out->type}}, node->loc);
     }
     replacements[old_out] = result->results[0];
     dead.insert(node);
-    context.debug(kPass, fmt::format("split %{}: {} chunks of {} {}, then reduce_sum{}",
+    context.debug(kPass, fmt::format("split %{}: {} chunks of {} {}, then reduce_sum{}{}",
                                      out_name, chunks, chunk,
                                      node->op == ir::OpId::Conv2d   ? "patch terms"
                                      : node->op == ir::OpId::Dense  ? "input features"
                                      : node->op == ir::OpId::Matmul ? "inner terms"
                                                                     : "batch pixels",
-                                     biased ? " and bias_add" : ""));
+                                     biased ? " and bias_add" : "",
+                                     rounds ? fmt::format(" in f32, cast to {}", ir::dtype_name(old_out->type.dtype)) : ""));
   }
   replace_and_erase(graph, replacements, dead);
   return true;

@@ -139,7 +139,7 @@ Types infer_conv2d(const InferContext& ctx) {
                   2};
   Shape partials{(weight[1] * weight[2] * weight[3] + chunk - 1) / chunk};
   partials.insert(partials.end(), out.shape.begin(), out.shape.end());
-  return {checked_result(out.dtype, partials)};
+  return {checked_result(accumulation_dtype(out.dtype), partials)};
 }
 
 Types infer_matmul(const InferContext& ctx) {
@@ -173,8 +173,9 @@ Types infer_matmul(const InferContext& ctx) {
   const int64_t chunk = ctx.get_int("k_chunk");
   if (chunk < 0) throw OpError{"attribute 'k_chunk' must be >= 0, got " + str(chunk), -1, "k_chunk"};
   // Split-K: one partial result per chunk of the K terms.
-  if (chunk > 0) out.insert(out.begin(), (k_a + chunk - 1) / chunk);
-  return {checked_result(ctx.inputs[0].dtype, std::move(out))};
+  if (chunk == 0) return {checked_result(ctx.inputs[0].dtype, std::move(out))};
+  out.insert(out.begin(), (k_a + chunk - 1) / chunk);
+  return {checked_result(accumulation_dtype(ctx.inputs[0].dtype), std::move(out))};
 }
 
 Types infer_dense(const InferContext& ctx) {
@@ -199,6 +200,7 @@ Types infer_dense(const InferContext& ctx) {
                         ") makes partial sums and takes no bias: add it after their sum",
                     2};
     out.insert(out.begin(), (weight[1] + chunk - 1) / chunk);
+    return {checked_result(accumulation_dtype(ctx.inputs[0].dtype), std::move(out))};
   }
   return {checked_result(ctx.inputs[0].dtype, std::move(out))};
 }

@@ -86,7 +86,7 @@ Types infer_conv2d_grad_weight(const InferContext& ctx) {
   const int64_t pixels = dy[0] * dy[2] * dy[3];
   ir::Shape partials{(pixels + chunk - 1) / chunk};
   partials.insert(partials.end(), w.shape.begin(), w.shape.end());
-  return {ops::checked_result(w.dtype, partials)};
+  return {ops::checked_result(accumulation_dtype(w.dtype), partials)};
 }
 
 Types infer_max_pool2d_grad(const InferContext& ctx) {
