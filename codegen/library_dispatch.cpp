@@ -288,8 +288,9 @@ std::optional<LibraryCall> conv_call(const Pattern& p, LibraryCall call, std::st
   call.library = std::string(kCudnnLibrary);
   call.routine = call.bias ? "cudnnConvolutionBiasActivationForward" : "cudnnConvolutionForward";
   std::string text = fmt::format("conv {} {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
-                                 ir::dtype_name(call.dtype), c.n, c.c, c.h, c.w, c.k, c.c / c.groups, c.r, c.s, c.pad_h,
-                                 c.pad_w, c.stride_h, c.stride_w);
+                                 ir::dtype_name(call.dtype), c.n, c.c, c.h, c.w, c.k,
+                                 c.c / c.groups, c.r, c.s, c.pad_h, c.pad_w, c.stride_h,
+                                 c.stride_w);
   if (c.dilation_h != 1 || c.dilation_w != 1)
     text += fmt::format(" dilation {},{}", c.dilation_h, c.dilation_w);
   if (c.groups != 1) text += fmt::format(" groups {}", c.groups);

@@ -45,6 +45,22 @@ cudaDataType_t cuda_data_type(ir::DType dtype) {
   return CUDA_R_32F;
 }
 
+// CUBLAS_COMPUTE_32F keeps full f32 as the generated kernels do; with --precision=tf32, bf16 or
+// f16 the _FAST_ types let cuBLASLt round f32 A and B to that format for the tensor cores, as they
+// then do, and sum in f32. bf16 and f16 matrices are multiplied as stored (products exact) and
+// summed in f32: CUBLAS_COMPUTE_32F, the scale type f32, and the bias in D's type (cuBLASLt's
+// default for CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE).
+cublasComputeType_t matmul_compute(const codegen::LibraryCall& call) {
+  if (call.dtype != ir::DType::F32) return CUBLAS_COMPUTE_32F;
+  switch (call.math) {
+    case codegen::Precision::F32: return CUBLAS_COMPUTE_32F;
+    case codegen::Precision::Tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case codegen::Precision::Bf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case codegen::Precision::F16: return CUBLAS_COMPUTE_32F_FAST_16F;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
 cublasLtEpilogue_t matmul_epilogue(const codegen::LibraryCall& call) {
   switch (call.activation) {
     case LibraryActivation::None:
@@ -78,17 +94,8 @@ class MatmulRunner final : public LibraryRunner {
     lt_d_ = layout(n, rows, m.batch, m.m * m.n);
 
     cublasLtMatmulDesc_t desc = nullptr;
-    // CUBLAS_COMPUTE_32F keeps full f32 as the generated kernels do; with --precision=tf32,
-    // bf16 or f16 the _FAST_ types let cuBLASLt round f32 A and B to that format for the tensor
-    // cores, as they then do, and sum in f32. bf16 and f16 matrices are multiplied as stored
-    // (products exact) and summed in f32: CUBLAS_COMPUTE_32F, the scale type f32, and the bias
-    // in D's type (cuBLASLt's default for CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE).
-    const cublasComputeType_t compute = call.dtype != ir::DType::F32             ? CUBLAS_COMPUTE_32F
-                                        : call.math == codegen::Precision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                        : call.math == codegen::Precision::Bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                        : call.math == codegen::Precision::F16  ? CUBLAS_COMPUTE_32F_FAST_16F
-                                                                                : CUBLAS_COMPUTE_32F;
-    check(api_.cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    check(api_.cublasLtMatmulDescCreate(&desc, matmul_compute(call), CUDA_R_32F),
+          "cublasLtMatmulDescCreate");
     desc_ = own(desc, api_.cublasLtMatmulDescDestroy);
     const int32_t transa = m.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int32_t transb = m.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
