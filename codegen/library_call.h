@@ -21,6 +21,11 @@ namespace kiln::codegen {
 inline constexpr std::string_view kCudnnLibrary = "cudnn";
 inline constexpr std::string_view kCublasLtLibrary = "cublasLt";
 
+// Whether a library call may hold tensors of `dtype` (LibraryCall::dtype): f32, bf16, f16.
+inline bool library_takes(ir::DType dtype) {
+  return dtype == ir::DType::F32 || dtype == ir::DType::BF16 || dtype == ir::DType::F16;
+}
+
 // Which libraries may be used (--library; codegen/library_dispatch.h parses the flag).
 struct LibrarySelection {
   bool cublaslt = false;

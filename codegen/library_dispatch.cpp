@@ -232,7 +232,7 @@ std::optional<ir::DType> library_dtype(const ir::Node& node, std::string& why) {
                       node.op, ir::dtype_name(value->type.dtype), ir::dtype_name(dtype));
     return std::nullopt;
   }
-  if (dtype != ir::DType::F32 && dtype != ir::DType::BF16 && dtype != ir::DType::F16) {
+  if (!library_takes(dtype)) {
     why = fmt::format("{}: {} tensors (the library calls take f32, bf16 or f16)", node.op,
                       ir::dtype_name(dtype));
     return std::nullopt;

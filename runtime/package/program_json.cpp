@@ -166,7 +166,7 @@ codegen::LibraryCall library_from_json(const JsonAt& at) {
   if (at.has("dy_arg")) call.dy_arg = to_int(at["dy_arg"]);
   if (at.has("dtype")) {  // absent: f32 (and older packages)
     const std::optional<ir::DType> dtype = ir::parse_dtype(at["dtype"].string());
-    if (!dtype || (*dtype != ir::DType::F32 && *dtype != ir::DType::BF16 && *dtype != ir::DType::F16))
+    if (!dtype || !codegen::library_takes(*dtype))
       at["dtype"].fail("library calls take f32, bf16 or f16 tensors, not '" + at["dtype"].string() + "'");
     call.dtype = *dtype;
   }
@@ -523,8 +523,8 @@ void validate_program(const codegen::Program& program, const std::string& path,
       for (int arg : {k.library->out_arg, k.library->bias_arg, k.library->residual_arg,
                       k.library->dy_arg, k.library->x_arg, k.library->weight_arg}) {
         if (arg < 0) continue;
+        // In range: the checks above ran on every argument and buffer id.
         const int id = k.args[static_cast<size_t>(arg)];
-        if (id < 0 || id >= num_buffers) continue;  // reported with the kernel's arguments
         const ir::DType dtype = program.buffers[static_cast<size_t>(id)].type.dtype;
         if (dtype != k.library->dtype)
           fail(fmt::format("kernel '{}': library call on {} tensors, and its argument {} is {}",
