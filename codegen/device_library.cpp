@@ -186,6 +186,20 @@ __device__ __forceinline__ void kiln_ldmatrix_x4(unsigned int* d, const void* ro
 #endif
 }
 
+// ldmatrix.x4.trans: the same four matrices, each transposed as it loads. Lane i receives in
+// d[j] the 16-bit elements i / 4 of rows 2 (i % 4) and 2 (i % 4) + 1 of matrix j (the lower
+// row in the low half): a k-major tile of 16-bit values read as mma.m16n8k16's fragments.
+__device__ __forceinline__ void kiln_ldmatrix_x4_trans(unsigned int* d, const void* row) {
+#ifdef __CUDACC__
+  const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(address));
+#else
+  kiln_host_ldmatrix_x4(d, row, KILN_HOST_WARP_LDMATRIX_X4_TRANS);
+#endif
+}
+
 // ---- asynchronous copies (sm_80+) ---------------------------------------------------------
 // 16 bytes from global to shared memory without passing through registers (cp.async, L2 only);
 // with `valid` false the 16 bytes are zero-filled and the source is not read. Both addresses

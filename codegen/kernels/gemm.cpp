@@ -20,6 +20,10 @@
 // stages, the next steps' tiles flying while this one's are computed (the PTX ISA's "Data
 // Movement and Conversion Instructions: cp.async"), and ldmatrix loads their fragments. The
 // tiles are padded so that a fragment load (8 rows or columns x 4 k) touches 32 banks.
+// With --precision=bf16 or f16 the tiles hold 16-bit values, rounded once as they are staged
+// (16-bit tensors the unit takes are copied by cp.async as stored, 8 per 16 bytes), k steps of
+// 32 fill the bytes TF32's 16 do, and ldmatrix (.trans for k-major tiles) loads every fragment
+// of mma.m16n8k16.
 #include "codegen/kernels/gemm.h"
 
 #include <algorithm>
@@ -63,6 +67,18 @@ namespace {
 
 using namespace gemm_parts;
 
+// A float as the shared tiles hold it: rounded once here for the tensor cores, to TF32 (still a
+// float) or to the 16-bit units' bf16 or f16 bits; unchanged for the FMA units.
+std::string staged(const GemmTiling& tiling, const std::string& element) {
+  switch (tiling.unit) {
+    case GemmUnit::TensorCoreTf32: return "kiln_tf32_round(" + element + ")";
+    case GemmUnit::TensorCoreBf16: return "kiln_float_to_bf16(" + element + ")";
+    case GemmUnit::TensorCoreF16: return "kiln_float_to_half(" + element + ")";
+    case GemmUnit::Fma: break;
+  }
+  return element;
+}
+
 // Stages one operand tile into shared memory. `name` is "a" or "b"; `outer` is "row" or "col";
 // `outer_size` the constant of its outer dimension, `outer_ragged` whether its last tile is partial.
 void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
@@ -86,10 +102,9 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
   if (!guard.empty()) w.open("if ({})", guard);
   w.lines(operand.fetch);
   if (!guard.empty()) w.close();
-  // Tensor cores read TF32: rounded once here, not per fragment load.
+  // Tensor cores read TF32, bf16 or f16: rounded once here, not per fragment load.
   w.line("{0}_tile[{0}_slot + i * {1}] = {2};", name,
-         operand.k_contiguous ? step : step + " * " + stride,
-         tiling.unit == GemmUnit::TensorCoreTf32 ? "kiln_tf32_round(value)" : "value");
+         operand.k_contiguous ? step : step + " * " + stride, staged(tiling, "value"));
   w.close();
 }
 
@@ -99,7 +114,8 @@ void stage_tile(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
 // a group of 4 is wholly inside or wholly outside. k contiguous: 4 neighbouring threads read one
 // row's kTileK elements and scatter them down the k-major tile's rows (banks (c % 4) * 8 + c / 4
 // with the FMA pad of 2: 32 distinct per warp); otherwise a warp reads 2 k-rows of 64 and stores
-// them as float4s.
+// them as float4s (4 x 16 bits: 8 bytes on the 16-bit tensor cores). 16-bit values the tiles
+// hold as they are stored go in as loaded.
 void stage_tile_vectors(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
                         const GemmOperand& operand, const std::string& name,
                         const std::string& outer, const std::string& outer_size,
@@ -131,23 +147,33 @@ void stage_tile_vectors(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
            wide ? "make_float4(0.0f, 0.0f, 0.0f, 0.0f)" : "make_ushort4(0, 0, 0, 0)");
     w.line("if ({}) {} = {};", guard, name_loaded, read);
   }
-  if (!wide)
+  // The tiles' own 16-bit type goes in as loaded; anything else through a float.
+  const bool as_loaded =
+      !wide && ((tiling.unit == GemmUnit::TensorCoreBf16 && operand.address_dtype == ir::DType::BF16) ||
+                (tiling.unit == GemmUnit::TensorCoreF16 && operand.address_dtype == ir::DType::F16));
+  if (!wide && !as_loaded)
     w.line("const float4 value = make_float4({}, {}, {}, {});", load(operand.address_dtype, "bits.x"),
            load(operand.address_dtype, "bits.y"), load(operand.address_dtype, "bits.z"),
            load(operand.address_dtype, "bits.w"));
-  // Tensor cores read TF32: rounded once here, as stage_tile does (bf16/f16 units round as
-  // they pack their fragments).
-  const auto staged = [&](const std::string& element) {
-    return tiling.unit == GemmUnit::TensorCoreTf32 ? "kiln_tf32_round(" + element + ")" : element;
+  const auto element = [&](const char* lane) {
+    return as_loaded ? "bits." + std::string(lane) : staged(tiling, "value." + std::string(lane));
   };
   if (operand.k_contiguous) {
-    w.line("{0}_tile[vector_k * {1} + vector_{2}] = {3};", name, stride, outer, staged("value.x"));
-    w.line("{0}_tile[(vector_k + 1) * {1} + vector_{2}] = {3};", name, stride, outer, staged("value.y"));
-    w.line("{0}_tile[(vector_k + 2) * {1} + vector_{2}] = {3};", name, stride, outer, staged("value.z"));
-    w.line("{0}_tile[(vector_k + 3) * {1} + vector_{2}] = {3};", name, stride, outer, staged("value.w"));
+    w.line("{0}_tile[vector_k * {1} + vector_{2}] = {3};", name, stride, outer, element("x"));
+    w.line("{0}_tile[(vector_k + 1) * {1} + vector_{2}] = {3};", name, stride, outer, element("y"));
+    w.line("{0}_tile[(vector_k + 2) * {1} + vector_{2}] = {3};", name, stride, outer, element("z"));
+    w.line("{0}_tile[(vector_k + 3) * {1} + vector_{2}] = {3};", name, stride, outer, element("w"));
+  } else if (as_loaded) {
+    w.line("*reinterpret_cast<ushort4*>({0}_tile + vector_k * {1} + vector_{2}) = bits;", name, stride, outer);
+  } else if (sixteen_bit(tiling.unit)) {
+    // Two values rounded and packed per cvt (cvt.rn.bf16x2.f32), the lower index low.
+    const std::string pack = tiling.unit == GemmUnit::TensorCoreBf16 ? "kiln_pack_bf16x2" : "kiln_pack_f16x2";
+    w.line("*reinterpret_cast<uint2*>({0}_tile + vector_k * {1} + vector_{2}) = make_uint2({3}(value.x, value.y), "
+           "{3}(value.z, value.w));",
+           name, stride, outer, pack);
   } else if (tiling.unit == GemmUnit::TensorCoreTf32) {
     w.line("*reinterpret_cast<float4*>({0}_tile + vector_k * {1} + vector_{2}) = make_float4({3}, {4}, {5}, {6});",
-           name, stride, outer, staged("value.x"), staged("value.y"), staged("value.z"), staged("value.w"));
+           name, stride, outer, element("x"), element("y"), element("z"), element("w"));
   } else {
     w.line("*reinterpret_cast<float4*>({0}_tile + vector_k * {1} + vector_{2}) = value;", name,
            stride, outer);
@@ -284,43 +310,38 @@ void mma_step(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major, bool 
 // The 16-bit tensor-core step (bf16 or f16): per k step of 16, fragments of mma.m16n8k16 with
 // two operands per register, the lower k in the low half. With g = lane_group, q = lane_quad:
 // A's registers hold (g, 2q..2q+1), (g + 8, 2q..), (g, 2q + 8..), (g + 8, 2q + 8..); B's
-// (k = 2q..2q+1, n = g) and (k = 2q + 8.., n = g). The tiles hold f32 (staged or copied by
-// cp.async): each pair is rounded to nearest even and packed as it is loaded. (ldmatrix would
-// move 32-bit words, one f32 each, where these registers need two 16-bit values: scalar loads.)
+// (k = 2q..2q+1, n = g) and (k = 2q + 8.., n = g). The tiles hold the rounded 16-bit values,
+// so every fragment register is one 8 x 8 matrix of ldmatrix.x4 (the PTX ISA's "Warp-level
+// matrix load instruction: ldmatrix"): lane l points at row l % 8 of matrix l / 8 and receives
+// row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of each. Outer-major tiles ([outer][k]) are
+// that layout as stored; k-major ones ([k][outer]) are its transpose, which ldmatrix's .trans
+// undoes (lane l then receives column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1).
 void mma_step_16bit(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major, bool b_outer_major) {
   const bool bf16 = tiling.unit == GemmUnit::TensorCoreBf16;
-  const std::string pack = bf16 ? "kiln_pack_bf16x2" : "kiln_pack_f16x2";
   w.line("#pragma unroll");
   w.open("for (int kk = 0; kk < kTileK; kk += 16)");
   w.line("unsigned int a_frag[kMmaM][4];");
   w.line("unsigned int b_frag[kMmaN][2];");
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kMmaM; ++i)");
-  if (a_outer_major) {
-    w.line("const float* a_r = a_tile + (warp_row + i * 16 + lane_group) * kATileStride + kk + 2 * lane_quad;");
-    w.line("a_frag[i][0] = {}(a_r[0], a_r[1]);", pack);
-    w.line("a_frag[i][1] = {}(a_r[8 * kATileStride], a_r[8 * kATileStride + 1]);", pack);
-    w.line("a_frag[i][2] = {}(a_r[8], a_r[9]);", pack);
-    w.line("a_frag[i][3] = {}(a_r[8 * kATileStride + 8], a_r[8 * kATileStride + 9]);", pack);
-  } else {
-    w.line("const float* a_k = a_tile + (kk + 2 * lane_quad) * kATileStride + warp_row + i * 16 + lane_group;");
-    w.line("a_frag[i][0] = {}(a_k[0], a_k[kATileStride]);", pack);
-    w.line("a_frag[i][1] = {}(a_k[8], a_k[kATileStride + 8]);", pack);
-    w.line("a_frag[i][2] = {}(a_k[8 * kATileStride], a_k[9 * kATileStride]);", pack);
-    w.line("a_frag[i][3] = {}(a_k[8 * kATileStride + 8], a_k[9 * kATileStride + 8]);", pack);
-  }
+  w.comment("Matrices a0..a3: rows + 8 for odd ones, k + 8 for the last two.");
+  if (a_outer_major)
+    w.line("kiln_ldmatrix_x4(a_frag[i], a_tile + (warp_row + i * 16 + lane % 8 + lane / 8 % 2 * 8) * "
+           "kATileStride + kk + lane / 16 * 8);");
+  else
+    w.line("kiln_ldmatrix_x4_trans(a_frag[i], a_tile + (kk + lane % 8 + lane / 16 * 8) * kATileStride + "
+           "warp_row + i * 16 + lane / 8 % 2 * 8);");
   w.close();
   w.line("#pragma unroll");
-  w.open("for (int j = 0; j < kMmaN; ++j)");
-  if (b_outer_major) {
-    w.line("const float* b_c = b_tile + (warp_col + j * 8 + lane_group) * kBTileStride + kk + 2 * lane_quad;");
-    w.line("b_frag[j][0] = {}(b_c[0], b_c[1]);", pack);
-    w.line("b_frag[j][1] = {}(b_c[8], b_c[9]);", pack);
-  } else {
-    w.line("const float* b_k = b_tile + (kk + 2 * lane_quad) * kBTileStride + warp_col + j * 8 + lane_group;");
-    w.line("b_frag[j][0] = {}(b_k[0], b_k[kBTileStride]);", pack);
-    w.line("b_frag[j][1] = {}(b_k[8 * kBTileStride], b_k[9 * kBTileStride]);", pack);
-  }
+  w.open("for (int j = 0; j < kMmaN; j += 2)");
+  w.comment("Tiles j and j + 1 at once: (j, k 0..7), (j, k 8..15), (j + 1, k 0..7), (j + 1, k 8..15),");
+  w.comment("which are b_frag[j][0], b_frag[j][1], b_frag[j + 1][0] and b_frag[j + 1][1].");
+  if (b_outer_major)
+    w.line("kiln_ldmatrix_x4(&b_frag[j][0], b_tile + (warp_col + (j + lane / 16) * 8 + lane % 8) * "
+           "kBTileStride + kk + lane / 8 % 2 * 8);");
+  else
+    w.line("kiln_ldmatrix_x4_trans(&b_frag[j][0], b_tile + (kk + lane % 8 + lane / 8 % 2 * 8) * kBTileStride + "
+           "warp_col + (j + lane / 16) * 8);");
   w.close();
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kMmaM; ++i)");
@@ -333,21 +354,22 @@ void mma_step_16bit(BodyWriter& w, const GemmTiling& tiling, bool a_outer_major,
 }
 
 // The cp.async copies of one operand's tile for the k step at `k_next` into `dst` (a stage):
-// 16 bytes (4 floats along the contiguous dim) each, zero-filled outside the matrix. k
-// contiguous: the tile is outer-major, [outer][kTileK + 4]; else k-major, [k][outer + 8].
+// 16 bytes (kCopy elements along the contiguous dim: 4 floats, 8 bf16/f16) each, zero-filled
+// outside the matrix. k contiguous: the tile is outer-major, [outer][kTileK + pad]; else
+// k-major, [k][outer + 8].
 void async_copies(BodyWriter& w, const GemmSpec& spec, const GemmOperand& operand,
                   const std::string& name, const std::string& outer, const std::string& outer_size,
                   const std::string& outer_tile) {
   const std::string stride = "k" + std::string(name == "a" ? "A" : "B") + "TileStride";
   w.line("#pragma unroll");
-  w.open("for (int copy = 0; copy < {} * kTileK / 4 / kThreads; ++copy)", outer_tile);
+  w.open("for (int copy = 0; copy < {} * kTileK / kCopy / kThreads; ++copy)", outer_tile);
   w.line("const int c = threadIdx.x + copy * kThreads;");
   if (operand.k_contiguous) {
-    w.line("const int copy_outer = c / (kTileK / 4);");
-    w.line("const int copy_k = c % (kTileK / 4) * 4;");
+    w.line("const int copy_outer = c / (kTileK / kCopy);");
+    w.line("const int copy_k = c % (kTileK / kCopy) * kCopy;");
   } else {
-    w.line("const int copy_k = c / ({} / 4);", outer_tile);
-    w.line("const int copy_outer = c % ({} / 4) * 4;", outer_tile);
+    w.line("const int copy_k = c / ({} / kCopy);", outer_tile);
+    w.line("const int copy_outer = c % ({} / kCopy) * kCopy;", outer_tile);
   }
   w.line("const {} {} = block_{} + copy_outer;", spec.index_type, outer, outer);
   w.line("const {} k = k_next + copy_k;", spec.index_type);
@@ -373,7 +395,7 @@ constexpr uint32_t kSharedBudget = 64 * 1024;
 // [kTileK][outer + pad]), then the row statistics of fused norms.
 uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
   const auto stage_slots = [&](bool outer_major, bool vectors_along_outer, int outer) {
-    return outer_major ? outer * (tiling.tile_k + 4)
+    return outer_major ? outer * (tiling.tile_k + outer_major_pad(tiling))
                        : tiling.tile_k * (outer + k_major_pad(tiling, vectors_along_outer));
   };
   const bool a_outer_major = tiling.async_a && spec.a.k_contiguous;
@@ -381,7 +403,7 @@ uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
   const uint32_t tile_slots = static_cast<uint32_t>(
       tiling.stages * (stage_slots(a_outer_major, tiling.vector_a && !spec.a.k_contiguous, tiling.tile_m) +
                        stage_slots(b_outer_major, tiling.vector_b && !spec.b.k_contiguous, tiling.tile_n)));
-  return tile_slots * static_cast<uint32_t>(spec.value_type == "double" ? sizeof(double) : sizeof(float)) +
+  return tile_slots * tile_element_bytes(tiling, spec.value_type) +
          spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * static_cast<uint32_t>(sizeof(float));
 }
 
@@ -389,14 +411,16 @@ uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
 
 GemmTiling gemm_tiling(const GemmSpec& spec) {
   GemmTiling tiling;
-  // Loads and copies of 4 elements need rows (and, split-K along a contiguous k, chunks) that
-  // start at multiples of 4: 16-byte aligned for f32, 8-byte for bf16 and f16.
-  const auto in_fours = [&](const GemmOperand& operand, int64_t contiguous) {
-    const bool chunk_aligned = !operand.k_contiguous || spec.k_chunk % 4 == 0;
-    return !operand.address.empty() && contiguous % 4 == 0 && chunk_aligned;
+  // Loads and copies of `group` elements need rows, runs (and, split-K along a contiguous k,
+  // chunks) that start at multiples of it: 4 f32 are 16 bytes, 4 bf16 or f16 8, 8 of them 16.
+  const auto in_groups = [&](const GemmOperand& operand, int64_t group) {
+    const int64_t contiguous = operand.k_contiguous ? spec.k : &operand == &spec.a ? spec.m : spec.n;
+    const bool chunk_aligned = !operand.k_contiguous || spec.k_chunk % group == 0;
+    return !operand.address.empty() && contiguous % group == 0 && operand.run % group == 0 &&
+           chunk_aligned;
   };
-  const bool fours_a = in_fours(spec.a, spec.a.k_contiguous ? spec.k : spec.m);
-  const bool fours_b = in_fours(spec.b, spec.b.k_contiguous ? spec.k : spec.n);
+  const bool fours_a = in_groups(spec.a, 4);
+  const bool fours_b = in_groups(spec.b, 4);
   if (spec.value_type != "float") return tiling;
   if (spec.precision == Precision::F32) {
     static_assert(kGemmTileM * kGemmTileK % (4 * kGemmThreads) == 0 &&
@@ -414,10 +438,16 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   tiling.warps_n = 4;
   const int64_t big_blocks = ceil_div(spec.m, 128) * ceil_div(spec.n, 128) * spec.batch;
   tiling.tile_m = tiling.tile_n = big_blocks >= kFillingBlocks ? 128 : 64;
-  // cp.async copies bytes as they are: f32 operands. 16-bit ones are widened in registers, 4 at
-  // a time.
-  tiling.async_a = fours_a && spec.a.address_dtype == ir::DType::F32;
-  tiling.async_b = fours_b && spec.b.address_dtype == ir::DType::F32;
+  // cp.async copies bytes as they are: operands stored as the tiles hold them (f32 for TF32;
+  // bf16 or f16 for the 16-bit units, whose tiles of 2-byte values take k steps of 32 in the
+  // bytes TF32's take 16). The others are converted in registers, 4 at a time where they can.
+  const ir::DType tile_dtype = tiling.unit == GemmUnit::TensorCoreBf16  ? ir::DType::BF16
+                               : tiling.unit == GemmUnit::TensorCoreF16 ? ir::DType::F16
+                                                                        : ir::DType::F32;
+  if (sixteen_bit(tiling.unit)) tiling.tile_k = 32;
+  const int copy = elements_per_copy(tiling);
+  tiling.async_a = spec.a.address_dtype == tile_dtype && in_groups(spec.a, copy);
+  tiling.async_b = spec.b.address_dtype == tile_dtype && in_groups(spec.b, copy);
   tiling.vector_a = fours_a && !tiling.async_a;
   tiling.vector_b = fours_b && !tiling.async_b;
   // cp.async operands: as many stages (up to kMaxStages) as keep the block's shared memory
@@ -529,6 +559,10 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   const bool b_outer_major = tiling.async_b && spec.b.k_contiguous;
   if (!mma) {
     w.comment("Shared tiles are k-major; the padding spreads stores along k over all banks.");
+  } else if (sixteen_bit(tiling.unit)) {
+    w.comment("Shared tiles of 16-bit values: k-major with k-rows 16 bytes apart in the banks, or");
+    w.comment("(cp.async, k contiguous) outer-major with rows of kTileK + 8: either way the 8 rows");
+    w.comment("of an ldmatrix matrix fall in 32 distinct banks.");
   } else {
     w.comment("Shared tiles: k-major with k-rows 8 banks apart, or (cp.async, k contiguous)");
     w.comment("outer-major with rows of kTileK + 4: either way a fragment load touches 32 banks.");
@@ -536,14 +570,14 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   if (tiling.vector_a && !spec.a.k_contiguous)
     w.comment("A's float4s run along its rows: its k-rows start 16 bytes apart.");
   if (a_outer_major)
-    w.line("constexpr int kATileStride = kTileK + 4;");
+    w.line("constexpr int kATileStride = kTileK + {};", outer_major_pad(tiling));
   else
     w.line("constexpr int kATileStride = kTileM + {};",
            k_major_pad(tiling, tiling.vector_a && !spec.a.k_contiguous));
   if (tiling.vector_b && !spec.b.k_contiguous)
     w.comment("B's float4s run along its columns: its k-rows start 16 bytes apart.");
   if (b_outer_major)
-    w.line("constexpr int kBTileStride = kTileK + 4;");
+    w.line("constexpr int kBTileStride = kTileK + {};", outer_major_pad(tiling));
   else
     w.line("constexpr int kBTileStride = kTileN + {};",
            k_major_pad(tiling, tiling.vector_b && !spec.b.k_contiguous));
@@ -556,8 +590,12 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.line(b_outer_major ? "constexpr int kBStageSize = kTileN * kBTileStride;"
                          : "constexpr int kBStageSize = kTileK * kBTileStride;");
   w.line("constexpr int kStages = {};", tiling.stages);
-  w.line("{0}* a_tiles = reinterpret_cast<{0}*>(kiln_smem);", spec.value_type);
-  w.line("{}* b_tiles = a_tiles + kStages * kAStageSize;", spec.value_type);
+  const std::string tile_type = tile_element(tiling, spec.value_type);
+  if (pipelined) w.line("constexpr int kCopy = {};  // elements per 16-byte cp.async", elements_per_copy(tiling));
+  if (sixteen_bit(tiling.unit))
+    w.comment(fmt::format("The tiles hold {} bits, rounded as staged.", tiling.unit == GemmUnit::TensorCoreBf16 ? "bf16" : "f16"));
+  w.line("{0}* a_tiles = reinterpret_cast<{0}*>(kiln_smem);", tile_type);
+  w.line("{}* b_tiles = a_tiles + kStages * kAStageSize;", tile_type);
   if (spec.row_stat_arrays > 0) {
     w.comment("Row statistics of recomputed norms, after the tiles.");
     w.line("float* extra_smem = reinterpret_cast<float*>(b_tiles + kStages * kBStageSize);");
@@ -624,11 +662,11 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.comment("cp.async copies of one k step's tiles into a stage; they land when waited for.");
     w.open("const auto copy_tiles = [&](int stage, index_t k_next)");
     if (tiling.async_a) {
-      w.line("float* a_dst = a_tiles + stage * kAStageSize;");
+      w.line("{}* a_dst = a_tiles + stage * kAStageSize;", tile_type);
       async_copies(w, spec, spec.a, "a", "row", "kM", "kTileM");
     }
     if (tiling.async_b) {
-      w.line("float* b_dst = b_tiles + stage * kBStageSize;");
+      w.line("{}* b_dst = b_tiles + stage * kBStageSize;", tile_type);
       async_copies(w, spec, spec.b, "b", "col", "kN", "kTileN");
     }
     w.close(";");
@@ -648,8 +686,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   else
     w.open(pipelined ? "for (int k0 = 0, stage = 0; k0 < kK; k0 += kTileK, " + next_stage + ")"
                      : "for (int k0 = 0; k0 < kK; k0 += kTileK)");
-  w.line("{0}* a_tile = a_tiles{1};", spec.value_type, pipelined ? " + stage * kAStageSize" : "");
-  w.line("{0}* b_tile = b_tiles{1};", spec.value_type, pipelined ? " + stage * kBStageSize" : "");
+  w.line("{0}* a_tile = a_tiles{1};", tile_type, pipelined ? " + stage * kAStageSize" : "");
+  w.line("{0}* b_tile = b_tiles{1};", tile_type, pipelined ? " + stage * kBStageSize" : "");
   if (pipelined) {
     w.comment("The copies kStages - 1 steps ahead go to the stage the last step read (it ended");
     w.comment("in a barrier); an empty group at the end keeps the count of groups in flight.");
@@ -749,6 +787,10 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   else if ((tiling.vector_a || tiling.vector_b) && !mma)
     kernel.min_blocks_per_sm = 4;
   else if ((tiling.vector_a || tiling.vector_b) && mma)
+    kernel.min_blocks_per_sm = 1;
+  // So did a 16-bit one gathering a conv's patches one by one beside a weight copied by cp.async
+  // (sm_90: 4 bytes spilled, an 8-byte stack frame).
+  else if (sixteen_bit(tiling.unit) && (tiling.async_a != tiling.async_b))
     kernel.min_blocks_per_sm = 1;
   return kernel;
 }

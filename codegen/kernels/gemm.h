@@ -50,17 +50,30 @@ struct GemmTiling {
   // Tensor cores: the warps' grid over the tile (warps_m x warps_n warps, each owning a
   // tile_m / warps_m x tile_n / warps_n piece of 16x8 mma tiles).
   int warps_m = 0, warps_n = 0;
-  // Tensor cores: operands copied global -> shared by cp.async (GemmOperand::address set, the
-  // contiguous dim a multiple of 4 floats: 16-byte copies), in a ring of `stages` shared
-  // stages (3 where they fit in 48 KB, else 2) so that the next tiles' copies fly while this
-  // one's mma run; the others are staged through registers.
+  // Tensor cores: operands copied global -> shared by cp.async (GemmOperand::address set, in
+  // the tiles' element type, the contiguous dim a multiple of 16 bytes: 4 floats or 8 bf16/f16
+  // values per copy), in a ring of `stages` shared stages (up to 3 within kSharedBudget) so
+  // that the next tiles' copies fly while this one's mma run; the others are staged through
+  // registers.
   bool async_a = false, async_b = false;
   int stages = 1;
   // Operands with a plain address whose contiguous dimension holds whole groups of 4 that are
-  // staged through registers (every operand on the FMA units, 16-bit ones on tensor cores) load
-  // 4 elements at a time along it: one float4 (or 4 bf16/f16 in 8 bytes) for four scalar loads.
+  // staged through registers load 4 elements at a time along it: one float4 (or 4 bf16/f16 in
+  // 8 bytes) for four scalar loads.
   bool vector_a = false, vector_b = false;
 };
+
+// What the shared tiles hold: the GEMM's value type (float or double), except on the 16-bit
+// tensor cores, whose tiles hold the operands already rounded to bf16 (f16), 2 bytes each:
+// cp.async copies 16-bit tensors as stored, ldmatrix loads the fragments.
+inline std::string tile_element(const GemmTiling& tiling, const std::string& value_type) {
+  return sixteen_bit(tiling.unit) ? "unsigned short" : value_type;
+}
+inline uint32_t tile_element_bytes(const GemmTiling& tiling, const std::string& value_type) {
+  return sixteen_bit(tiling.unit) ? 2 : value_type == "double" ? 8 : 4;
+}
+// Elements one 16-byte cp.async moves.
+inline int elements_per_copy(const GemmTiling& tiling) { return sixteen_bit(tiling.unit) ? 8 : 4; }
 
 // Floats after each k-row of a k-major shared tile: `tiling.pad`, except for an operand whose
 // vector loads run along its outer index. Those are stored as float4s, which takes rows starting
@@ -69,6 +82,11 @@ struct GemmTiling {
 inline int k_major_pad(const GemmTiling& tiling, bool vectors_along_outer) {
   return vectors_along_outer && tiling.pad % 4 != 0 ? 4 : tiling.pad;
 }
+
+// Elements after each row of an outer-major tile ([outer][kTileK + pad], cp.async operands with
+// k contiguous): rows 80 bytes apart, so that ldmatrix's 8 rows of 16 bytes fall in 32 distinct
+// banks: 4 floats, or 8 bf16/f16 values.
+inline int outer_major_pad(const GemmTiling& tiling) { return sixteen_bit(tiling.unit) ? 8 : 4; }
 
 // One operand as the tile loader sees it. The outer index is `row` for A and `col` for B; both it
 // and `k` are in range when `fetch` runs.
@@ -89,11 +107,16 @@ struct GemmOperand {
   std::string fetch;
   // When the element is read unchanged from memory (no view or prologue; an f32, or a bf16 or
   // f16 only widened to float): the expression of its address, of an `address_dtype` element.
-  // f32 operands may be copied by cp.async on tensor cores (16 bytes from a 16-byte aligned
-  // address: kiln's buffers are 256-byte aligned); the others load 16 (f32) or 8 bytes (4 bf16
-  // or f16 values) at a time. Empty otherwise; whoever changes `fetch` must clear it.
+  // Operands stored as the tiles hold them may be copied by cp.async on tensor cores (16 bytes
+  // from a 16-byte aligned address: kiln's buffers are 256-byte aligned); the others load 16
+  // (f32) or 8 bytes (4 bf16 or f16 values) at a time. Empty otherwise; whoever changes `fetch`
+  // must clear it.
   std::string address;
   ir::DType address_dtype = ir::DType::F32;
+  // The address is contiguous along the contiguous dimension only in runs of this many elements
+  // (a conv's planes: one image's pixels), 0 when along the whole dimension. Loads and copies of
+  // several elements take runs that hold whole groups of them.
+  int64_t run = 0;
   // The GEMM's host body stages this k-contiguous operand k by k, its outer index inner, as it
   // does the gathered ones: the operand is contiguous along k only in runs (a conv's grad-input
   // weight: KH * KW taps; a weight gradient's dy: one image's pixels), so its fetch divides k by

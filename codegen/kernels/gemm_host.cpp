@@ -30,9 +30,9 @@
 namespace kiln::codegen::nn::gemm_parts {
 namespace {
 
-// k steps staged per panel: 8 x 16 k of a 64-wide A and B tile is 64 KB of stack, and the
-// multiply keeps each register block of results over 128 k.
-constexpr int64_t kHostPanelSteps = 8;
+// k staged per panel: 128 k of a 64-wide A and B tile is 64 KB of stack, and the multiply
+// keeps each register block of results over 128 k (8 k steps of 16, 4 of the 16-bit units' 32).
+constexpr int64_t kHostPanelK = 128;
 // kiln_host_gemm_multiply's register blocks (kiln_host_prelude.h) are 4 rows by one or two
 // vectors (16 or 32 floats with AVX-512, 8 or 16 with AVX2): the rows and columns a tile's
 // multiply covers are rounded up to 4 and 16.
@@ -204,7 +204,7 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
   const std::string& T = spec.value_type;
   const int64_t k_range = spec.k_chunk > 0 ? std::min(spec.k, spec.k_chunk) : spec.k;
   const int64_t panel_steps =
-      std::min(kHostPanelSteps, (k_range + tiling.tile_k - 1) / tiling.tile_k);
+      std::min(kHostPanelK / tiling.tile_k, (k_range + tiling.tile_k - 1) / tiling.tile_k);
   BodyWriter w(0);  // its own writer: its declarations are dropped or kept on their own
   open_host_body(w, {"Host backend: the block's whole tile as one loop nest without barriers, equal bit",
                      "for bit to the CUDA body below (codegen/kernels/gemm_host.cpp). Thread 0 runs it."});

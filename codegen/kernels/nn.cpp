@@ -254,13 +254,14 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   const bool pointwise = kh * kw == 1 && stride[0] == 1 && stride[1] == 1 && !padded;
   if (pointwise) {
     // B: a 1x1, stride-1, unpadded convolution reads x itself, [N][C][H*W], as its patch
-    // matrix: contiguous along the pixels, so cp.async copies it when a plane holds a multiple
-    // of 4 (16-byte copies stay in one image).
+    // matrix: contiguous along the pixels, one image's plane at a time (cp.async copies it when
+    // a plane holds whole 16-byte copies).
     const std::string x_at =
         "(col / kOutPlane * kC + group * kGroupChannels + k) * kOutPlane + col % kOutPlane";
     spec.b.k_contiguous = false;
     spec.b.fetch = fmt::format("value = {};", load_input(request, 0, x_at));
-    if ((os[2] * os[3]) % 4 == 0) set_address(spec.b, request, 0, x_at);
+    set_address(spec.b, request, 0, x_at);
+    spec.b.run = os[2] * os[3];
   } else {
     // B: the patch matrix, gathered. A thread's column (output pixel) is fixed for the whole K
     // loop, so its image and window corner are computed once.
@@ -328,8 +329,9 @@ GemmSpec conv2d_grad_weight_gemm(const KernelRequest& request) {
   spec.a.k_contiguous = true;
   spec.a.host_along_k = true;
   spec.a.fetch = fmt::format("value = {};", load_input(request, 0, dy_at));
-  // 16-byte copies along k stay inside one image's pixels when their count is a multiple of 4.
-  if (out_plane % 4 == 0) set_address(spec.a, request, 0, dy_at);
+  // Contiguous along k within one image's pixels.
+  set_address(spec.a, request, 0, dy_at);
+  spec.a.run = out_plane;
   // B: a thread's column (weight tap) is fixed for the whole K loop, so its channel and window
   // offsets are computed once; the pixel moves with k.
   spec.b.k_contiguous = false;
@@ -402,13 +404,13 @@ GemmSpec conv2d_grad_input_gemm(const KernelRequest& request) {
   spec.a.fetch = fmt::format("value = {};", load_input(request, 1, w_at));
   if (kh * kw == 1) set_address(spec.a, request, 1, w_at);
   if (pointwise) {
-    // B: dy itself, [N][O][H*W]: 16-byte copies along the pixels stay in one image when a
-    // plane holds a multiple of 4.
+    // B: dy itself, [N][O][H*W]: contiguous along the pixels, one image's plane at a time.
     const std::string dy_at =
         "(col / kInPlane * kO + group * kOutPerGroup + k) * kOutPlane + col % kInPlane";
     spec.b.k_contiguous = false;
     spec.b.fetch = fmt::format("value = {};", load_input(request, 0, dy_at));
-    if (in_plane % 4 == 0) set_address(spec.b, request, 0, dy_at);
+    set_address(spec.b, request, 0, dy_at);
+    spec.b.run = in_plane;
   } else {
     // B: a thread's column (input pixel) is fixed for the whole K loop, so its image and its
     // position in padded coordinates are computed once; the tap and out channel move with k.

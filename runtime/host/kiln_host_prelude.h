@@ -74,7 +74,10 @@ enum {
   // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: the value is a
   // kiln_host_mma_fragments* of the lane, whose a[4] and b[2] hold two 16-bit values each.
   KILN_HOST_WARP_MMA_BF16_M16N8K16 = 18,
-  KILN_HOST_WARP_MMA_F16_M16N8K16 = 19
+  KILN_HOST_WARP_MMA_F16_M16N8K16 = 19,
+  // ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: as KILN_HOST_WARP_LDMATRIX_X4, each 8 x 8
+  // matrix of 16-bit elements transposed.
+  KILN_HOST_WARP_LDMATRIX_X4_TRANS = 20
 };
 
 // One lane's part of an ldmatrix.x4: the row it points at (16 bytes of matrix lane / 8, row
@@ -254,11 +257,12 @@ static inline void kiln_host_mma_16bit_m16n8k16(float* d, const unsigned int* a,
   kiln_host_warp(op, 0xffffffffu, reinterpret_cast<unsigned long long>(&fragments), 0, 32, line);
 }
 
-// ldmatrix.x4, a warp collective of all 32 lanes (runtime/host/warp_collective.cpp).
-static inline void kiln_host_ldmatrix_x4(unsigned int* d, const void* row, int line = __builtin_LINE()) {
+// ldmatrix.x4 (`op`: plain or .trans), a warp collective of all 32 lanes
+// (runtime/host/warp_collective.cpp).
+static inline void kiln_host_ldmatrix_x4(unsigned int* d, const void* row, int op = KILN_HOST_WARP_LDMATRIX_X4,
+                                         int line = __builtin_LINE()) {
   kiln_host_ldmatrix request = {row, d};
-  kiln_host_warp(KILN_HOST_WARP_LDMATRIX_X4, 0xffffffffu,
-                 reinterpret_cast<unsigned long long>(&request), 0, 32, line);
+  kiln_host_warp(op, 0xffffffffu, reinterpret_cast<unsigned long long>(&request), 0, 32, line);
 }
 
 // Overloads for exactly the types CUDA has, so the host accepts what NVRTC accepts.

@@ -139,12 +139,15 @@ std::string compute_mma_16bit_m16n8k16(WarpPost* lanes, uint32_t group, bool bf1
 
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16 for the whole warp (the PTX ISA's "Warp-level
 // matrix load instruction: ldmatrix"): lanes 8j .. 8j + 7 point at the rows of matrix j, 16
-// bytes each, 16-byte aligned; lane i receives d[j] = the 32 bits at row i / 4, word i % 4 of
-// matrix j. Every lane's rows are read before any lane's results are written, as on the GPU.
-std::string compute_ldmatrix_x4(WarpPost* lanes, uint32_t group) {
+// bytes (8 16-bit elements) each, 16-byte aligned; lane i receives d[j] = elements 2 (i % 4)
+// and 2 (i % 4) + 1 of row i / 4 of matrix j, the lower in the low half: the 32 bits at word
+// i % 4. With .trans (`transpose`) it receives those of the transposed matrix: element i / 4 of
+// rows 2 (i % 4) and 2 (i % 4) + 1. Every lane's rows are read before any lane's results are
+// written, as on the GPU.
+std::string compute_ldmatrix_x4(WarpPost* lanes, uint32_t group, bool transpose) {
   if (group != 0xffffffffu)
     return fmt::format("ldmatrix needs all 32 lanes of the warp, got mask 0x{:08x}", group);
-  uint32_t rows[kWarpSize][4];
+  uint16_t rows[kWarpSize][8];
   for (int lane = 0; lane < kWarpSize; ++lane) {
     const auto* request = reinterpret_cast<const kiln_host_ldmatrix*>(lanes[lane].value);
     if (reinterpret_cast<uintptr_t>(request->row) % 16 != 0)
@@ -152,9 +155,15 @@ std::string compute_ldmatrix_x4(WarpPost* lanes, uint32_t group) {
                          request->row);
     std::memcpy(rows[lane], request->row, sizeof rows[lane]);
   }
+  const auto pair = [](uint16_t lo, uint16_t hi) { return uint32_t{lo} | uint32_t{hi} << 16; };
   for (int lane = 0; lane < kWarpSize; ++lane) {
     auto* request = reinterpret_cast<const kiln_host_ldmatrix*>(lanes[lane].value);
-    for (int j = 0; j < 4; ++j) request->d[j] = rows[8 * j + lane / 4][lane % 4];
+    const int g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 4; ++j) {
+      const uint16_t(*matrix)[8] = rows + 8 * j;
+      request->d[j] = transpose ? pair(matrix[2 * t][g], matrix[2 * t + 1][g])
+                                : pair(matrix[g][2 * t], matrix[g][2 * t + 1]);
+    }
   }
   return "";
 }
@@ -212,6 +221,7 @@ std::string_view warp_op_name(int op) {
     case KILN_HOST_WARP_REDUCE_XOR: return "__reduce_xor_sync";
     case KILN_HOST_WARP_MMA_TF32_M16N8K8: return "mma.sync.m16n8k8.tf32";
     case KILN_HOST_WARP_LDMATRIX_X4: return "ldmatrix.x4";
+    case KILN_HOST_WARP_LDMATRIX_X4_TRANS: return "ldmatrix.x4.trans";
     case KILN_HOST_WARP_MMA_BF16_M16N8K16: return "mma.sync.m16n8k16.bf16";
     case KILN_HOST_WARP_MMA_F16_M16N8K16: return "mma.sync.m16n8k16.f16";
   }
@@ -224,7 +234,8 @@ std::string compute_collective(WarpPost* lanes, uint32_t group, bool strict) {
     if (group >> lane & 1u) op = lanes[lane].op;
 
   if (op == KILN_HOST_WARP_MMA_TF32_M16N8K8) return compute_mma_tf32_m16n8k8(lanes, group);
-  if (op == KILN_HOST_WARP_LDMATRIX_X4) return compute_ldmatrix_x4(lanes, group);
+  if (op == KILN_HOST_WARP_LDMATRIX_X4 || op == KILN_HOST_WARP_LDMATRIX_X4_TRANS)
+    return compute_ldmatrix_x4(lanes, group, op == KILN_HOST_WARP_LDMATRIX_X4_TRANS);
   if (op == KILN_HOST_WARP_MMA_BF16_M16N8K16 || op == KILN_HOST_WARP_MMA_F16_M16N8K16)
     return compute_mma_16bit_m16n8k16(lanes, group, op == KILN_HOST_WARP_MMA_BF16_M16N8K16);
   if (is_shuffle(op)) {

@@ -3,9 +3,11 @@
 // run on the host backend, whose warp collective emulates mma.sync m16n8k16 with the PTX ISA's
 // fragment layouts. Each result must equal the reference interpreter run on operands rounded
 // to bf16 (f16) to the f32 tolerance, and stay within the rounding's derived bound of the exact
-// result (check_cases in codegen_nn_util.h). The tiles hold f32; each pair of operands is
-// rounded and packed as a fragment register is loaded, from k-major tiles (staged) and
-// outer-major ones (cp.async), so the cases cover both for A and B.
+// result (check_cases in codegen_nn_util.h); the CUDA bodies run there too and must equal the
+// host-specific ones bit for bit. The tiles hold the operands rounded to 16 bits; ldmatrix
+// loads the fragments from outer-major tiles (16-bit tensors copied by cp.async with k
+// contiguous) and ldmatrix.trans from k-major ones (staged, or copied with the outer index
+// contiguous), so the cases cover each for A and B.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -73,28 +75,73 @@ std::vector<OpCase> layout_cases() {
   };
 }
 
+// GEMMs on tensors stored in the unit's 16-bit type (autocast's weights and activations):
+// copied by cp.async 8 values at a time where rows (or planes) hold whole groups of 8, else
+// loaded 4 at a time, or staged one by one.
+std::vector<OpCase> stored_16bit_cases(DType dtype) {
+  const auto t = [dtype](ir::Shape shape) { return TensorType{dtype, std::move(shape)}; };
+  const auto conv16 = [&](ir::Shape x, ir::Shape w, ir::AttrMap attrs) {
+    const int64_t terms = w[1] * w[2] * w[3];
+    return OpCase{"conv2d", {t(std::move(x)), t(std::move(w))}, std::move(attrs), terms};
+  };
+  return {
+      // A outer-major (k contiguous), B k-major (columns contiguous), both by cp.async.
+      {"matmul", {t({2, 40, 64}), t({2, 64, 48})}, {}, 64},
+      // A k-major by cp.async (rows contiguous), B outer-major by cp.async.
+      {"matmul", {t({2, 40, 64}), t({2, 24, 40})}, {{"transpose_a", true}, {"transpose_b", true}}, 40},
+      // K a multiple of 4, not 8: A and B by 4 x 16-bit loads, stored as loaded.
+      {"matmul", {t({9, 20}), t({20, 12})}, {}, 20},
+      // Odd sizes: staged one by one, ragged in every dimension.
+      {"matmul", {t({7, 33}), t({33, 17})}, {}, 33},
+      {"dense", {t({3, 5, 32}), t({7, 32}), t({7})}, {}, 32},
+      // A 1x1 convolution reads x's planes of 16 pixels by cp.async; a 3x3 one gathers them.
+      conv16({2, 8, 4, 4}, {16, 8, 1, 1}, {}),
+      conv16({2, 8, 6, 6}, {12, 8, 3, 3}, {{"pad", Ints{1, 1, 1, 1}}}),
+  };
+}
+
 TEST(CodegenMma16, Bf16EveryGemmLayout) {
-  const testing::CheckResult result = check_cases("bf16_layouts", layout_cases(), options_for(Precision::Bf16));
+  std::vector<OpCase> cases = layout_cases();
+  for (OpCase& c : stored_16bit_cases(DType::BF16)) cases.push_back(std::move(c));
+  const testing::CheckResult result = check_cases("bf16_layouts", cases, options_for(Precision::Bf16));
   expect_mma16(result, Precision::Bf16);
-  EXPECT_NE(result.program.source.find("mma.sync m16n8k16, bf16 operands, f32 sums"), std::string::npos);
-  EXPECT_NE(result.program.source.find("A and B by cp.async, 3 stages"), std::string::npos);
-  EXPECT_NE(result.program.source.find("staged through registers"), std::string::npos);
+  const std::string& source = result.program.source;
+  EXPECT_NE(source.find("mma.sync m16n8k16, bf16 operands, f32 sums), 64x64x32 tiles"), std::string::npos);
+  EXPECT_NE(source.find("A and B by cp.async, 3 stages"), std::string::npos);
+  EXPECT_NE(source.find("A and B by 4 x bf16 loads"), std::string::npos);
+  EXPECT_NE(source.find("A and B by float4 loads"), std::string::npos);  // f32 tensors, rounded as staged
+  EXPECT_NE(source.find("staged through registers"), std::string::npos);
+  // Both ldmatrix forms, from 16-bit tiles.
+  EXPECT_NE(source.find("kiln_ldmatrix_x4(a_frag[i]"), std::string::npos);
+  EXPECT_NE(source.find("kiln_ldmatrix_x4(&b_frag[j][0]"), std::string::npos);
+  EXPECT_NE(source.find("kiln_ldmatrix_x4_trans(a_frag[i]"), std::string::npos);
+  EXPECT_NE(source.find("kiln_ldmatrix_x4_trans(&b_frag[j][0]"), std::string::npos);
+  EXPECT_NE(source.find("unsigned short* a_tiles"), std::string::npos);
+  EXPECT_EQ(source.find("float* a_tiles"), std::string::npos);
 }
 
 TEST(CodegenMma16, F16EveryGemmLayout) {
-  const testing::CheckResult result = check_cases("f16_layouts", layout_cases(), options_for(Precision::F16));
+  std::vector<OpCase> cases = layout_cases();
+  for (OpCase& c : stored_16bit_cases(DType::F16)) cases.push_back(std::move(c));
+  const testing::CheckResult result = check_cases("f16_layouts", cases, options_for(Precision::F16));
   expect_mma16(result, Precision::F16);
   EXPECT_NE(result.program.source.find("mma.sync m16n8k16, f16 operands, f32 sums"), std::string::npos);
+  EXPECT_NE(result.program.source.find("A and B by cp.async, 3 stages"), std::string::npos);
 }
 
 TEST(CodegenMma16, LargeProblemsTake128Tiles) {
-  // 132 problems of 130 x 129 fill an H100 with 128 x 128 tiles: 2 x 2 ragged tiles each.
+  // 132 problems of 130 x 129 fill an H100 with 128 x 128 tiles: 2 x 2 ragged tiles each; the
+  // bf16 one copies A outer-major and B k-major by cp.async, K = 40 ragged against the k tile.
+  const TensorType a16{DType::BF16, {132, 130, 40}}, b16{DType::BF16, {132, 40, 136}};
   const std::vector<OpCase> cases = {
       {"matmul", {f32({132, 130, 24}), f32({132, 24, 129})}, {}, 24},
+      {"matmul", {a16, b16}, {}, 40},
   };
   const testing::CheckResult result = check_cases("bf16_matmul_128", cases, options_for(Precision::Bf16));
   expect_mma16(result, Precision::Bf16);
   EXPECT_NE(result.program.source.find("kTileM = 128"), std::string::npos);
+  EXPECT_NE(result.program.source.find("128x128x32 tiles, 8 warps of 64x32, A and B by cp.async, 3 stages"),
+            std::string::npos);
 }
 
 // Both gradients of a convolution on the template (the weight gradient split along K too).
@@ -187,6 +234,56 @@ extern "C" void kiln_host_entry_mma_tile(void* const* args) {
 TEST(CodegenMma16, EmulatedMmaUsesThePtxFragmentLayouts) {
   expect_emulated_mma16(true);
   expect_emulated_mma16(false);
+}
+
+// The emulated ldmatrix.x4 on 16-bit elements, plain and .trans, against the PTX ISA's layout
+// ("Warp-level matrix load instruction: ldmatrix"): lanes 8j .. 8j + 7 give the rows of matrix
+// j (8 elements each); lane i receives elements 2 (i % 4) and 2 (i % 4) + 1 of row i / 4 of
+// each matrix, the lower in the low half, and with .trans those of the transposed matrix:
+// element i / 4 of rows 2 (i % 4) and 2 (i % 4) + 1. The lanes point at rows in a scrambled
+// order, so a lane-order mistake cannot pass.
+TEST(CodegenMma16, EmulatedLdmatrixTransposesSixteenBitMatrices) {
+  const char* source = R"(
+#ifndef __CUDACC__
+#include "kiln_host_prelude.h"
+#endif
+extern "C" __global__ void load_rows(const unsigned short* rows, const int* order, unsigned int* out) {
+  const int lane = threadIdx.x;
+  unsigned int d[4], t[4];
+  kiln_host_ldmatrix_x4(d, rows + order[lane], KILN_HOST_WARP_LDMATRIX_X4);
+  kiln_host_ldmatrix_x4(t, rows + order[lane], KILN_HOST_WARP_LDMATRIX_X4_TRANS);
+  for (int j = 0; j < 4; ++j) {
+    out[lane * 8 + j] = d[j];
+    out[lane * 8 + 4 + j] = t[j];
+  }
+}
+extern "C" void kiln_host_entry_load_rows(void* const* args) {
+  load_rows(static_cast<const unsigned short*>(args[0]), static_cast<const int*>(args[1]),
+            static_cast<unsigned int*>(args[2]));
+}
+)";
+  const runtime::host::HostModule module =
+      runtime::host::HostModule::compile(source, "load_rows", &testing::test_cache());
+  alignas(16) unsigned short rows[32 * 8];
+  for (unsigned int i = 0; i < 32 * 8; ++i) rows[i] = static_cast<unsigned short>(1000 + i);
+  std::vector<int> order(32);
+  for (int lane = 0; lane < 32; ++lane) order[lane] = (lane * 7 + 3) % 32 * 8;  // element offsets
+  std::vector<unsigned int> out(32 * 8, 0);
+  void* args[] = {rows, order.data(), out.data()};
+  runtime::host::HostOptions options;
+  options.strict = true;
+  module.launch("load_rows", args, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, true, options);
+  // Element (r, c) of matrix j: column c of the row lane 8j + r points at.
+  const auto element = [&](int j, int r, int c) -> unsigned int { return rows[order[8 * j + r] + c]; };
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(out[lane * 8 + j], element(j, g, 2 * t) | element(j, g, 2 * t + 1) << 16)
+          << "lane " << lane << ", d[" << j << "]";
+      EXPECT_EQ(out[lane * 8 + 4 + j], element(j, 2 * t, g) | element(j, 2 * t + 1, g) << 16)
+          << "lane " << lane << ", .trans d[" << j << "]";
+    }
+  }
 }
 
 // The packing the kernels use on the host: the lower index in the low half, rounded to nearest
