@@ -782,7 +782,14 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   // f32 input autocast reads as stored beside a bf16 weight) met the same heuristic: 40
   // registers, 16 bytes spilled (sm_80). Any bound makes ptxas allocate normally; one block per
   // SM leaves it every register (it takes 56).
-  if (split_k && !mma)
+  // The 16-bit 128-tile kernels, whose k steps of 32 unroll into twice the fragment loads, took
+  // up to 255 registers when unbounded or bounded at one block (a conv reading 4 x bf16 beside a
+  // cp.async weight): one block of 8 warps per SM. Two blocks (128 registers) cost no spills,
+  // except where an operand is staged one element at a time: 16 gathered loads per thread in
+  // flight (f16, sm_80: 8 bytes spilled). Those keep one block per SM, below.
+  if (sixteen_bit(tiling.unit) && tiling.tile_m == 128 && !scalar_a && !scalar_b)
+    kernel.min_blocks_per_sm = 2;
+  else if (split_k && !mma)
     kernel.min_blocks_per_sm = 2;
   else if ((tiling.vector_a || tiling.vector_b) && !mma)
     kernel.min_blocks_per_sm = 4;
@@ -792,6 +799,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   // (sm_90: 4 bytes spilled, an 8-byte stack frame).
   else if (sixteen_bit(tiling.unit) && (tiling.async_a != tiling.async_b))
     kernel.min_blocks_per_sm = 1;
+
   return kernel;
 }
 
