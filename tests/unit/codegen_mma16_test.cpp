@@ -129,6 +129,46 @@ TEST(CodegenMma16, F16EveryGemmLayout) {
   EXPECT_NE(result.program.source.find("A and B by cp.async, 3 stages"), std::string::npos);
 }
 
+// Matmuls of seeded random sizes on stored bf16 and f16 tensors (both transposes, a broadcast
+// batch), so that cp.async's groups of 8, the 4-wide loads and the scalar staging meet ragged
+// tiles, K not a multiple of the k tile and batch offsets in every combination the seed draws.
+TEST(CodegenMma16, SeededRandomShapesOnStoredTensors) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    uint64_t state = dtype == DType::BF16 ? 17 : 29;
+    const auto next = [&state](int64_t low, int64_t high) {  // in [low, high]
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return low + static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(high - low + 1));
+    };
+    const auto size = [&] {  // multiples of 8 and of 4, and anything
+      const int64_t base = next(1, 90);
+      const int64_t kind = next(0, 2);
+      return kind == 0 ? (base + 7) / 8 * 8 : kind == 1 ? (base + 3) / 4 * 4 : base;
+    };
+    std::vector<OpCase> cases;
+    for (int i = 0; i < 12; ++i) {
+      const int64_t m = size(), n = size(), k = size();
+      const bool ta = next(0, 1) == 1, tb = next(0, 1) == 1;
+      const int64_t batch = next(1, 3);
+      ir::Shape a = ta ? ir::Shape{batch, k, m} : ir::Shape{batch, m, k};
+      ir::Shape b = tb ? ir::Shape{n, k} : ir::Shape{k, n};  // broadcast over the batch
+      if (next(0, 1) == 1) b.insert(b.begin(), batch);
+      ir::AttrMap attrs;
+      if (ta) attrs["transpose_a"] = true;
+      if (tb) attrs["transpose_b"] = true;
+      cases.push_back({"matmul", {TensorType{dtype, a}, TensorType{dtype, b}}, attrs, k});
+    }
+    const Precision precision = dtype == DType::BF16 ? Precision::Bf16 : Precision::F16;
+    const testing::CheckResult result =
+        check_cases("random_" + std::string(ir::dtype_name(dtype)), cases, options_for(precision));
+    expect_mma16(result, precision);
+    // The seeds draw all three ways of filling the tiles.
+    const std::string& source = result.program.source;
+    EXPECT_NE(source.find("by cp.async, 3 stages"), std::string::npos) << ir::dtype_name(dtype);
+    EXPECT_NE(source.find(fmt::format("by 4 x {} loads", ir::dtype_name(dtype))), std::string::npos);
+    EXPECT_NE(source.find("staged through registers"), std::string::npos) << ir::dtype_name(dtype);
+  }
+}
+
 TEST(CodegenMma16, LargeProblemsTake128Tiles) {
   // 132 problems of 130 x 129 fill an H100 with 128 x 128 tiles: 2 x 2 ragged tiles each; the
   // bf16 one copies A outer-major and B k-major by cp.async, K = 40 ragged against the k tile.
