@@ -148,9 +148,7 @@ void stage_tile_vectors(BodyWriter& w, const GemmSpec& spec, const GemmTiling& t
     w.line("if ({}) {} = {};", guard, name_loaded, read);
   }
   // The tiles' own 16-bit type goes in as loaded; anything else through a float.
-  const bool as_loaded =
-      !wide && ((tiling.unit == GemmUnit::TensorCoreBf16 && operand.address_dtype == ir::DType::BF16) ||
-                (tiling.unit == GemmUnit::TensorCoreF16 && operand.address_dtype == ir::DType::F16));
+  const bool as_loaded = !wide && operand.address_dtype == unit_dtype(tiling.unit);
   if (!wide && !as_loaded)
     w.line("const float4 value = make_float4({}, {}, {}, {});", load(operand.address_dtype, "bits.x"),
            load(operand.address_dtype, "bits.y"), load(operand.address_dtype, "bits.z"),
@@ -441,13 +439,10 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   // cp.async copies bytes as they are: operands stored as the tiles hold them (f32 for TF32;
   // bf16 or f16 for the 16-bit units, whose tiles of 2-byte values take k steps of 32 in the
   // bytes TF32's take 16). The others are converted in registers, 4 at a time where they can.
-  const ir::DType tile_dtype = tiling.unit == GemmUnit::TensorCoreBf16  ? ir::DType::BF16
-                               : tiling.unit == GemmUnit::TensorCoreF16 ? ir::DType::F16
-                                                                        : ir::DType::F32;
   if (sixteen_bit(tiling.unit)) tiling.tile_k = 32;
   const int copy = elements_per_copy(tiling);
-  tiling.async_a = spec.a.address_dtype == tile_dtype && in_groups(spec.a, copy);
-  tiling.async_b = spec.b.address_dtype == tile_dtype && in_groups(spec.b, copy);
+  tiling.async_a = spec.a.address_dtype == unit_dtype(tiling.unit) && in_groups(spec.a, copy);
+  tiling.async_b = spec.b.address_dtype == unit_dtype(tiling.unit) && in_groups(spec.b, copy);
   tiling.vector_a = fours_a && !tiling.async_a;
   tiling.vector_b = fours_b && !tiling.async_b;
   // cp.async operands: as many stages (up to kMaxStages) as keep the block's shared memory
@@ -593,7 +588,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   const std::string tile_type = tile_element(tiling, spec.value_type);
   if (pipelined) w.line("constexpr int kCopy = {};  // elements per 16-byte cp.async", elements_per_copy(tiling));
   if (sixteen_bit(tiling.unit))
-    w.comment(fmt::format("The tiles hold {} bits, rounded as staged.", tiling.unit == GemmUnit::TensorCoreBf16 ? "bf16" : "f16"));
+    w.comment(fmt::format("The tiles hold {} bits, rounded as staged.", ir::dtype_name(unit_dtype(tiling.unit))));
   w.line("{0}* a_tiles = reinterpret_cast<{0}*>(kiln_smem);", tile_type);
   w.line("{}* b_tiles = a_tiles + kStages * kAStageSize;", tile_type);
   if (spec.row_stat_arrays > 0) {

@@ -63,6 +63,13 @@ struct GemmTiling {
   bool vector_a = false, vector_b = false;
 };
 
+// The element type the unit multiplies (f32 for the FMA units and TF32, which rounds inside f32).
+inline ir::DType unit_dtype(GemmUnit unit) {
+  return unit == GemmUnit::TensorCoreBf16  ? ir::DType::BF16
+         : unit == GemmUnit::TensorCoreF16 ? ir::DType::F16
+                                           : ir::DType::F32;
+}
+
 // What the shared tiles hold: the GEMM's value type (float or double), except on the 16-bit
 // tensor cores, whose tiles hold the operands already rounded to bf16 (f16), 2 bytes each:
 // cp.async copies 16-bit tensors as stored, ldmatrix loads the fragments.
