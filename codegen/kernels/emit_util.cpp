@@ -180,6 +180,12 @@ std::vector<std::string> emit_window_taps(BodyWriter& w, ir::DType dtype, int64_
   return taps;
 }
 
+void open_output_loop(BodyWriter& w) {
+  w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;");
+  w.line("const index_t grid_threads = static_cast<index_t>(gridDim.x) * kThreads;");
+  w.open("for (index_t i = first; i < kCount; i += grid_threads)");
+}
+
 void open_grid_stride_loop(BodyWriter& w, std::string_view var, std::string_view type,
                            std::string_view count_name, std::string_view start) {
   const bool wide = type != "int";

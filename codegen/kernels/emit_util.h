@@ -162,6 +162,12 @@ std::vector<std::string> emit_window_taps(BodyWriter& w, ir::DType dtype, int64_
 void open_grid_stride_loop(BodyWriter& w, std::string_view var, std::string_view type,
                            std::string_view count_name, std::string_view start = "");
 
+// The loop of a kernel with one thread per output, grid-stride: `i` runs over [0, kCount) in
+// steps of the grid's threads (index_t, kThreads and kCount declared by the body before it).
+// Unlike open_grid_stride_loop, it spells the pooling, norm and gradient kernels' index_t and
+// kThreads.
+void open_output_loop(BodyWriter& w);
+
 // One operand of an IndexMap: its pointer name, base offset and a stride per output dim.
 struct StridedOperand {
   std::string name;

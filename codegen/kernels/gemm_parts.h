@@ -1,7 +1,9 @@
-// Pieces of the GEMM template (gemm.cpp) shared with its host-specific body (gemm_host.cpp):
-// both guard loads past K alike and store results with the same epilogue.
+// Pieces of the GEMM template (gemm.cpp) shared with its host-specific body (gemm_host.cpp)
+// and its tiling decisions (gemm_tiling.cpp): both bodies guard loads past K alike and store
+// results with the same epilogue.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,13 @@
 #include "codegen/kernels/gemm.h"
 
 namespace kiln::codegen::nn::gemm_parts {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The shared memory of the kernel for `spec` with `tiling` (gemm_tiling.cpp): its stages of A
+// and B tiles (a cp.async operand with k contiguous is outer-major, [outer][kTileK + pad]; the
+// others k-major, [kTileK][outer + pad]), then the row statistics of fused norms.
+uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling);
 
 // `a && b` of the non-empty terms, or empty when none.
 std::string conjunction(const std::vector<std::string>& terms);

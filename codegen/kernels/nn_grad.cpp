@@ -29,12 +29,6 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-void open_output_loop(BodyWriter& w) {
-  w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;");
-  w.line("const index_t grid_threads = static_cast<index_t>(gridDim.x) * kThreads;");
-  w.open("for (index_t i = first; i < kCount; i += grid_threads)");
-}
-
 void preamble(BodyWriter& w, const ir::Node& node, int64_t count) {
   w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
   w.line("constexpr int kThreads = {};", kDefaultBlock);

@@ -20,14 +20,6 @@
 namespace kiln::codegen {
 namespace {
 
-// Opens a grid-stride loop over kCount items, kThreads per block: index i. Not emit_util's
-// open_grid_stride_loop: these kernels spell their index type index_t and their block kThreads.
-void open_output_loop(BodyWriter& w) {
-  w.line("const index_t first = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;");
-  w.line("const index_t grid_threads = static_cast<index_t>(gridDim.x) * kThreads;");
-  w.open("for (index_t i = first; i < kCount; i += grid_threads)");
-}
-
 // One thread per output in order (outputs image-major): a request for real rows is honoured
 // by the kCount the caller declared with dynamic_count.
 KernelSpec elementwise_launch(const KernelRequest& request, BodyWriter& w, int64_t count, std::string note,
