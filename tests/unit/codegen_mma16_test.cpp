@@ -35,9 +35,9 @@ CheckOptions options_for(Precision precision) {
 
 OpCase matmul(int64_t m, int64_t n, int64_t k) { return {"matmul", {f32({m, k}), f32({k, n})}, {}, k}; }
 
-OpCase conv(ir::Shape x, ir::Shape w, ir::AttrMap attrs) {
+OpCase conv(ir::Shape x, ir::Shape w, ir::AttrMap attrs, DType dtype = DType::F32) {
   const int64_t terms = w[1] * w[2] * w[3];
-  return {"conv2d", {f32(std::move(x)), f32(std::move(w))}, std::move(attrs), terms};
+  return {"conv2d", {TensorType{dtype, std::move(x)}, TensorType{dtype, std::move(w)}}, std::move(attrs), terms};
 }
 
 // Every kernel of the program runs on the 16-bit tensor cores.
@@ -80,10 +80,6 @@ std::vector<OpCase> layout_cases() {
 // loaded 4 at a time, or staged one by one.
 std::vector<OpCase> stored_16bit_cases(DType dtype) {
   const auto t = [dtype](ir::Shape shape) { return TensorType{dtype, std::move(shape)}; };
-  const auto conv16 = [&](ir::Shape x, ir::Shape w, ir::AttrMap attrs) {
-    const int64_t terms = w[1] * w[2] * w[3];
-    return OpCase{"conv2d", {t(std::move(x)), t(std::move(w))}, std::move(attrs), terms};
-  };
   return {
       // A outer-major (k contiguous), B k-major (columns contiguous), both by cp.async.
       {"matmul", {t({2, 40, 64}), t({2, 64, 48})}, {}, 64},
@@ -95,8 +91,8 @@ std::vector<OpCase> stored_16bit_cases(DType dtype) {
       {"matmul", {t({7, 33}), t({33, 17})}, {}, 33},
       {"dense", {t({3, 5, 32}), t({7, 32}), t({7})}, {}, 32},
       // A 1x1 convolution reads x's planes of 16 pixels by cp.async; a 3x3 one gathers them.
-      conv16({2, 8, 4, 4}, {16, 8, 1, 1}, {}),
-      conv16({2, 8, 6, 6}, {12, 8, 3, 3}, {{"pad", Ints{1, 1, 1, 1}}}),
+      conv({2, 8, 4, 4}, {16, 8, 1, 1}, {}, dtype),
+      conv({2, 8, 6, 6}, {12, 8, 3, 3}, {{"pad", Ints{1, 1, 1, 1}}}, dtype),
   };
 }
 
