@@ -16,7 +16,8 @@
 //   epilogue  a conv2d/dense/matmul whose result flows through elementwise ops applied in
 //             registers before the store (bias, activation, residual add)
 //   loop      elementwise and broadcast ops evaluated per output element, intermediates in
-//             registers
+//             registers; its results are one or more of the body's values, all of one shape
+//             (a value and its casts, stored in one pass)
 //   reduce    a reduction (softmax, layer_norm, reduce_*) that reads its input through a chain
 //             of elementwise producers, recomputed per load instead of stored
 //   single    one node of any other kind (a pool, a transpose) computed by its own kernel

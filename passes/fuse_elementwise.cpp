@@ -9,9 +9,14 @@
 //   injective               only the reshape-like ops (reshape, flatten, squeeze, unsqueeze)
 //                           fuse, into their producer of any kind: they do not move bytes;
 //   opaque                  never fuses.
-// Three sweeps over the graph, in order, each visiting nodes in topological order:
+// Three sweeps over the graph (and one between the first two), in order, each visiting nodes in
+// topological order:
 //   1. every elementwise/broadcast node joins the kernels of its producers: all loop producers,
 //      or the one GEMM producer or epilogue kernel whose epilogue can apply it;
+//   1b. a value that must be stored (several readers, or a graph output) and is also cast by
+//      some of its readers: the casts join its loop kernel (or elementwise producer) as further
+//      results, so one pass stores the value and its 16-bit copies (autocast's casts in a
+//      training step, where the f32 value has another reader);
 //   2. every reduction takes its first operand's loop producer;
 //   3. every reshape-like node joins its producer (a producer of no other kind makes a "single"
 //      kernel: its own kernel, storing its result under the reshaped type).
@@ -28,7 +33,8 @@
 //
 // Safety: every value inside a group except the group's result has its only user inside the
 // group, so no path leaves a group and comes back; make_kernel may place the kernel anywhere
-// its operands allow.
+// its operands allow. Sweep 1b's kernels have several results, but the casts it adds read only
+// the value they cast, and nothing joins those kernels afterwards.
 //
 // Cost: sweep 1 grows loop groups without building kernels (each join appends to its first
 // producer's group, and the debug log and fuel see the same joins, named as the kernel built so
@@ -100,6 +106,7 @@ class ElementwiseFusion {
     for (ir::Node* node : snapshot()) fuse_into_producers(*node);
     in_sweep1_ = false;
     make_loop_kernels();
+    fuse_casts_of_stored_values();
     for (ir::Node* node : snapshot())
       if (!node->is_kernel() && node->def && node->def->kind == ir::OpKind::Reduce)
         fuse_into_reduction(*node);
@@ -256,6 +263,68 @@ class ElementwiseFusion {
     ir::make_kernels(graph_, kernels);
     groups_.clear();
     group_of_.clear();
+  }
+
+  // Sweep 1b. A value stored because several nodes read it, some of them through a cast
+  // (autocast's 16-bit copy for the convolution that reads it, where the f32 value is also a
+  // relu's gradient mask): the producer's loop stores the value and each cast of it, one read
+  // and one launch fewer per cast. A cast reads nothing else, so no path leaves the kernel and
+  // comes back; nothing joins these kernels afterwards (sweeps 2 and 3 take only producers
+  // with one result).
+  void fuse_casts_of_stored_values() {
+    count_users();
+    const fusion::Users users(graph_);
+    std::vector<ir::KernelGroup> kernels;
+    std::unordered_map<const ir::Node*, size_t> taken;  // node -> its group
+    for (const auto& owned : graph_.nodes()) {
+      ir::Node* producer = owned.get();
+      if (taken.count(producer) || producer->results.size() != 1) continue;
+      const ir::Value* value = producer->results[0];
+      if (!stored_reason(value)) continue;  // one reader: sweep 1 decided
+      std::vector<ir::Node*> casts;
+      for (ir::Node* user : users.of(value)) {
+        if (user->is_kernel() || user->op != ir::OpId::Cast || taken.count(user)) continue;
+        if (auto reason = sibling_cast_refusal(*producer, *user, users)) {
+          refuse(value, *user, *reason);
+          continue;
+        }
+        casts.push_back(user);
+      }
+      if (casts.empty()) continue;
+      std::vector<ir::Node*> members = {producer};
+      members.insert(members.end(), casts.begin(), casts.end());
+      const std::string name = base_name(*producer) + "_cast";
+      const std::string what = fmt::format("fuse {} into {} kernel {}, which stores {} and its "
+                                           "cast{}", describe_members(members), ir::kLoopKernel,
+                                           name, ref(value), casts.size() > 1 ? "s" : "");
+      if (!context_.take_fuel(kPass, what)) continue;
+      for (ir::Node* member : members) taken[member] = kernels.size();
+      kernels.push_back({members, name, ir::kLoopKernel});
+    }
+    if (kernels.empty()) return;
+    ir::make_kernels(graph_, kernels);
+    changed_ = true;
+  }
+
+  // Why `producer`'s loop cannot also store `cast` of its result (read by other nodes too).
+  std::optional<std::string> sibling_cast_refusal(const ir::Node& producer, const ir::Node& cast,
+                                                  const fusion::Users& users) const {
+    if (is_kind(producer, ir::kEpilogueKernel) || fusion::is_gemm(producer))
+      return "a GEMM epilogue stores one result";
+    if (!is_kind(producer, ir::kLoopKernel) && not_loop_op(producer))
+      return producer.describe() + " is not an elementwise loop, which could store the cast too";
+    if (ends_in_reshape(producer)) return producer.describe() + " ends in a reshape";
+    // A cast with one reader that sweeps 2 or 3 fuse (a reduction's first operand, a reshape)
+    // is better off there: the reduction recomputes it as it loads, the reshape is free.
+    const std::vector<ir::Node*>& readers = users.of(cast.results[0]);
+    if (readers.size() == 1 && !graph_.is_output(cast.results[0]) && !readers[0]->is_kernel()) {
+      const ir::Node& reader = *readers[0];
+      if (ir::is_reshape_like(reader.op))
+        return reader.describe() + " reshapes the cast, in its kernel";
+      if (reader.def && reader.def->kind == ir::OpKind::Reduce && reader.inputs[0] == cast.results[0])
+        return reader.describe() + " computes the cast as it loads it";
+    }
+    return std::nullopt;
   }
 
   // The producer of `value` if it may pass `value` to `consumer` in registers.

@@ -45,16 +45,40 @@ std::string c_identifier(const std::string& name) {
 }
 
 // What the kernel computes: the body without its trailing reshapes, and the value it stores.
+// A loop kernel may store several (fuse-elementwise gives a value read elsewhere its casts):
+// `stored` goes to the first result, `also_stored` to the others, in order.
 struct BodyPlan {
   std::vector<const ir::Node*> compute;
   const ir::Value* stored = nullptr;
+  std::vector<const ir::Value*> also_stored;
 };
+
+// A loop kernel with several results: each is one body node's value, all of the loop's shape
+// (emit_loop checks the shapes), none reshaped.
+BodyPlan plan_multi_result_loop(const ir::Node& kernel) {
+  if (ir::kernel_kind(kernel) != ir::kLoopKernel)
+    throw Error(kernel.loc.render(), kernel.describe() + ": codegen supports several results in "
+                                                         "loop kernels only");
+  BodyPlan plan;
+  for (const auto& node : kernel.body->nodes()) {
+    if (ir::is_reshape_like(node->op))
+      throw Error(kernel.loc.render(), kernel.describe() + ": a loop kernel with several results "
+                                                           "cannot reshape them (" +
+                                           node->describe() + ")");
+    plan.compute.push_back(node.get());
+  }
+  for (const ir::Value* output : kernel.body->outputs)
+    if (output->producer == nullptr)
+      throw Error(kernel.loc.render(), kernel.describe() + ": its result %" + output->name +
+                                           " is an operand, not computed by its body");
+  plan.stored = kernel.body->outputs[0];
+  plan.also_stored.assign(kernel.body->outputs.begin() + 1, kernel.body->outputs.end());
+  return plan;
+}
 
 BodyPlan plan_body(const ir::Node& kernel) {
   const ir::Graph& body = *kernel.body;
-  if (kernel.results.size() != 1)
-    throw Error(kernel.loc.render(), kernel.describe() + ": codegen supports fused kernels with "
-                                                         "one result");
+  if (kernel.results.size() != 1) return plan_multi_result_loop(kernel);
   BodyPlan plan;
   for (const auto& node : body.nodes()) plan.compute.push_back(node.get());
   plan.stored = body.outputs[0];
@@ -272,14 +296,20 @@ KernelSpec emit_loop(const KernelRequest& request, const BodyPlan& plan) {
   for (const ir::Node* node : plan.compute) emit_element_lambda(w, *node, names);
   w.line(dynamic_count(request.dynamic_rows, "kCount", type, count));
   open_grid_stride_loop(w, "i", type, "kCount");
-  const std::string last = emit_element_chain(w, plan.compute, loop, names, "i", type);
-  w.line("{}[i] = {};", request.output_params[0], store(plan.stored->type.dtype, last));
+  emit_element_chain(w, plan.compute, loop, names, "i", type);
+  std::vector<const ir::Value*> stored = {plan.stored};
+  stored.insert(stored.end(), plan.also_stored.begin(), plan.also_stored.end());
+  for (size_t k = 0; k < stored.size(); ++k)
+    w.line("{}[i] = {};", request.output_params[k],
+           store(stored[k]->type.dtype, names.variable(stored[k])));
   w.close();
   KernelSpec spec = grid_stride_spec(count);
   spec.body = w.take();
   if (request.dynamic_rows) spec.dynamic_grid_axis = 0;
   spec.note = "fused grid-stride loop (" + source_list(plan.compute) +
               "), intermediates in registers";
+  if (!plan.also_stored.empty())
+    spec.note += fmt::format("; stores {} results", plan.also_stored.size() + 1);
   return spec;
 }
 

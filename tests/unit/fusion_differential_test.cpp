@@ -26,7 +26,8 @@
 //   3. give them on the host backend, running the generated CUDA, within 1e-4 of each
 //      output's largest magnitude (float accumulation in another order), with exactly the
 //      oracle's shapes.
-// Across the suite every kernel kind (epilogue, loop, reduce, single) must appear.
+// Across the suite every kernel kind (epilogue, loop, reduce, single) must appear, and loop
+// kernels storing several results (a value and its cast).
 //
 // Each graph's text, as built and fused, is written to build/tests/fusion_differential/
 // (random_<seed>.ir, random_<seed>.fused.ir); value names say which chain they belong to
@@ -84,6 +85,8 @@ constexpr uint32_t kSeeds[] = {1, 2, 3, 4, 5, 6};
 // entries. 1e-4 x 1e-2 = 1e-6 (8 ulps of 1) is far below what a fusion or indexing bug changes.
 constexpr double kHostTolerance = 1e-4;
 constexpr double kMinScale = 1e-2;
+// The count of kernels with several results among the kinds the suite reports.
+constexpr std::string_view kSeveralResults = "several-results";
 
 // --- running and comparing -----------------------------------------------------------------------
 
@@ -195,7 +198,10 @@ void check_graph(GraphRun& run) {
   run.nodes_before = static_cast<int>(oracle.nodes().size());
   run.nodes_after = static_cast<int>(fused.nodes().size());
   for (const auto& node : fused.nodes())
-    if (node->is_kernel()) ++run.kernels[ir::kernel_kind(*node)];
+    if (node->is_kernel()) {
+      ++run.kernels[ir::kernel_kind(*node)];
+      if (node->results.size() > 1) ++run.kernels[std::string(kSeveralResults)];
+    }
 
   const std::string where = fmt::format("seed {} (graph in {})", seed, save_for_repro(run));
   auto fail = [&](const std::string& message) { ADD_FAILURE() << where << ": " << message; };
@@ -283,11 +289,11 @@ TEST(FusionDifferential, RandomGraphsMatchTheUnfusedOracle) {
   std::cout << fmt::format("{} graphs: {} nodes before fusion, {} after; kernels:", all.size(),
                            before, after);
   for (const std::string_view kind :
-       {ir::kEpilogueKernel, ir::kLoopKernel, ir::kReduceKernel, ir::kSingleKernel})
+       {ir::kEpilogueKernel, ir::kLoopKernel, ir::kReduceKernel, ir::kSingleKernel, kSeveralResults})
     std::cout << " " << kind << " " << totals[std::string(kind)];
   std::cout << fmt::format("; {:.1f} s\n", seconds);
   for (const std::string_view kind :
-       {ir::kEpilogueKernel, ir::kLoopKernel, ir::kReduceKernel, ir::kSingleKernel})
+       {ir::kEpilogueKernel, ir::kLoopKernel, ir::kReduceKernel, ir::kSingleKernel, kSeveralResults})
     EXPECT_GT(totals[std::string(kind)], 0) << "no " << kind << " kernel in the whole suite";
 }
 

@@ -545,6 +545,10 @@ class RandomGraph {
         next = node("reduce_mean", {next}, {{"axes", std::vector<int64_t>{0}}});
       // Now and then an intermediate is a graph output: stored whatever fusion would like.
       if (chance(0.15)) output(x);
+      // Now and then one is also returned widened to f64: a cast beside the value's other
+      // reader, which the value's loop kernel then stores too (fuse-elementwise).
+      if (x->role == ir::ValueRole::NodeResult && x->type.dtype == ir::DType::F32 && chance(0.08))
+        output(node("cast", {x}, {{"to", std::string("f64")}}));
       x = next;
     }
     output(x);
