@@ -163,7 +163,7 @@ class ProgramBuilder {
       const KernelEmitter* emitter = find_kernel_emitter(node.op);
       if (emitter == nullptr) return false;
       try {
-        KernelRequest probe{node, "probe", operand_params(node), result_params(node), {}, rows, precision_, {}};
+        KernelRequest probe{node, "probe", operand_params(node), result_params(node), {}, rows, precision_, {}, {}};
         return (*emitter)(probe).dynamic_grid_axis >= 0;
       } catch (const std::exception&) {
         return false;
@@ -314,7 +314,7 @@ class ProgramBuilder {
     KernelRequest request{node,
                           fmt::format("{}_{}", node.is_kernel() ? node.name : ir::to_string(node.op),
                                       kernel_index_++),
-                          operand_params(node), result_params(node), {}, {}, precision_, {}};
+                          operand_params(node), result_params(node), {}, {}, precision_, {}, {}};
     if (const auto rows = dynamic_rows_.find(&node); rows != dynamic_rows_.end()) request.dynamic_rows = rows->second;
     const KernelSpec spec = (*emitter)(request);
     KILN_CHECK(spec.grid.count() > 0 && spec.block.count() > 0 && spec.block.count() <= 1024)

@@ -67,6 +67,11 @@ struct KernelRequest {
   // reads cast(buffer); fused.cpp's operand casts), or nullopt: the node's operand type. Loads
   // (load_input, input_address) read the buffer's dtype.
   std::vector<std::optional<ir::DType>> stored_dtypes;
+  // For result k, the float dtype its buffer holds when the kernel absorbed a cast of it (a
+  // single kernel ending in casts, ir::stores_rounded_result), or nullopt: the node's result
+  // type. Emitters that ir::stores_rounded_result names store that result through
+  // store_result; fused.cpp refuses the casts for any other.
+  std::vector<std::optional<ir::DType>> result_dtypes;
 };
 
 struct KernelSpec {

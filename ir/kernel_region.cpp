@@ -25,6 +25,10 @@ const std::string& kernel_kind(const Node& kernel) {
 
 bool is_reshape_like(OpId op) { return op == OpId::Reshape || op == OpId::Flatten; }
 
+bool stores_rounded_result(OpId op, size_t index) {
+  return (op == OpId::BatchNormTrainGrad || op == OpId::LayerNormGrad) && index == 0;
+}
+
 namespace {
 
 // The members with kernels replaced by their body nodes, in order.

@@ -20,7 +20,9 @@
 //             (a value and its casts, stored in one pass)
 //   reduce    a reduction (softmax, layer_norm, reduce_*) that reads its input through a chain
 //             of elementwise producers, recomputed per load instead of stored
-//   single    one node of any other kind (a pool, a transpose) computed by its own kernel
+//   single    one node of any other kind (a pool, a transpose) computed by its own kernel; it
+//             may end in casts between float types of results that the op's kernel rounds as
+//             it stores them (stores_rounded_result: a batch-norm gradient's dx stored in bf16)
 //   attention an attention whose q, k and v are slices, reshapes and transposes of the kernel's
 //             operands, and whose output may leave through transposes and reshapes: the
 //             attention kernel reads and writes through the strided views (ir/strided_view.h)
@@ -58,6 +60,12 @@ bool is_kernel_kind(std::string_view kind);
 // The kernel's kind attribute ("epilogue", "loop", "reduce", "single", "multi_update",
 // "attention").
 const std::string& kernel_kind(const Node& kernel);
+
+// Whether the kernel of `op` can store its result `index` in any float dtype, rounding each
+// element once as it stores it (codegen's KernelRequest::stored_dtypes): a cast of that result
+// to another float type then joins a "single" kernel of the op. The normalization gradients'
+// dx, which autocast's casts bring to 16 bits for the convolution gradients that read it.
+bool stores_rounded_result(OpId op, size_t index);
 
 // Whether `op` only reinterprets a row-major tensor's shape (reshape, flatten, squeeze,
 // unsqueeze): its result has the operand's bytes in the operand's order.

@@ -9,7 +9,7 @@
 //   injective               only the reshape-like ops (reshape, flatten, squeeze, unsqueeze)
 //                           fuse, into their producer of any kind: they do not move bytes;
 //   opaque                  never fuses.
-// Three sweeps over the graph (and one between the first two), in order, each visiting nodes in
+// Four sweeps over the graph (and one between the first two), in order, each visiting nodes in
 // topological order:
 //   1. every elementwise/broadcast node joins the kernels of its producers: all loop producers,
 //      or the one GEMM producer or epilogue kernel whose epilogue can apply it;
@@ -19,7 +19,10 @@
 //      training step, where the f32 value has another reader);
 //   2. every reduction takes its first operand's loop producer;
 //   3. every reshape-like node joins its producer (a producer of no other kind makes a "single"
-//      kernel: its own kernel, storing its result under the reshaped type).
+//      kernel: its own kernel, storing its result under the reshaped type);
+//   4. a float cast that alone reads a result an opaque op's kernel can round as it stores it
+//      (ir::stores_rounded_result: the normalization gradients' dx) joins that op's "single"
+//      kernel, which stores the result in the cast's type.
 // A producer joins only when its value has exactly one user and is not a graph output, and a
 // loop keeps one iteration space: the consumer's result must have the producer's shape (a
 // producer broadcast to a larger result would be recomputed per element). batch_norm (five
@@ -112,6 +115,8 @@ class ElementwiseFusion {
         fuse_into_reduction(*node);
     for (ir::Node* node : snapshot())
       if (!node->is_kernel() && ir::is_reshape_like(node->op)) fuse_reshape(*node);
+    for (ir::Node* node : snapshot())
+      if (!node->is_kernel() && node->op == ir::OpId::Cast) fuse_rounded_store(*node);
     return changed_;
   }
 
@@ -424,6 +429,36 @@ class ElementwiseFusion {
     else if (!not_loop_op(*producer))
       kind = ir::kLoopKernel;
     fuse({producer, &reshape}, base_name(*producer) + "_" + ir::to_string(reshape.op), kind);
+  }
+
+  // Sweep 4. A cast that is the only reader of an opaque op's result, where the op's kernel
+  // can round that result as it stores it (ir::stores_rounded_result: a batch-norm gradient's
+  // dx, which autocast's cast brings to bf16 for the convolution gradients): the op's "single"
+  // kernel stores the cast's value, and the f32 tensor is never written.
+  void fuse_rounded_store(ir::Node& cast) {
+    const ir::Value* operand = cast.inputs[0];
+    ir::Node* producer = operand->producer;
+    if (producer == nullptr || producer->is_kernel() || !not_loop_op(*producer))
+      return;  // sweeps 1-3 decided (a graph input, a loop's value, a kernel's)
+    const auto at = std::find(producer->results.begin(), producer->results.end(), operand);
+    const size_t index = static_cast<size_t>(at - producer->results.begin());
+    if (!ir::stores_rounded_result(producer->op, index)) return;  // sweep 1 gave the reason
+    if (auto reason = fusion::stored_value_reason(graph_, operand)) {
+      refuse(operand, cast, *reason);
+      return;
+    }
+    if (!ir::is_floating(operand->type.dtype) || !ir::is_floating(cast.results[0]->type.dtype)) {
+      refuse(operand, cast, "the kernel rounds to float types only");
+      return;
+    }
+    // The op's kernel writes every result: each other one must be a result of the kernel.
+    for (const ir::Value* other : producer->results)
+      if (other != operand && !graph_.is_output(other) && graph_.users(other).empty()) {
+        refuse(operand, cast, fmt::format("nothing reads {}, which {}'s kernel writes", ref(other),
+                                          producer->describe()));
+        return;
+      }
+    fuse({producer, &cast}, base_name(*producer) + "_cast", ir::kSingleKernel);
   }
 
   ir::Graph& graph_;

@@ -507,7 +507,7 @@ KernelSpec emit_attention_views(const KernelRequest& request) {
   for (const auto& node : body.nodes())
     if (node->op == ir::OpId::Attention) attention = node.get();
   if (!attention) throw Error(kernel.loc.render(), kernel.describe() + ": an attention kernel without attention");
-  KernelRequest inner{*attention, request.kernel_name, {}, {}, {}, request.dynamic_rows, request.precision, {}};
+  KernelRequest inner{*attention, request.kernel_name, {}, {}, {}, request.dynamic_rows, request.precision, {}, {}};
   Layouts layouts;
   Layout* operand_layouts[] = {&layouts.q, &layouts.k, &layouts.v};
   for (size_t i = 0; i < attention->inputs.size(); ++i) {

@@ -120,6 +120,12 @@ std::string load_input(const KernelRequest& request, size_t index, const std::st
   return load(stored_dtype(request, index), request.input_params[index] + "[" + subscript + "]");
 }
 
+std::string store_result(const KernelRequest& request, size_t index, ir::DType own,
+                         const std::string& expr) {
+  const bool cast = index < request.result_dtypes.size() && request.result_dtypes[index];
+  return store(cast ? *request.result_dtypes[index] : own, expr);
+}
+
 std::string input_address(const KernelRequest& request, size_t index, const std::string& subscript) {
   if (index < request.fused_inputs.size() && !request.fused_inputs[index].empty()) return "";
   const ir::DType dtype = stored_dtype(request, index);

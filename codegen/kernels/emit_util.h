@@ -104,6 +104,10 @@ int64_t largest_tensor(const ir::Node& node);
 // The dtype operand `index`'s buffer holds (KernelRequest::stored_dtypes, else the operand's).
 ir::DType stored_dtype(const KernelRequest& request, size_t index);
 std::string load_input(const KernelRequest& request, size_t index, const std::string& subscript);
+// `expr` (a float) converted for result `index`'s buffer: to KernelRequest::result_dtypes'
+// dtype where the kernel absorbed a cast of the result, else to `own` (the emitter's).
+std::string store_result(const KernelRequest& request, size_t index, ir::DType own,
+                         const std::string& expr);
 // `&in_x[subscript]`: the address of that element, when operand `index` is read from a kernel
 // parameter as it is, an f32 or a bf16/f16 that is only widened (for cp.async and vector
 // loads); empty when it is fused or of another type.

@@ -262,7 +262,7 @@ KernelSpec emit_batch_norm_train_grad_chunked(const KernelRequest& request) {
   w.line("{}", loop.offset);
   w.line("const float xhat = ({} - mean) * inv_std;", load_input(request, 1, "offset"));
   w.line("{}[offset] = {};", request.output_params[0],
-         store(dtype, "channel_scale * (" + dy + " - mean_dy - xhat * mean_dy_xhat)"));
+         store_result(request, 0, dtype, "channel_scale * (" + dy + " - mean_dy - xhat * mean_dy_xhat)"));
   w.close();
   return chunk_spec(w, grid, false,
                     "one block per channel and chunk: channel sums added up from the chunks', "
@@ -352,7 +352,7 @@ KernelSpec emit_batch_norm_train_grad(const KernelRequest& request) {
   w.line("{}", loop.offset);
   w.line("const float xhat = {};", xhat);
   w.line("{}[offset] = {};", request.output_params[0],
-         store(dtype, "channel_scale * (" + dy + " - mean_dy - xhat * mean_dy_xhat)"));
+         store_result(request, 0, dtype, "channel_scale * (" + dy + " - mean_dy - xhat * mean_dy_xhat)"));
   w.close();
   return channel_spec(w, xs[1],
                       "one block per channel: sums of dy and dy * xhat by block reductions, "
@@ -409,7 +409,8 @@ KernelSpec emit_layer_norm_grad(const KernelRequest& request) {
   const std::vector<std::string> last_pass = {
       "const float xhat = (" + x + " - mean) * inv_std;", "const float grad_out = " + dy + ";",
       fmt::format("{}[row * kSize + k] = {};", request.output_params[0],
-                  store(dtype, "inv_std * (grad_out * " + scale + " - mean_g - xhat * mean_g_xhat)")),
+                  store_result(request, 0, dtype,
+                               "inv_std * (grad_out * " + scale + " - mean_g - xhat * mean_g_xhat)")),
       fmt::format("{}[row * kSize + k] = {};", request.output_params[1], store(dtype, "grad_out * xhat"))};
   // The host body (docs/codegen.md, "The host backend"): the same passes as loops over the
   // block's rows, each sum as the CUDA threads compute it (emit_host_row_sums), so bit for bit
