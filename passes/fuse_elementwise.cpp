@@ -277,7 +277,6 @@ class ElementwiseFusion {
   // comes back; nothing joins these kernels afterwards (sweeps 2 and 3 take only producers
   // with one result).
   void fuse_casts_of_stored_values() {
-    count_users();
     const fusion::Users users(graph_);
     std::vector<ir::KernelGroup> kernels;
     std::unordered_map<const ir::Node*, size_t> taken;  // node -> its group
@@ -285,7 +284,8 @@ class ElementwiseFusion {
       ir::Node* producer = owned.get();
       if (taken.count(producer) || producer->results.size() != 1) continue;
       const ir::Value* value = producer->results[0];
-      if (!stored_reason(value)) continue;  // one reader: sweep 1 decided
+      if (!fusion::stored_value_reason(graph_, value, users.of(value).size()))
+        continue;  // one reader: sweep 1 decided
       std::vector<ir::Node*> casts;
       for (ir::Node* user : users.of(value)) {
         if (user->is_kernel() || user->op != ir::OpId::Cast || taken.count(user)) continue;

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <unordered_map>
 
 #include "codegen/kernels/attention.h"
@@ -307,17 +308,27 @@ KernelSpec emit_reduce(const KernelRequest& request, const BodyPlan& plan) {
 }
 
 // A body of one node (and reshapes): that node's own kernel, writing the kernel's result.
-KernelSpec emit_single(const KernelRequest& request, const BodyPlan& plan) {
-  const ir::Node& node = *plan.compute.front();
+// `node`'s own emitter on the kernel's operands, writing `output_params` (nullopt: the kernel's),
+// each result in its dtype or the one `result_dtypes` gives.
+KernelSpec emit_own_kernel(const KernelRequest& request, const ir::Node& node,
+                           std::optional<std::vector<std::string>> output_params = std::nullopt,
+                           std::vector<std::optional<ir::DType>> result_dtypes = {}) {
   const KernelEmitter* emitter = find_kernel_emitter(node.op);
   if (!emitter)
     throw Error(node.loc.render(), node.describe() + ": codegen has no CUDA kernel for op '" +
                                        ir::to_string(node.op) + "' yet");
   const Names names(request.node, request.input_params);
   Aliases aliases;
-  const KernelRequest inner = inner_request(node, request, names, aliases);
+  KernelRequest inner = inner_request(node, request, names, aliases);
+  if (output_params) inner.output_params = std::move(*output_params);
+  inner.result_dtypes = std::move(result_dtypes);
   KernelSpec spec = (*emitter)(inner);
   spec.body = with_aliases(aliases, spec.body);
+  return spec;
+}
+
+KernelSpec emit_single(const KernelRequest& request, const BodyPlan& plan) {
+  KernelSpec spec = emit_own_kernel(request, *plan.compute.front());
   spec.note += "; the result is stored as " + request.node.results[0]->type.to_string();
   return spec;
 }
@@ -353,15 +364,7 @@ KernelSpec emit_single_with_casts(const KernelRequest& request) {
                    "'s kernel stores it");
     output_params.push_back(request.output_params[static_cast<size_t>(at - body.outputs.begin())]);
   }
-  const KernelEmitter* emitter = find_kernel_emitter(node.op);
-  KILN_CHECK(emitter) << "no emitter for " << node.op;
-  const Names names(kernel, request.input_params);
-  Aliases aliases;
-  KernelRequest inner = inner_request(node, request, names, aliases);
-  inner.output_params = output_params;
-  inner.result_dtypes = result_dtypes;
-  KernelSpec spec = (*emitter)(inner);
-  spec.body = with_aliases(aliases, spec.body);
+  KernelSpec spec = emit_own_kernel(request, node, output_params, result_dtypes);
   for (size_t k = 0; k < stored.size(); ++k)
     if (result_dtypes[k])
       spec.note += fmt::format("; %{} stored as {}, rounded as it is stored (its cast)",
