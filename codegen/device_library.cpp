@@ -169,6 +169,40 @@ __device__ __forceinline__ void kiln_mma_f16_m16n8k16(float* d, const unsigned i
 #endif
 }
 
+// d += a * b for one 16x8x32 tile whose A (16 x 32) keeps at most 2 of every 4 consecutive
+// elements of a row (2:4 sparse tensor cores, sparsity selector 0): a[4] holds A's 16 x 16 kept
+// values in a dense m16n8k16's A layout, b[4] the 32 x 8 B (b[j]: k = 2t + 8j, 2t + 8j + 1 of
+// column g), `metadata` the kept values' 2-bit positions within their groups (ir/two_four.h),
+// read from lanes 4g and 4g + 1: rows g and g + 8, k 16 (lane % 4) .. + 15. ::ordered_metadata
+// (PTX ISA 8.5): each group's two positions increase, as mma.sp is advised to be used.
+__device__ __forceinline__ void kiln_mma_sp_bf16_m16n8k32(float* d, const unsigned int* a, const unsigned int* b,
+                                                          unsigned int metadata) {
+#ifdef __CUDACC__
+  asm volatile(
+      "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]),
+        "r"(metadata));
+#else
+  kiln_host_mma_sp_16bit_m16n8k32(d, a, b, metadata, KILN_HOST_WARP_MMA_SP_BF16_M16N8K32);
+#endif
+}
+
+__device__ __forceinline__ void kiln_mma_sp_f16_m16n8k32(float* d, const unsigned int* a, const unsigned int* b,
+                                                         unsigned int metadata) {
+#ifdef __CUDACC__
+  asm volatile(
+      "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x0;"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]),
+        "r"(metadata));
+#else
+  kiln_host_mma_sp_16bit_m16n8k32(d, a, b, metadata, KILN_HOST_WARP_MMA_SP_F16_M16N8K32);
+#endif
+}
+
 // Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix.x4), one row address per
 // lane: lanes 8j .. 8j + 7 give the rows of matrix j, each 16 bytes, 16-byte aligned. Lane i
 // receives in d[j] the 32 bits at row i / 4, word i % 4 of matrix j. For 32-bit data that is

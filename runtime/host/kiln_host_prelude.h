@@ -77,7 +77,11 @@ enum {
   KILN_HOST_WARP_MMA_F16_M16N8K16 = 19,
   // ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: as KILN_HOST_WARP_LDMATRIX_X4, each 8 x 8
   // matrix of 16-bit elements transposed.
-  KILN_HOST_WARP_LDMATRIX_X4_TRANS = 20
+  KILN_HOST_WARP_LDMATRIX_X4_TRANS = 20,
+  // mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{bf16,f16}.{bf16,f16}.f32 with
+  // sparsity selector 0: the value is a kiln_host_mma_sp_fragments* of the lane.
+  KILN_HOST_WARP_MMA_SP_BF16_M16N8K32 = 21,
+  KILN_HOST_WARP_MMA_SP_F16_M16N8K32 = 22
 };
 
 // One lane's part of an ldmatrix.x4: the row it points at (16 bytes of matrix lane / 8, row
@@ -96,6 +100,18 @@ typedef struct kiln_host_mma_fragments {
   const unsigned int* b;
   float* d;
 } kiln_host_mma_fragments;
+
+// One lane's fragments of a sparse mma.sp m16n8k32 on 16-bit operands (the PTX ISA's "Sparse
+// matrix storage" and "Matrix fragments for multiply-accumulate operation with sparse matrix
+// A"): a[4] holds A's kept values in the layout of a dense m16n8k16's A, b[4] two 16-bit values
+// each of the 32 x 8 B, d[4] the accumulators, and `metadata` the 2-bit positions of A's kept
+// values (read from the lanes the sparsity selector names).
+typedef struct kiln_host_mma_sp_fragments {
+  const unsigned int* a;
+  const unsigned int* b;
+  float* d;
+  unsigned int metadata;
+} kiln_host_mma_sp_fragments;
 
 struct kiln_host_thread;
 
@@ -254,6 +270,15 @@ static inline void kiln_host_mma_tf32_m16n8k8(float* d, const unsigned int* a, c
 static inline void kiln_host_mma_16bit_m16n8k16(float* d, const unsigned int* a, const unsigned int* b,
                                                 int op, int line = __builtin_LINE()) {
   kiln_host_mma_fragments fragments = {a, b, d};
+  kiln_host_warp(op, 0xffffffffu, reinterpret_cast<unsigned long long>(&fragments), 0, 32, line);
+}
+
+// d += a * b for one m16n8k32 tile whose A is 2:4 sparse (a: its kept values, `metadata`: their
+// positions), bf16 or f16 operands (`op`), a warp collective of all 32 lanes.
+static inline void kiln_host_mma_sp_16bit_m16n8k32(float* d, const unsigned int* a, const unsigned int* b,
+                                                   unsigned int metadata, int op,
+                                                   int line = __builtin_LINE()) {
+  kiln_host_mma_sp_fragments fragments = {a, b, d, metadata};
   kiln_host_warp(op, 0xffffffffu, reinterpret_cast<unsigned long long>(&fragments), 0, 32, line);
 }
 

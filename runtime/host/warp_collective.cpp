@@ -41,31 +41,42 @@ int shuffle_source(int op, int lane, int operand, int width) {
 }
 
 // D = A B + C for a 16 x 8 tile held by the warp, with A (16 x K) and B (K x 8) gathered from
-// the lanes' fragments: C and D in the layout every mma.sync shape here shares, c0 (g, 2t),
-// c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1). Each result is C plus the products in k
-// order, in double, rounded once to float. Every lane's C is read before any D is written.
+// the lanes' fragments and `d[lane]` the lane's accumulators: C and D in the layout every mma
+// shape here shares, c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1). Each result
+// is C plus the products in k order, in double, rounded once to float. Every lane's C is read
+// before any D is written.
 template <int K>
-void accumulate_tile(WarpPost* lanes, const double (&a)[16][K], const double (&b)[K][8]) {
+void accumulate_tile(float* const (&d)[kWarpSize], const double (&a)[16][K], const double (&b)[K][8]) {
   double c[16][8];
   for (int lane = 0; lane < kWarpSize; ++lane) {
-    const auto* f = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value);
     const int g = lane >> 2, t = lane & 3;
-    c[g][2 * t] = f->d[0];
-    c[g][2 * t + 1] = f->d[1];
-    c[g + 8][2 * t] = f->d[2];
-    c[g + 8][2 * t + 1] = f->d[3];
+    c[g][2 * t] = d[lane][0];
+    c[g][2 * t + 1] = d[lane][1];
+    c[g + 8][2 * t] = d[lane][2];
+    c[g + 8][2 * t + 1] = d[lane][3];
   }
   for (int lane = 0; lane < kWarpSize; ++lane) {
-    auto* f = reinterpret_cast<kiln_host_mma_fragments*>(lanes[lane].value);
     const int g = lane >> 2, t = lane & 3;
     const int rows[4] = {g, g, g + 8, g + 8};
     const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
     for (int r = 0; r < 4; ++r) {
       double sum = c[rows[r]][cols[r]];
       for (int k = 0; k < K; ++k) sum += a[rows[r]][k] * b[k][cols[r]];
-      f->d[r] = static_cast<float>(sum);
+      d[lane][r] = static_cast<float>(sum);
     }
   }
+}
+
+// The accumulators of every lane of an mma.sync.
+void dense_accumulators(const WarpPost* lanes, float* (&d)[kWarpSize]) {
+  for (int lane = 0; lane < kWarpSize; ++lane)
+    d[lane] = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value)->d;
+}
+
+// A bf16 (or f16) element: the low 16 bits of `bits`, widened exactly.
+double sixteen_bit_element(uint32_t bits, bool bf16) {
+  const uint16_t half = static_cast<uint16_t>(bits & 0xffffu);
+  return static_cast<double>(bf16 ? ir::bfloat16_bits_to_float(half) : ir::half_bits_to_float(half));
 }
 
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 for the whole warp. Fragment layouts of
@@ -99,7 +110,9 @@ std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
     b[t][g] = tf32(f->b[0]);
     b[t + 4][g] = tf32(f->b[1]);
   }
-  accumulate_tile(lanes, a, b);
+  float* d[kWarpSize];
+  dense_accumulators(lanes, d);
+  accumulate_tile(d, a, b);
   return "";
 }
 
@@ -116,10 +129,7 @@ std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
 std::string compute_mma_16bit_m16n8k16(WarpPost* lanes, uint32_t group, bool bf16) {
   if (group != 0xffffffffu)
     return fmt::format("mma.sync needs all 32 lanes of the warp, got mask 0x{:08x}", group);
-  const auto element = [bf16](uint32_t bits) {
-    const uint16_t half = static_cast<uint16_t>(bits & 0xffffu);
-    return static_cast<double>(bf16 ? ir::bfloat16_bits_to_float(half) : ir::half_bits_to_float(half));
-  };
+  const auto element = [bf16](uint32_t bits) { return sixteen_bit_element(bits, bf16); };
   double a[16][16], b[16][8];
   for (int lane = 0; lane < kWarpSize; ++lane) {
     const auto* f = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value);
@@ -133,7 +143,68 @@ std::string compute_mma_16bit_m16n8k16(WarpPost* lanes, uint32_t group, bool bf1
       b[2 * t + 8 + half][g] = element(f->b[1] >> 16 * half);
     }
   }
-  accumulate_tile(lanes, a, b);
+  float* d[kWarpSize];
+  dense_accumulators(lanes, d);
+  accumulate_tile(d, a, b);
+  return "";
+}
+
+// mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{bf16,f16}.{bf16,f16}.f32 with
+// sparsity selector 0, for the whole warp. A (16 x 32) keeps at most 2 of every 4 consecutive
+// elements of a row; the warp holds its 16 x 16 kept values and their positions. From the PTX
+// ISA ("Sparse matrix storage", "Matrix fragments for sparse mma.m16n8k32 with .f16 and .bf16
+// types"), with g = groupID and t = threadID_in_group:
+//   kept A (16x16): as a dense m16n8k16's A: a0,a1 (g, 2t + 0/1) a2,a3 (g + 8, 2t + 0/1)
+//                   a4,a5 (g, 2t + 8 + 0/1) a6,a7 (g + 8, 2t + 8 + 0/1)   (registers a[0..3]);
+//                   kept column c of a row belongs to its group c / 2 (k 4 (c / 2) .. + 3)
+//   B (32x8, col):  b[j] holds k = 2t + 8j + 0/1 of column n = g (j = 0..3)
+//   metadata:       selector 0: lanes with t = 0 and 1 supply it; lane (g, t)'s low 16 bits
+//                   hold the positions of row g's kept columns 8t .. 8t + 7 (k 16t .. 16t + 15),
+//                   its high 16 bits those of row g + 8, 2 bits each, the first lowest
+//   C, D:           as for m16n8k8.
+// The MLIR sparse-mma integration test (sm_80, nvgpu.mma.sp.sync 16x8x32) distributes its
+// operands the same way. ::ordered_metadata requires each group's two positions to increase;
+// the GPU's result is undefined otherwise, so that is an error here. Products and sums as for
+// m16n8k16: the 16 products per result are exact in double, D is rounded once.
+std::string compute_mma_sp_16bit_m16n8k32(WarpPost* lanes, uint32_t group, bool bf16) {
+  if (group != 0xffffffffu)
+    return fmt::format("mma.sp needs all 32 lanes of the warp, got mask 0x{:08x}", group);
+  double kept[16][16], a[16][32] = {}, b[32][8];
+  uint32_t positions[16][2];  // [row][k / 16]: eight 2-bit positions
+  float* d[kWarpSize];
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    const auto* f = reinterpret_cast<const kiln_host_mma_sp_fragments*>(lanes[lane].value);
+    const int g = lane >> 2, t = lane & 3;
+    d[lane] = f->d;
+    if (t < 2) {
+      positions[g][t] = f->metadata & 0xffffu;
+      positions[g + 8][t] = f->metadata >> 16;
+    }
+    for (int half = 0; half < 2; ++half) {
+      kept[g][2 * t + half] = sixteen_bit_element(f->a[0] >> 16 * half, bf16);
+      kept[g + 8][2 * t + half] = sixteen_bit_element(f->a[1] >> 16 * half, bf16);
+      kept[g][2 * t + 8 + half] = sixteen_bit_element(f->a[2] >> 16 * half, bf16);
+      kept[g + 8][2 * t + 8 + half] = sixteen_bit_element(f->a[3] >> 16 * half, bf16);
+      for (int j = 0; j < 4; ++j) b[2 * t + 8 * j + half][g] = sixteen_bit_element(f->b[j] >> 16 * half, bf16);
+    }
+  }
+  for (int row = 0; row < 16; ++row) {
+    for (int c = 0; c < 16; c += 2) {
+      const uint32_t word = positions[row][c / 8];
+      const int first = static_cast<int>(word >> (2 * (c % 8)) & 3u);
+      const int second = static_cast<int>(word >> (2 * (c % 8) + 2) & 3u);
+      if (first >= second) {
+        const int lane = row % 8 * 4 + c / 8;
+        return fmt::format("mma.sp: the metadata of row {}, k {}..{} (lane {}, bits {}..{}) gives positions {} "
+                           "and {}: ::ordered_metadata needs two increasing positions",
+                           row, c * 2, c * 2 + 3, lane, 16 * (row / 8) + 2 * (c % 8),
+                           16 * (row / 8) + 2 * (c % 8) + 3, first, second);
+      }
+      a[row][c / 2 * 4 + first] = kept[row][c];
+      a[row][c / 2 * 4 + second] = kept[row][c + 1];
+    }
+  }
+  accumulate_tile(d, a, b);
   return "";
 }
 
@@ -224,6 +295,8 @@ std::string_view warp_op_name(int op) {
     case KILN_HOST_WARP_LDMATRIX_X4_TRANS: return "ldmatrix.x4.trans";
     case KILN_HOST_WARP_MMA_BF16_M16N8K16: return "mma.sync.m16n8k16.bf16";
     case KILN_HOST_WARP_MMA_F16_M16N8K16: return "mma.sync.m16n8k16.f16";
+    case KILN_HOST_WARP_MMA_SP_BF16_M16N8K32: return "mma.sp.m16n8k32.bf16";
+    case KILN_HOST_WARP_MMA_SP_F16_M16N8K32: return "mma.sp.m16n8k32.f16";
   }
   return "warp collective";
 }
@@ -238,6 +311,8 @@ std::string compute_collective(WarpPost* lanes, uint32_t group, bool strict) {
     return compute_ldmatrix_x4(lanes, group, op == KILN_HOST_WARP_LDMATRIX_X4_TRANS);
   if (op == KILN_HOST_WARP_MMA_BF16_M16N8K16 || op == KILN_HOST_WARP_MMA_F16_M16N8K16)
     return compute_mma_16bit_m16n8k16(lanes, group, op == KILN_HOST_WARP_MMA_BF16_M16N8K16);
+  if (op == KILN_HOST_WARP_MMA_SP_BF16_M16N8K32 || op == KILN_HOST_WARP_MMA_SP_F16_M16N8K32)
+    return compute_mma_sp_16bit_m16n8k32(lanes, group, op == KILN_HOST_WARP_MMA_SP_BF16_M16N8K32);
   if (is_shuffle(op)) {
     for (int lane = 0; lane < kWarpSize; ++lane) {
       if (!(group >> lane & 1u)) continue;
