@@ -256,6 +256,8 @@ FlopRule flop_rule(ir::OpId op) {
     case OpId::PairwiseSum:
     case OpId::ReduceMax:
     case OpId::GatherElementsGrad: return reduce_flops;  // an add per dy element
+    // A copy per element, and a few integer operations to find it.
+    case OpId::ExpandTwoFour: return no_flops;
     case OpId::BatchNorm: return batch_norm_flops;
     // Mean (1), variance (subtract, square, add: 3), normalize, scale, shift (4).
     case OpId::LayerNorm: return per_result<8>;
@@ -360,12 +362,15 @@ KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
                                                                                : kernel.library->math;
   else if (kernel.tensor_cores)
     format = kernel.tensor_core_inputs;
-  const double peak = format == Precision::F32 ? roofline.flops_per_second
-                                               : roofline.tensor_core_flops_per_second(format);
-  time.unit = format == Precision::F32  ? "f32 FMA"
+  // Sparse tensor cores (mma.sp, A 2:4) do the dense product's work at twice the dense rate.
+  const bool sparse = kernel.gemm.sparse && format != Precision::F32;
+  const double peak = (format == Precision::F32 ? roofline.flops_per_second
+                                                : roofline.tensor_core_flops_per_second(format)) *
+                      (sparse ? 2 : 1);
+  time.unit = format == Precision::F32    ? "f32 FMA"
               : format == Precision::Tf32 ? "TF32 tensor-core"
-              : format == Precision::Bf16 ? "bf16 tensor-core"
-                                          : "f16 tensor-core";
+              : format == Precision::Bf16 ? (sparse ? "bf16 sparse tensor-core" : "bf16 tensor-core")
+                                          : (sparse ? "f16 sparse tensor-core" : "f16 tensor-core");
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   // The share of its waves' block slots the grid fills (the last wave partly idle).
   const auto wave_share = [&] {

@@ -169,6 +169,13 @@ __device__ __forceinline__ void kiln_mma_f16_m16n8k16(float* d, const unsigned i
 #endif
 }
 
+// Which of a 2:4 group's two kept values its element k (0..3) is, from the group's 4 bits of
+// positions (ir/two_four.h: the first kept value's position low): 0 or 1, or -1 where the
+// group holds a zero.
+__device__ __forceinline__ int kiln_two_four_slot(unsigned int group_bits, int k) {
+  return k == static_cast<int>(group_bits & 3u) ? 0 : k == static_cast<int>(group_bits >> 2 & 3u) ? 1 : -1;
+}
+
 // d += a * b for one 16x8x32 tile whose A (16 x 32) keeps at most 2 of every 4 consecutive
 // elements of a row (2:4 sparse tensor cores, sparsity selector 0): a[4] holds A's 16 x 16 kept
 // values in a dense m16n8k16's A layout, b[4] the 32 x 8 B (b[j]: k = 2t + 8j, 2t + 8j + 1 of

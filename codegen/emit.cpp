@@ -267,6 +267,8 @@ class ProgramBuilder {
       case OpId::Argmin:
       case OpId::Equal: case OpId::Less: case OpId::LessEqual: case OpId::Greater:
       case OpId::GreaterEqual: case OpId::Where: case OpId::Cast:
+      // Its u16 positions, read as bits.
+      case OpId::ExpandTwoFour:
         return "";
       case OpId::Add: case OpId::Sub: case OpId::Mul: case OpId::Div: case OpId::Maximum:
       case OpId::Minimum: case OpId::Neg: case OpId::Abs: case OpId::Clip: case OpId::Mod:

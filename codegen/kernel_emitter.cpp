@@ -60,6 +60,7 @@ EmitterFamily emitter_family(ir::OpId op) {
     case OpId::Gather:
     case OpId::GatherElements:
     case OpId::GatherElementsGrad:
+    case OpId::ExpandTwoFour:
       return EmitterFamily::Index;
     case OpId::Reshape: case OpId::Flatten: case OpId::Transpose: case OpId::Concat:
     case OpId::Slice:

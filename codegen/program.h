@@ -46,6 +46,7 @@ struct GemmGeometry {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   int tile_m = 0, tile_n = 0, tile_k = 0;
   bool async_copies = false;  // an operand goes global -> shared by cp.async (tensor cores)
+  bool sparse = false;        // A is 2:4 sparse, on sparse tensor cores (mma.sp)
 };
 
 // What a collective kernel does across the ranks: all_reduce's mean (of gradient bucket

@@ -69,6 +69,13 @@ struct MemoryFigures {
 // the weight's row the GEMM's reduction (K), the dimension sparse tensor cores take 2 of 4 along.
 std::vector<std::string> two_four_weights(const Inspection& in, const codegen::Kernel& kernel) {
   std::vector<std::string> names;
+  if (kernel.gemm.sparse) {  // compressed already (sparsify-two-four): its kept values and positions
+    for (int id : kernel.args) {
+      const codegen::Buffer& buffer = in.program.buffers[static_cast<size_t>(id)];
+      if (buffer.role == codegen::BufferRole::Parameter && buffer.type.rank() == 2) names.push_back(buffer.name);
+    }
+    return names;
+  }
   const bool gemm = kernel.library || kernel.gemm.m > 0;
   const bool forward = std::any_of(kernel.source_ops.begin(), kernel.source_ops.end(), [](const std::string& op) {
     return op == "conv2d" || op == "dense";
@@ -199,7 +206,8 @@ std::string implementation_text(const codegen::Kernel& kernel) {
   if (!kernel.library) {
     if (!kernel.tensor_cores) return "generated";
     const std::string_view format = codegen::precision_name(kernel.tensor_core_inputs);
-    return fmt::format("generated, tensor cores ({})", format == "tf32" ? "TF32" : format);
+    return fmt::format("generated, {}tensor cores ({})", kernel.gemm.sparse ? "sparse " : "",
+                       format == "tf32" ? "TF32" : format);
   }
   return fmt::format("{}: {}", kernel.library->routine, kernel.library->descriptor);
 }
@@ -238,9 +246,10 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
                          time_text(f.layout_transform_seconds));
     if (!f.two_four_weights.empty())
       out += fmt::format("    2:4 sparse weights: {}; {}\n", fmt::join(f.two_four_weights, ", "),
-                         f.sparse_seconds ? fmt::format("on sparse tensor cores (mma.sp, not emitted yet) {}",
-                                                        time_text(*f.sparse_seconds))
-                                          : std::string("sparse tensor cores need --precision=tf32, bf16 or f16"));
+                         k.gemm.sparse    ? std::string("compressed, on sparse tensor cores (mma.sp m16n8k32)")
+                         : f.sparse_seconds ? fmt::format("on sparse tensor cores (mma.sp, not emitted yet) {}",
+                                                          time_text(*f.sparse_seconds))
+                                            : std::string("sparse tensor cores need --precision=tf32, bf16 or f16"));
     if (k.dynamic_symbol >= 0)
       out += fmt::format("    dynamic: the generated kernel computes the real rows only, grid {} shrinking with '{}'{}\n",
                          "xyz"[k.dynamic_grid_axis], in.program.symbols.at(static_cast<size_t>(k.dynamic_symbol)).name,
@@ -267,7 +276,9 @@ KernelModel model_kernel(const Inspection& in, const codegen::Kernel& kernel) {
   KernelModel model;
   model.time = codegen::model_kernel_time(kernel, blocks_per_sm, kRoofline);
   model.two_four_weights = two_four_weights(in, kernel);
-  if (!model.two_four_weights.empty() && model.time.unit != "f32 FMA")
+  if (kernel.gemm.sparse)
+    model.sparse_seconds = model.time.seconds;  // its time is on sparse tensor cores already
+  else if (!model.two_four_weights.empty() && model.time.unit != "f32 FMA")
     model.sparse_seconds = std::max(model.time.compute_seconds / 2, model.time.memory_seconds);
   return model;
 }
@@ -321,7 +332,7 @@ std::string format_inspection_text(const Inspection& in) {
                        time_text(t.layout_transform_seconds));
   if (t.two_four_kernels > 0)
     out += fmt::format("  2:4 sparse:        {} kernels multiply by 2:4 weights; with them on sparse tensor "
-                       "cores (mma.sp, not emitted yet): {}\n",
+                       "cores (mma.sp: emitted for 2:4 convolutions in bf16 and f16, modeled for the rest): {}\n",
                        t.two_four_kernels, time_text(t.sparse_seconds));
   out += fmt::format("  host backend:      {} loop nests (host bodies), {} plain loops, {} on fibers "
                      "(barriers, warp collectives)\n",

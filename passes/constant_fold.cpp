@@ -8,7 +8,8 @@
 // parameter-only subgraph collapses in one pass.
 //
 // Not folded, each with a reason under --debug-only=constant-fold: training-mode dropout
-// (random), ops the interpreter has no kernel for, nodes whose kernel reports a data error
+// (random), expand_2_4 (a compressed weight the conv's kernel reads as it is), ops the
+// interpreter has no kernel for, nodes whose kernel reports a data error
 // (integer division by zero: that stays a run-time error, never a compile failure), and results
 // so much larger than their operands that folding would bloat the model (a scalar broadcast to
 // a huge tensor).
@@ -66,6 +67,8 @@ std::string refusal(const ir::Node& node) {
     if (training != node.attrs.end() && std::get<bool>(training->second))
       return "training-mode dropout reads the step counter, which changes every step";
   }
+  if (node.op == ir::OpId::ExpandTwoFour)
+    return "a 2:4 weight stays compressed for sparse tensor cores (sparsify-two-four)";
   if (eval::find_reference_kernel(node.op) == nullptr)
     return "the reference interpreter has no kernel for op '" + ir::to_string(node.op) + "'";
   std::unordered_set<const ir::Value*> operands;

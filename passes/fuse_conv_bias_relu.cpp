@@ -17,7 +17,8 @@
 //
 // Casts that only the chain reads join it too (autocast's 16-bit copies of an image, a weight, a
 // bias), unless their producer can store the 16-bit value itself: the kernel reads the f32
-// tensor and rounds it as it loads.
+// tensor and rounds it as it loads. So does the expand_2_4 of a conv2d's 2:4 weight
+// (sparsify-two-four): the GEMM reads the compressed weight on sparse tensor cores.
 //
 // Only the chain's last value leaves the kernel: every other value had one user, inside the
 // chain, so no path leaves the group and comes back (the kernel cannot depend on itself).
@@ -146,6 +147,28 @@ std::vector<ir::Node*> operand_casts(const ir::Graph& graph, const fusion::Users
   return casts;
 }
 
+// The expand_2_4 (sparsify-two-four) of the conv2d's weight, when only the chain reads it: the
+// kernel's GEMM reads the kept values and positions themselves (sparse tensor cores), so the
+// dense weight is never stored.
+ir::Node* weight_expansion(const ir::Graph& graph, const fusion::Users& users,
+                           const std::unordered_map<const ir::Node*, std::string>& claimed,
+                           const std::vector<ir::Node*>& chain, PassContext& context) {
+  const ir::Node& anchor = *chain.front();
+  if (anchor.op != ir::OpId::Conv2d) return nullptr;
+  ir::Node* expand = anchor.inputs[1]->producer;
+  if (expand == nullptr || expand->is_kernel() || expand->op != ir::OpId::ExpandTwoFour) return nullptr;
+  std::optional<std::string> reason;
+  if (claimed.count(expand))
+    reason = "kernel '" + claimed.at(expand) + "' already reads it";
+  else if (auto stored = fusion::stored_value_reason(graph, expand->results[0], users.of(expand->results[0]).size()))
+    reason = *stored;
+  if (reason) {
+    context.debug(kPass, fmt::format("not fusing {} into {}: {}", fusion::ref(*expand), fusion::ref(anchor), *reason));
+    return nullptr;
+  }
+  return expand;
+}
+
 std::string kernel_name(const std::vector<ir::Node*>& chain) {
   const ir::Node& anchor = *chain.front();
   std::string name = ir::to_string(anchor.op) + (anchor.inputs.size() > 2 ? "_bias" : "");
@@ -178,7 +201,8 @@ bool FuseConvBiasRelu::run(ir::Graph& graph, PassContext& context) {
   std::unordered_map<const ir::Node*, std::string> claimed;  // node -> the kernel it joins
   for (ir::Node* anchor : anchors) {
     std::vector<ir::Node*> chain = epilogue_chain(graph, users, claimed, *anchor, context);
-    const std::vector<ir::Node*> casts = operand_casts(graph, users, claimed, chain, context);
+    std::vector<ir::Node*> casts = operand_casts(graph, users, claimed, chain, context);
+    if (ir::Node* expand = weight_expansion(graph, users, claimed, chain, context)) casts.push_back(expand);
     if (chain.size() + casts.size() < 2) continue;
     std::string name = kernel_name(chain);
     chain.insert(chain.begin(), casts.begin(), casts.end());

@@ -278,7 +278,8 @@ std::vector<std::string> with_autocast(std::vector<std::string> pipeline, std::s
   if (at == pipeline.end()) return pipeline;
   const bool folds = std::find(pipeline.begin(), pipeline.end(), "constant-fold") != pipeline.end();
   at = pipeline.insert(at + 1, fmt::format("autocast{{to={}}}", low));
-  if (folds) pipeline.insert(at + 1, "constant-fold");
+  // The weights are 16-bit parameters once folded: the 2:4 ones are read compressed.
+  if (folds) pipeline.insert(pipeline.insert(at + 1, "constant-fold") + 1, "sparsify-two-four");
   return pipeline;
 }
 

@@ -85,7 +85,8 @@ std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeli
 // `pipeline` with autocast{to=`low`} (bf16 or f16: --precision) right after fuse-attention,
 // which must see the f32 chain it fuses, and before autodiff, whose backward pass then runs its
 // GEMMs in 16 bits too; a pipeline that folds constants folds once more after it, so inference
-// weights become 16-bit parameters. Unchanged when `low` is empty or the pipeline has no
+// weights become 16-bit parameters, and then reads the 2:4-sparse ones compressed
+// (sparsify-two-four). Unchanged when `low` is empty or the pipeline has no
 // fuse-attention (-O0, --passes: the passes as given).
 std::vector<std::string> with_autocast(std::vector<std::string> pipeline, std::string_view low);
 

@@ -216,6 +216,14 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     }
     return false;
   });
+  // 2:4 weights kept compressed (sparsify-two-four; fuse-conv-bias-relu takes their
+  // expand_2_4): the GEMM reads A from the kept values and positions, kernel operands both.
+  std::unordered_map<const ir::Value*, const ir::Node*> expansions;
+  std::erase_if(plan.compute, [&](const ir::Node* node) {
+    if (node->op != ir::OpId::ExpandTwoFour) return false;
+    expansions.emplace(node->results[0], node);
+    return true;
+  });
   // The value the GEMM reads as `value`, seen through the rows cast.
   const auto uncast = [&](const ir::Value* value) {
     return rows_cast && value == rows_cast->results[0] ? rows_cast->inputs[0] : value;
@@ -256,6 +264,12 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   BodyWriter operand_lambdas(0);
   for (size_t index = 0; index < anchor.inputs.size(); ++index) {
     const ir::Value* input = anchor.inputs[index];
+    if (expansions.count(input)) {  // read by read_a_two_four below
+      inner.input_params.push_back(names.param(expansions.at(input)->inputs[0]));
+      inner.stored_dtypes.emplace_back();
+      inner.fused_inputs.emplace_back();
+      continue;
+    }
     const ir::Node* cast = cast_of(input);
     const ir::Value* read = cast ? cast->inputs[0] : input;
     const bool a_rows = input == anchor.inputs[0] && rows;
@@ -292,6 +306,14 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
   nn::GemmSpec spec = anchor.op == ir::OpId::Conv2d  ? nn::conv2d_gemm(inner)
                       : anchor.op == ir::OpId::Dense ? nn::dense_gemm(inner)
                                              : nn::matmul_gemm(inner);
+  for (const auto& [weight, expand] : expansions) {
+    if (anchor.op != ir::OpId::Conv2d || weight != anchor.inputs[1] ||
+        names.param(expand->inputs[0]).empty() || names.param(expand->inputs[1]).empty())
+      throw Error(kernel.loc.render(), kernel.describe() + ": a 2:4 weight is expanded for the weight of a conv2d only, "
+                                                           "from kernel operands");
+    nn::read_a_two_four(spec, {names.param(expand->inputs[0]), names.param(expand->inputs[1]),
+                               expand->inputs[0]->type.dtype, "group * kM"});
+  }
   BodyWriter prelude(0);
   BodyWriter epilogue(0);
   const ir::Value* running = anchor.results[0];

@@ -436,7 +436,8 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   if (scalar_a || scalar_b) w.line("constexpr int kLoadsPerThread = kTileM * kTileK / kThreads;");
   // A cp.async operand with k contiguous keeps that layout in shared memory ([outer][k]); all
   // others are k-major.
-  const bool a_outer_major = tiling.async_a && spec.a.k_contiguous;
+  // Sparse tensor cores copy A's kept values as stored, rows of kTileK / 2 (gemm_sparse.cpp).
+  const bool a_outer_major = tiling.sparse_a || (tiling.async_a && spec.a.k_contiguous);
   const bool b_outer_major = tiling.async_b && spec.b.k_contiguous;
   if (!mma) {
     w.comment("Shared tiles are k-major; the padding spreads stores along k over all banks.");
@@ -450,7 +451,9 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   }
   if (tiling.vector_a && !spec.a.k_contiguous)
     w.comment("A's float4s run along its rows: its k-rows start 16 bytes apart.");
-  if (a_outer_major)
+  if (tiling.sparse_a)
+    w.line("constexpr int kATileStride = kTileK / 2 + {};  // A's kept values: half the k", outer_major_pad(tiling));
+  else if (a_outer_major)
     w.line("constexpr int kATileStride = kTileK + {};", outer_major_pad(tiling));
   else
     w.line("constexpr int kATileStride = kTileM + {};",
@@ -544,7 +547,10 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
     w.open("const auto copy_tiles = [&](int stage, index_t k_next)");
     if (tiling.async_a) {
       w.line("{}* a_dst = a_tiles + stage * kAStageSize;", tile_type);
-      async_copies(w, spec, spec.a, "a", "row", "kM", "kTileM");
+      if (tiling.sparse_a)
+        async_two_four_copies(w, spec);
+      else
+        async_copies(w, spec, spec.a, "a", "row", "kM", "kTileM");
     }
     if (tiling.async_b) {
       w.line("{}* b_dst = b_tiles + stage * kBStageSize;", tile_type);
@@ -595,7 +601,9 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   }
   w.comment("The tiles are complete before anyone reads them.");
   w.line("__syncthreads();");
-  if (sixteen_bit(tiling.unit))
+  if (tiling.sparse_a)
+    mma_step_sparse(w, spec, tiling, b_outer_major);
+  else if (sixteen_bit(tiling.unit))
     mma_step_16bit(w, tiling, a_outer_major, b_outer_major);
   else if (mma)
     mma_step(w, tiling, a_outer_major, b_outer_major);
@@ -645,7 +653,7 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   // Split-K: each chunk is a problem of its own to the cost model.
   kernel.gemm = GemmGeometry{spec.m, spec.n, split_k ? std::min(spec.k, spec.k_chunk) : spec.k,
                              spec.batch * splits, tiling.tile_m, tiling.tile_n, tiling.tile_k,
-                             tiling.async_a || tiling.async_b};
+                             tiling.async_a || tiling.async_b, tiling.sparse_a};
   kernel.note = spec.what + ", " + gemm_tiling_note(spec) +
                 (split_k ? fmt::format(", split-K: {} chunk{} of {}", splits, splits == 1 ? "" : "s", spec.k_chunk) : "") +
                 spec.note;
@@ -668,7 +676,9 @@ KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node) {
   // cp.async weight): one block of 8 warps per SM. Two blocks (128 registers) cost no spills,
   // except where an operand is staged one element at a time: 16 gathered loads per thread in
   // flight (f16, sm_80: 8 bytes spilled). Those keep one block per SM, below.
-  if (sixteen_bit(tiling.unit) && tiling.tile_m == 128 && !scalar_a && !scalar_b)
+  // Sparse tensor cores at 128 tiles took up to 172 registers with A's kept values staged
+  // through registers and one block per SM; two blocks (128 registers) cost no spills.
+  if (sixteen_bit(tiling.unit) && tiling.tile_m == 128 && ((!scalar_a && !scalar_b) || tiling.sparse_a))
     kernel.min_blocks_per_sm = 2;
   else if (split_k && !mma)
     kernel.min_blocks_per_sm = 2;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ struct GemmTiling {
   // staged through registers load 4 elements at a time along it: one float4 (or 4 bf16/f16 in
   // 8 bytes) for four scalar loads.
   bool vector_a = false, vector_b = false;
+  // A read from a 2:4 compressed weight (GemmSpec::two_four_a) on sparse tensor cores: its kept
+  // values copied by cp.async as stored ([kTileM][kTileK / 2 + 8], half a k tile per row; so
+  // async_a is set too), its positions read per fragment from global memory, one mma.sp
+  // m16n8k32 per 16 x 8 tile and k tile of 32.
+  // Needs the 16-bit units, the kept values in their format, and K (and split-K's chunks) in
+  // whole k tiles; otherwise A's fetch decodes each element (read_a_two_four).
+  bool sparse_a = false;
 };
 
 // The element type the unit multiplies (f32 for the FMA units and TF32, which rounds inside f32).
@@ -138,6 +146,15 @@ struct GemmConstant {
   std::string comment;  // why it exists, one line
 };
 
+// A GEMM's A read from a 2:4 compressed weight (expand_2_4's operands, ir/two_four.h): the
+// kernel parameters of the kept values ([rows, K / 2]) and of their positions ([rows,
+// ceil(K / 16)] u16), and the compressed row of A's row 0 (a conv's group * kM).
+struct TwoFourA {
+  std::string kept, positions;
+  ir::DType kept_dtype = ir::DType::BF16;
+  std::string first_row = "0";
+};
+
 struct GemmSpec {
   int64_t m = 1, n = 1, k = 1;  // sizes of one problem
   // What M, N and K are for the op, for the generated code's comments.
@@ -156,6 +173,8 @@ struct GemmSpec {
   // functions, codegen/kernels/fused.cpp).
   std::string prelude;
   GemmOperand a, b;
+  // Set by read_a_two_four: A is a 2:4 weight kept compressed.
+  std::optional<TwoFourA> two_four_a;
   // The epilogue. `channel` (an expression in row, col and the z index) names the output channel
   // or feature of element (row, col): what a per-channel bias indexes. `out_index` (an
   // expression that may use channel) is its offset in `out`. `epilogue` holds statements
@@ -197,6 +216,11 @@ std::string gemm_tiling_note(const GemmSpec& spec);
 // The kernel for `spec`, computing `node`. Throws kiln::Error located at the node when the grid
 // does not fit CUDA's limits.
 KernelSpec emit_gemm(const GemmSpec& spec, const ir::Node& node);
+
+// Makes A of `spec` (row-major [M][K] per problem, k contiguous) read from the 2:4 compressed
+// weight `source` instead of its dense form: sparse tensor cores (GemmTiling::sparse_a) where
+// the tiling allows, else a fetch that decodes each element (zeros where the weight was pruned).
+void read_a_two_four(GemmSpec& spec, const TwoFourA& source);
 
 // The GEMM each op is, ready for emit_gemm (nn.cpp). A fusion emitter takes the spec of the
 // node it fuses into, appends to `epilogue` (and `note`), and emits it. The conv2d and dense

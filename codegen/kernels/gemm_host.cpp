@@ -254,7 +254,7 @@ void emit_host_body(BodyWriter& out, const GemmSpec& spec, const GemmTiling& til
     w.comment("mma's k, in double, rounded once; the panel's zero padding included.");
     w.line("kiln_host_mma_multiply(&acc[0][0], kTileN, {}, {}, b_panel, kTileN, panel_steps * kTileK, {}, "
            "tile_rows, tile_cols);",
-           a_panel, a_strides, sixteen_bit(tiling.unit) ? 16 : 8);
+           a_panel, a_strides, tiling.sparse_a ? 32 : sixteen_bit(tiling.unit) ? 16 : 8);
   } else {
     w.comment("2. Multiply (kiln_host_prelude.h): each result sums the panel's k in order.");
     w.line("const int last_k = static_cast<int>(panel_end - (panel_k0 + (panel_steps - 1) * kTileK));");

@@ -32,6 +32,12 @@ bool k_ragged(const GemmSpec& spec, const GemmTiling& tiling);
 void emit_result(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling,
                  const std::string& accumulator);
 
+// Sparse tensor cores (GemmTiling::sparse_a, gemm_sparse.cpp): the cp.async copies of A's kept
+// values for the k tile at k_next into the stage `a_dst`, and the main loop's step: fragments,
+// metadata, mma.sp.
+void async_two_four_copies(BodyWriter& w, const GemmSpec& spec);
+void mma_step_sparse(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tiling, bool b_outer_major);
+
 // Whether the kernel for `spec` gets a host-specific body (FMA or tensor cores): without a norm
 // prologue that has no host setup (its row statistics the block's threads compute together,
 // with a barrier), and with operands' setups that can run once per row or column.

@@ -30,9 +30,11 @@ uint32_t gemm_shared_bytes(const GemmSpec& spec, const GemmTiling& tiling) {
   };
   const bool a_outer_major = tiling.async_a && spec.a.k_contiguous;
   const bool b_outer_major = tiling.async_b && spec.b.k_contiguous;
+  // Sparse tensor cores keep A's kept values only: rows of half the k tile.
+  const int a_slots = tiling.sparse_a ? tiling.tile_m * (tiling.tile_k / 2 + outer_major_pad(tiling))
+                                      : stage_slots(a_outer_major, tiling.vector_a && !spec.a.k_contiguous, tiling.tile_m);
   const uint32_t tile_slots = static_cast<uint32_t>(
-      tiling.stages * (stage_slots(a_outer_major, tiling.vector_a && !spec.a.k_contiguous, tiling.tile_m) +
-                       stage_slots(b_outer_major, tiling.vector_b && !spec.b.k_contiguous, tiling.tile_n)));
+      tiling.stages * (a_slots + stage_slots(b_outer_major, tiling.vector_b && !spec.b.k_contiguous, tiling.tile_n)));
   return tile_slots * tile_element_bytes(tiling, spec.value_type) +
          spec.row_stat_arrays * static_cast<uint32_t>(tiling.tile_m) * static_cast<uint32_t>(sizeof(float));
 }
@@ -79,6 +81,15 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   tiling.async_b = spec.b.address_dtype == unit_dtype(tiling.unit) && in_groups(spec.b, copy);
   tiling.vector_a = fours_a && !tiling.async_a;
   tiling.vector_b = fours_b && !tiling.async_b;
+  // A 2:4 weight on sparse tensor cores: its kept values in the unit's format, whole k tiles (so
+  // every mma.sp's 32 k, and their positions' words, lie inside the weight's rows), and a
+  // k-major B tile (gemm_sparse.cpp reads no other yet).
+  tiling.sparse_a = spec.two_four_a && sixteen_bit(tiling.unit) &&
+                    spec.two_four_a->kept_dtype == unit_dtype(tiling.unit) && spec.k % tiling.tile_k == 0 &&
+                    spec.k_chunk % tiling.tile_k == 0 &&
+                    !(tiling.async_b && spec.b.k_contiguous);  // B k-major, as a convolution's patches are
+  // The kept values are copied as stored, by cp.async (gemm_sparse.cpp).
+  if (tiling.sparse_a) tiling.async_a = true;
   // cp.async operands: as many stages (up to kMaxStages) as keep the block's shared memory
   // within kSharedBudget: 3 at 64 tiles (30 KB) and at 128 (60 KB with both operands by
   // cp.async, plus the row statistics of fused norms).
@@ -121,6 +132,12 @@ std::string gemm_tiling_note(const GemmSpec& spec) {
   const char* instruction = t.unit == GemmUnit::TensorCoreBf16  ? "m16n8k16, bf16"
                             : t.unit == GemmUnit::TensorCoreF16 ? "m16n8k16, f16"
                                                                 : "m16n8k8, TF32";
+  if (t.sparse_a)
+    return fmt::format("sparse tensor cores (mma.sp m16n8k32, {} operands, A 2:4, f32 sums), {}x{}x{} tiles, "
+                       "{} warps of {}x{}, A's kept values by cp.async, B {}, {} stages{}",
+                       ir::dtype_name(unit_dtype(t.unit)), t.tile_m, t.tile_n, t.tile_k, t.threads / 32,
+                       t.tile_m / t.warps_m, t.tile_n / t.warps_n,
+                       t.async_b ? "by cp.async" : "staged through registers", t.stages, vector_loads_note(spec, t));
   return fmt::format("tensor cores (mma.sync {} operands, f32 sums), {}x{}x{} tiles, "
                      "{} warps of {}x{}, {}{}",
                      instruction, t.tile_m, t.tile_n, t.tile_k, t.threads / 32, t.tile_m / t.warps_m,

@@ -1,4 +1,5 @@
-// Kernel emitters for the arg reductions (argmax, argmin), gather and gather_elements.
+// Kernel emitters for the arg reductions (argmax, argmin), gather, gather_elements and
+// expand_2_4.
 //
 //   - argmax / argmin: x viewed as [outer, dim, inner] around the axis; one thread per output
 //     element walks its dim elements (stride inner) keeping the best so far. Strict comparisons
@@ -206,6 +207,39 @@ KernelSpec emit_gather_elements_grad(const KernelRequest& request) {
   return spec;
 }
 
+// expand_2_4: one thread per dense element reads its group's positions and copies its kept
+// value, or writes zero (bits as stored: any float dtype moves exactly). A GEMM that reads the
+// weight takes the expansion into its kernel (fuse-conv-bias-relu); this kernel runs where none
+// does.
+KernelSpec emit_expand_two_four(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::TensorType& out_type = node.results[0]->type;
+  const int64_t count = ir::num_elements(out_type.shape);
+  const int64_t k = count / out_type.shape[0];
+  const std::string type = index_type(count);
+  const std::string& kept = request.input_params[0];
+  const std::string& positions = request.input_params[1];
+  BodyWriter w;
+  w.comment("out is [rows, kK]; kept [rows, kK / 2] holds two values per group of 4, positions");
+  w.comment("[rows, kWords] their 2-bit places in the group, eight to a word, the first lowest.");
+  w.line("constexpr {} kCount = {};", type, int_literal(count, type));
+  w.line("constexpr {} kK = {};", type, int_literal(k, type));
+  w.line("constexpr {} kWords = {};", type, int_literal((k + 15) / 16, type));
+  open_grid_stride_loop(w, "i", type, "kCount");
+  w.line("const {} row = i / kK;", type);
+  w.line("const {} k = i % kK;", type);
+  w.line("const unsigned int group_bits = static_cast<unsigned int>({}[row * kWords + k / 16]) >> (k % 16 / 4 * 4);",
+         positions);
+  w.line("const int slot = kiln_two_four_slot(group_bits, static_cast<int>(k % 4));");
+  w.line("{}[i] = slot < 0 ? {} : {}[row * (kK / 2) + k / 4 * 2 + slot];", request.output_params[0],
+         store(out_type.dtype, "0.0f"), kept);
+  w.close();
+  KernelSpec spec = grid_stride_spec(count);
+  spec.body = w.take();
+  spec.note = "grid-stride expansion of a 2:4 compressed weight, one element per thread";
+  return spec;
+}
+
 }  // namespace
 
 void add_index_emitters(EmitterTable& table) {
@@ -214,6 +248,7 @@ void add_index_emitters(EmitterTable& table) {
   table.emplace_back(ir::OpId::Gather, emit_gather);
   table.emplace_back(ir::OpId::GatherElements, emit_gather_elements);
   table.emplace_back(ir::OpId::GatherElementsGrad, emit_gather_elements_grad);
+  table.emplace_back(ir::OpId::ExpandTwoFour, emit_expand_two_four);
 }
 
 }  // namespace kiln::codegen

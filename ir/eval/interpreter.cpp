@@ -65,6 +65,7 @@ KernelFamily kernel_family(ir::OpId op) {
     case OpId::Gather:
     case OpId::GatherElements:
     case OpId::GatherElementsGrad:
+    case OpId::ExpandTwoFour:
       return KernelFamily::Index;
     case OpId::Conv2d: case OpId::Matmul: case OpId::Dense: case OpId::BiasAdd:
     case OpId::MaxPool2d: case OpId::AvgPool2d: case OpId::GlobalAvgPool: case OpId::BatchNorm:

@@ -147,6 +147,31 @@ Results gather_elements(const ir::Node& node, const Inputs& in) {
   return {std::move(out)};
 }
 
+// A 2:4 compressed weight's dense form (ir/ops.def): each kept value copied, bytes as they are,
+// to the position its 2-bit field gives; zeros elsewhere. Positions that do not increase within
+// a group are a data error (mma.sp::ordered_metadata would compute garbage from them).
+Results expand_two_four(const ir::Node& node, const Inputs& in) {
+  const ir::Tensor& kept = *in[0];
+  const ir::Tensor& positions = *in[1];
+  ir::Tensor out(ref::result_type(node));
+  const int64_t rows = kept.shape()[0], half = kept.shape()[1], words = positions.shape()[1];
+  const size_t size = ir::dtype_size(out.dtype());
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t c = 0; c < half; c += 2) {
+      const auto word = static_cast<uint32_t>(positions.get(row * words + c / 8));
+      const int64_t first = word >> (2 * (c % 8)) & 3u, second = word >> (2 * (c % 8) + 2) & 3u;
+      const int64_t group = c / 2 * 4;
+      if (first >= second)
+        ref::node_error(node, "positions " + std::to_string(first) + " and " + std::to_string(second) +
+                                  " of row " + std::to_string(row) + ", k " + std::to_string(group) + ".." +
+                                  std::to_string(group + 3) + " do not increase");
+      const int64_t base = row * half * 2 + group;
+      std::memcpy(out.data() + (base + first) * size, kept.data() + (row * half + c) * size, size);
+      std::memcpy(out.data() + (base + second) * size, kept.data() + (row * half + c + 1) * size, size);
+    }
+  return {std::move(out)};
+}
+
 // Copies x's slice at each index: outer x index x inner blocks of bytes, any dtype.
 Results gather(const ir::Node& node, const Inputs& in) {
   const ir::Tensor& x = *in[0];
@@ -227,6 +252,7 @@ void add_index_kernels(KernelTable& table) {
   table[OpId::Gather] = gather;
   table[OpId::GatherElements] = gather_elements;
   table[OpId::GatherElementsGrad] = gather_elements_grad;
+  table[OpId::ExpandTwoFour] = expand_two_four;
 }
 
 }  // namespace kiln::eval

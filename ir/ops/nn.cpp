@@ -4,6 +4,7 @@
 //   out = (in + pad_lo + pad_hi - dilation * (kernel - 1) - 1) / stride + 1
 // kiln has no zero-size dims, so a window that does not fit in the padded input even once is
 // an error rather than an empty result.
+#include <algorithm>
 #include <string>
 
 #include "ir/ops/op_helpers.h"
@@ -176,6 +177,32 @@ Types infer_matmul(const InferContext& ctx) {
   if (chunk == 0) return {checked_result(ctx.inputs[0].dtype, std::move(out))};
   out.insert(out.begin(), (k_a + chunk - 1) / chunk);
   return {checked_result(accumulation_dtype(ctx.inputs[0].dtype), std::move(out))};
+}
+
+Types infer_expand_two_four(const InferContext& ctx) {
+  require_float(ctx, 0);
+  require_rank(ctx, 0, 2, "kept");
+  require_rank(ctx, 1, 2, "positions");
+  const TensorType& kept = ctx.inputs[0];
+  const TensorType& positions = ctx.inputs[1];
+  const Shape& shape = ctx.get_ints("shape");
+  if (shape.size() < 2 || std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 1; }))
+    throw OpError{"'shape' " + ints_to_string(shape) + " must have rank 2 or more and positive dims", -1, "shape"};
+  const int64_t rows = shape[0];
+  const int64_t k = num_elements(shape) / rows;
+  if (k % 4 != 0)
+    throw OpError{"'shape' " + ints_to_string(shape) + " has rows of " + str(k) +
+                      " elements, not a multiple of 4 (2:4 groups)",
+                  -1, "shape"};
+  if (kept.shape != Shape{rows, k / 2})
+    throw OpError{"kept must be [" + str(rows) + ", " + str(k / 2) + "] for 'shape' " + ints_to_string(shape) +
+                      " (half of each row), got " + kept.to_string(),
+                  0};
+  if (positions.dtype != DType::U16 || positions.shape != Shape{rows, (k + 15) / 16})
+    throw OpError{"positions must be u16[" + str(rows) + ", " + str((k + 15) / 16) + "] for 'shape' " +
+                      ints_to_string(shape) + " (eight 2-bit positions a word), got " + positions.to_string(),
+                  1};
+  return {checked_result(kept.dtype, shape)};
 }
 
 Types infer_dense(const InferContext& ctx) {

@@ -224,6 +224,7 @@ Json kernel_to_json(const codegen::Kernel& k) {
     json["gemm"] = {{"m", k.gemm.m}, {"n", k.gemm.n}, {"k", k.gemm.k}, {"batch", k.gemm.batch},
                     {"tile_m", k.gemm.tile_m}, {"tile_n", k.gemm.tile_n}, {"tile_k", k.gemm.tile_k},
                     {"async_copies", k.gemm.async_copies}};
+  if (k.gemm.sparse) json["gemm"]["sparse"] = true;
   if (k.library) json["library"] = library_to_json(*k.library);
   if (!k.library_refusal.empty()) json["library_refusal"] = k.library_refusal;
   if (k.collective)
@@ -262,7 +263,8 @@ codegen::Kernel kernel_from_json(const JsonAt& at) {
     k.gemm = codegen::GemmGeometry{g["m"].integer(),      g["n"].integer(),
                                    g["k"].integer(),      g["batch"].integer(),
                                    to_int(g["tile_m"]),   to_int(g["tile_n"]),
-                                   to_int(g["tile_k"]),   g["async_copies"].boolean()};
+                                   to_int(g["tile_k"]),   g["async_copies"].boolean(),
+                                   g.has("sparse") && g["sparse"].boolean()};  // absent: dense
     if (k.gemm.m <= 0 || k.gemm.n <= 0 || k.gemm.k <= 0 || k.gemm.batch <= 0 || k.gemm.tile_m <= 0 ||
         k.gemm.tile_n <= 0 || k.gemm.tile_k <= 0)
       g.fail("a GEMM's sizes and tiles must be positive");

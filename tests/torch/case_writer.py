@@ -47,7 +47,8 @@ def add_case(name, op, attrs, inputs, oracle, out_dtype=None):
     a list, one dtype per result.
     """
     assert all(c["name"] != name for c in CASES), f"duplicate case name {name}"
-    wide = [t.double() if t.dtype in FLOAT_DTYPES else t for t in inputs]
+    # Inputs may be NumPy arrays of dtypes this PyTorch lacks (u16): saved and passed as they are.
+    wide = [t.double() if isinstance(t, torch.Tensor) and t.dtype in FLOAT_DTYPES else t for t in inputs]
     result = oracle(*wide)
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     out_dtype = out_dtype or kiln_dtype(inputs[0])
@@ -61,7 +62,7 @@ def add_case(name, op, attrs, inputs, oracle, out_dtype=None):
     files = []
     for i, t in enumerate(inputs):
         files.append(f"{name}.in{i}.npy")
-        np.save(os.path.join(OUT_DIR, files[-1]), t.contiguous().numpy())
+        np.save(os.path.join(OUT_DIR, files[-1]), t.contiguous().numpy() if isinstance(t, torch.Tensor) else t)
     CASES.append({"name": name, "op": op, "attrs": attrs, "inputs": files,
                   "expected": outputs if len(outputs) > 1 else outputs[0]})
 

@@ -36,6 +36,7 @@ from norm_train_cases import norm_train_cases
 from conv_pool_grad_cases import conv_pool_grad_cases
 from optimizer_cases import optimizer_cases
 from transformer_cases import transformer_cases
+from sparse_cases import expand_two_four_cases
 
 
 # --- elementwise --------------------------------------------------------------------------------
@@ -385,7 +386,7 @@ def main():
     for generate in (elementwise_cases, conv_cases, matmul_cases, pool_cases, norm_cases,
                      shape_cases, reduce_cases, loss_cases, f16_cases, optimizer_cases,
                      backward_op_cases, norm_train_cases, conv_pool_grad_cases, activation_row_cases,
-                     compare_index_cases, transformer_cases):
+                     compare_index_cases, transformer_cases, expand_two_four_cases):
         generate()
     count = case_writer.finish()
     print(f"wrote {count} cases to {case_writer.OUT_DIR}", file=sys.stderr)

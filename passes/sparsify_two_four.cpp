@@ -1,0 +1,116 @@
+// sparsify-two-four: a conv2d whose weight keeps at most 2 of every 4 consecutive values along
+// its rows (`kiln train --prune-pattern=2:4`) reads it compressed. The weight, a 16-bit parameter
+// with data, is replaced by its kept values and their positions (two new parameters, the form of
+// ir/two_four.h: 56 % of the weight's bytes) and an expand_2_4 of them standing for the dense
+// weight. fuse-conv-bias-relu takes the expand_2_4 into the conv's kernel, whose GEMM then runs
+// on sparse tensor cores (mma.sp m16n8k32: twice the dense rate on Ampere and Hopper) and never
+// stores the dense weight; the old parameter, unread, goes at dce.
+//
+// The inference pipelines with --precision=bf16 or f16 run it right after autocast's weights
+// became 16-bit parameters (constant-fold). The results are the same products as the dense
+// kernel's, summed once per 32 k rather than per 16. Refused, each with its reason under
+// --debug-only=sparsify-two-four: a weight without data or read by anything but convolutions, an
+// f32 weight (the sparse units multiply 16-bit operands), rows that are not whole k steps of
+// 32 (one mma.sp's), and weights that break the pattern (the first group that does is named).
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "ir/two_four.h"
+#include "passes/pass.h"
+#include "passes/rewrite_util.h"
+
+namespace kiln::passes {
+namespace {
+
+constexpr std::string_view kPass = "sparsify-two-four";
+
+// The k of one sparse tensor-core step: a compressed row must hold whole steps.
+constexpr int64_t kSparseStepK = 32;
+
+struct Compressed {
+  ir::Value* kept = nullptr;
+  ir::Value* positions = nullptr;
+};
+
+// Why `weight` cannot be read compressed; nullopt when it can, with `out` filled.
+std::optional<std::string> refusal(const ir::Value* weight, int64_t readers, int64_t conv_readers,
+                                   ir::TwoFourMatrix* out) {
+  if (weight->role != ir::ValueRole::Parameter || !weight->data)
+    return "it is not a parameter with data (sparsity is known only for weights given at compile time)";
+  if (readers != conv_readers) return "it is read by other ops too: the dense weight would be stored as well";
+  const ir::DType dtype = weight->type.dtype;
+  if (dtype != ir::DType::BF16 && dtype != ir::DType::F16)
+    return fmt::format("it is {}: sparse tensor cores multiply bf16 or f16 operands (--precision=bf16|f16)",
+                       ir::dtype_name(dtype));
+  const int64_t rows = weight->type.shape[0];
+  const int64_t k = ir::num_elements(weight->type.shape) / rows;
+  if (k % kSparseStepK != 0)
+    return fmt::format("its rows hold {} values, not a whole number of mma.sp steps of {}", k, kSparseStepK);
+  const std::vector<double> values = weight->data->to_doubles();
+  const std::vector<float> dense(values.begin(), values.end());
+  if (std::string broken = ir::compress_two_four(dense.data(), rows, k, out); !broken.empty())
+    return "it is not 2:4 sparse: " + broken;
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool SparsifyTwoFour::run(ir::Graph& graph, PassContext& context) {
+  std::unordered_map<const ir::Value*, int64_t> readers, conv_readers;
+  for (const auto& node : graph.nodes())
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      ++readers[node->inputs[i]];
+      if (!node->is_kernel() && node->op == ir::OpId::Conv2d && i == 1) ++conv_readers[node->inputs[i]];
+    }
+  for (const ir::Value* output : graph.outputs) ++readers[output];
+
+  std::vector<ir::Node*> convs;
+  for (const auto& node : graph.nodes())
+    if (!node->is_kernel() && node->op == ir::OpId::Conv2d) convs.push_back(node.get());
+
+  NameTable names(graph);
+  std::unordered_map<const ir::Value*, Compressed> compressed;  // each weight once
+  std::unordered_map<const ir::Value*, std::string> refused;
+  bool changed = false;
+  for (ir::Node* conv : convs) {
+    ir::Value* weight = conv->inputs[1];
+    if (auto why = refused.find(weight); why != refused.end()) {
+      context.debug(kPass, fmt::format("not sparsifying the weight %{} of {}: {}", weight->name, conv->describe(),
+                                       why->second));
+      continue;
+    }
+    auto found = compressed.find(weight);
+    if (found == compressed.end()) {
+      ir::TwoFourMatrix matrix;
+      if (auto why = refusal(weight, readers[weight], conv_readers[weight], &matrix)) {
+        refused.emplace(weight, *why);
+        context.debug(kPass, fmt::format("not sparsifying the weight %{} of {}: {}", weight->name,
+                                         conv->describe(), *why));
+        continue;
+      }
+      if (!context.take_fuel(kPass, fmt::format("sparsify %{} of {}", weight->name, conv->describe()))) break;
+      const ir::TensorType kept_type{weight->type.dtype, {matrix.rows, matrix.k / 2}};
+      const ir::TensorType positions_type{ir::DType::U16, {matrix.rows, matrix.words_per_row()}};
+      std::vector<double> kept(matrix.values.begin(), matrix.values.end());
+      std::vector<double> positions(matrix.metadata.begin(), matrix.metadata.end());
+      Compressed c;
+      c.kept = graph.add_parameter(names.take(weight->name + ".kept"), kept_type, ir::InlineData{kept}, weight->loc);
+      c.kept->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(kept_type, kept));
+      c.positions = graph.add_parameter(names.take(weight->name + ".positions"), positions_type,
+                                        ir::InlineData{positions}, weight->loc);
+      c.positions->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(positions_type, positions));
+      found = compressed.emplace(weight, c).first;
+      context.debug(kPass, fmt::format("%{} {} -> %{} {} and %{} {}", weight->name, weight->type.to_string(),
+                                       c.kept->name, kept_type.to_string(), c.positions->name,
+                                       positions_type.to_string()));
+    }
+    NodeInserter inserter(graph, names, *conv);
+    conv->inputs[1] = inserter.add(ir::OpId::ExpandTwoFour, {found->second.kept, found->second.positions},
+                                   {{"shape", weight->type.shape}}, weight->name + ".expanded");
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes
