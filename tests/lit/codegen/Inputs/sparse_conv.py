@@ -5,7 +5,8 @@ make DIR: DIR/sparse_conv.ir (f32 weights pruned to 2 of every 4 along their row
   DIR/x.npy.
   conv1 [64, 32, 3, 3]: K = 288, B gathered; conv4 [24, 64, 1, 1] on conv1's bf16 result:
   pointwise (B copied by cp.async), 24 rows in a 64-row tile; conv3 [24, 16, 2, 2], groups 2
-  on x: 12 rows per group; conv5 [8, 24, 1, 1]: rows of 24, which stay dense.
+  on x: 12 rows per group; conv5 [8, 24, 1, 1]: rows of 24, which stay dense; conv6
+  [32, 32, 6, 6] on x: 50 output pixels, K = 1152, split-K (chunks of whole k tiles).
 check DIR: the runs' outputs (DIR/<run>/*.npy) agree as the test says.
 """
 import sys
@@ -34,21 +35,23 @@ def make(out):
     rng = np.random.default_rng(7)
     w1, w3, w4 = two_four(rng, (64, 32, 3, 3)), two_four(rng, (24, 16, 2, 2)), two_four(rng, (24, 64, 1, 1))
     w5 = two_four(rng, (8, 24, 1, 1))
+    w6 = two_four(rng, (32, 32, 6, 6))
     b1 = rng.uniform(-0.5, 0.5, 64).astype(np.float32)
     text = lambda a: ",".join("%.9g" % v for v in a.ravel())
     with open(f"{out}/sparse_conv.ir", "w") as f:
         f.write(f"""graph @sparse_conv(%x: f32[2,32,10,10])
     params(%w1: f32[64,32,3,3] = dense<[{text(w1)}]>, %b1: f32[64] = dense<[{text(b1)}]>,
            %w3: f32[24,16,2,2] = dense<[{text(w3)}]>, %w4: f32[24,64,1,1] = dense<[{text(w4)}]>,
-           %w5: f32[8,24,1,1] = dense<[{text(w5)}]>)
-    -> (f32[2,8,8,8], f32[2,24,9,9]) {{
+           %w5: f32[8,24,1,1] = dense<[{text(w5)}]>, %w6: f32[32,32,6,6] = dense<[{text(w6)}]>)
+    -> (f32[2,8,8,8], f32[2,24,9,9], f32[2,32,5,5]) {{
   %c1 = conv2d(%x, %w1, %b1) : f32[2,64,8,8] loc("conv1")
   %r1 = relu(%c1) : f32[2,64,8,8] loc("relu1")
   %c4 = conv2d(%r1, %w4) : f32[2,24,8,8] loc("conv4")
   %r4 = relu(%c4) : f32[2,24,8,8] loc("relu4")
   %c5 = conv2d(%r4, %w5) : f32[2,8,8,8] loc("conv5")
   %c3 = conv2d(%x, %w3) {{groups = 2}} : f32[2,24,9,9] loc("conv3")
-  return %c5, %c3
+  %c6 = conv2d(%x, %w6) : f32[2,32,5,5] loc("conv6")
+  return %c5, %c3, %c6
 }}
 """)
     np.save(f"{out}/x.npy", rng.uniform(-1, 1, (2, 32, 10, 10)).astype(np.float32))
@@ -56,7 +59,7 @@ def make(out):
 
 def check(out):
     load = lambda run, name: np.load(f"{out}/{run}/{name}.npy").astype(np.float64)
-    for name in ("c5", "c3"):
+    for name in ("c5", "c3", "c6"):
         host, cuda = load("host", name), load("host_cuda", name)
         assert np.array_equal(host, cuda), f"{name}: the host body and the CUDA body differ"
         ref, ref_dense = load("ref", name), load("ref_dense", name)
