@@ -34,10 +34,9 @@ void PipelineFlags::add_to(CLI::App& command, int default_level) {
 std::vector<std::string> PipelineFlags::pass_names(const codegen::LibrarySelection& libraries,
                                                   codegen::Precision precision) const {
   if (!passes.empty()) return passes;
-  return passes::with_autocast(
-      passes::keep_vendor_gemms_whole(passes::inference_pipeline(opt_level), libraries.cudnn,
-                                      libraries.cublaslt),
-      codegen::autocast_dtype(precision));
+  return passes::keep_vendor_gemms_whole(
+      passes::with_autocast(passes::inference_pipeline(opt_level), codegen::autocast_dtype(precision)),
+      libraries.cudnn, libraries.cublaslt);
 }
 
 bool PipelineFlags::given(const CLI::App& command) const {

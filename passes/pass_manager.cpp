@@ -215,6 +215,8 @@ std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeli
                                                       : "dense+matmul";
   for (std::string& pass : pipeline)
     if (pass == "split-k") pass = "split-k{whole=" + whole + "}";
+  // cuDNN computes the convolutions, from dense weights: no 2:4 weight is compressed for them.
+  if (conv2d) std::erase(pipeline, "sparsify-two-four");
   return pipeline;
 }
 

@@ -7,7 +7,8 @@
 // stores the dense weight; the old parameter, unread, goes at dce.
 //
 // The inference pipelines with --precision=bf16 or f16 run it right after autocast's weights
-// became 16-bit parameters (constant-fold). The results are the same products as the dense
+// became 16-bit parameters (constant-fold), unless cuDNN takes the convolutions (it reads dense
+// weights: passes::keep_vendor_gemms_whole drops the pass). The results are the same products as the dense
 // kernel's, summed once per 32 k rather than per 16. Refused, each with its reason under
 // --debug-only=sparsify-two-four: a weight without data or read by anything but convolutions, an
 // f32 weight (the sparse units multiply 16-bit operands), rows that are not whole k steps of
