@@ -8,9 +8,9 @@
 // fall in 32 distinct banks), read by ldmatrix.x4 exactly as the dense 16-bit path reads a
 // 16-wide tile: the kept 16 x 16 is laid out like a dense m16n8k16's A. B's fragments cover the
 // tile's 32 k: two ldmatrix.x4.trans per pair of 8-column tiles, k 0..15 into registers 0 and 1
-// and k 16..31 into 2 and 3. The metadata each mma.sp needs (selector 0) is two 16-bit words of the compressed
-// form for lanes 4g and 4g + 1, rows g and g + 8 of the 16-row tile: read straight from global
-// memory, where the rows of a block sit in a few cache lines, rather than staged.
+// and k 16..31 into 2 and 3. The metadata each mma.sp needs (selector 0) is two 16-bit words of
+// the compressed form for lanes 4g and 4g + 1, rows g and g + 8 of the 16-row tile: read straight
+// from global memory, where the rows of a block sit in a few cache lines, rather than staged.
 #include <fmt/format.h>
 
 #include "codegen/kernels/emit_util.h"
