@@ -1,15 +1,17 @@
 #!/usr/bin/python3
-"""ResNet-50 with 2:4 weights on sparse tensor cores: what kiln emits and what the cost model says.
+"""ResNet-50 and GPT with 2:4 weights on sparse tensor cores: what kiln emits and what the cost model says.
 
 Usage: /usr/bin/python3 bench/sparse_tensor_cores.py [--kiln build/kiln] [--batch 32] [--out DIR]
 
-Writes examples/resnet50.json's parameters (its initializers' distributions, seeded) with every
+For examples/resnet50.json (batch `--batch`) and examples/gpt.json (one sequence of 128 tokens,
+the batch its reshapes fix), writes the model's parameters (its initializers' distributions, seeded) with every
 conv and dense weight whose rows hold a multiple of 4 values projected onto 2:4 (the 2 largest
-magnitudes of every 4 along a row, as `kiln train --prune-pattern=2:4` leaves them) to a
-safetensors file, then compares `kiln inspect --precision=bf16 --library=none --arch sm_90` of
-the model with the default pipeline (2:4 convolutions compressed, mma.sp) against the same
-pipeline without sparsify-two-four (dense mma.sync), and counts the tensor-core instructions
-in the PTX. No GPU: the times are kiln's cost model of an H100 SXM (docs/inspect.md).
+magnitudes of every 4 along a row, as `kiln train --prune-pattern=2:4` leaves them; GPT's
+embeddings, which a gather reads, stay) to a safetensors file, then compares `kiln inspect
+--precision=bf16 --library=none --arch sm_90` of the model with the default pipeline (2:4
+convolutions and dense layers compressed, mma.sp) against the same pipeline without
+sparsify-two-four (dense mma.sync), and counts the tensor-core instructions in the PTX. No GPU:
+the times are kiln's cost model of an H100 SXM (docs/inspect.md).
 """
 import argparse
 import json
@@ -82,19 +84,27 @@ def main():
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="kiln_sparse_")
     os.makedirs(out, exist_ok=True)
-    model = json.load(open(os.path.join(root, "examples", "resnet50.json")))
+    for name in ("resnet50", "gpt"):
+        compare(args, root, out, name)
+
+
+def compare(args, root, out, name):
+    model = json.load(open(os.path.join(root, "examples", name + ".json")))
     rng = np.random.default_rng(0)
+    embeddings = {node["inputs"][0] for node in model["nodes"] if node["op"] == "gather"}
     weights = {}
     for p in model["parameters"]:
-        weights[p["name"]] = two_four(initial(p, rng))
+        weights[p["name"]] = initial(p, rng) if p["name"] in embeddings else two_four(initial(p, rng))
         p.pop("init")
-    write_safetensors(os.path.join(out, "resnet50_2_4.safetensors"), weights)
-    model["weights"] = os.path.join(out, "resnet50_2_4.safetensors")
-    model["inputs"][0]["shape"][0] = args.batch
-    path = os.path.join(out, "resnet50_2_4.json")
+    write_safetensors(os.path.join(out, name + "_2_4.safetensors"), weights)
+    model["weights"] = os.path.join(out, name + "_2_4.safetensors")
+    if name == "resnet50":  # gpt.json's reshapes fix its batch of one sequence
+        model["inputs"][0]["shape"][0] = args.batch
+    batch = model["inputs"][0]["shape"][0]
+    path = os.path.join(out, name + "_2_4.json")
     json.dump(model, open(path, "w"))
 
-    print(f"ResNet-50, batch {args.batch}, weights projected onto 2:4, --precision=bf16 --library=none, "
+    print(f"{name}, batch {batch}, weights projected onto 2:4, --precision=bf16 --library=none, "
           f"modeled H100 SXM (sm_90)")
     rows = []
     for label, passes in (("dense mma.sync (without sparsify-two-four)", DENSE_PIPELINE), ("default pipeline", None)):
@@ -107,7 +117,7 @@ def main():
     print(f"{'':44} {'kernels':>8} {'sparse':>7} {'modeled':>10} {'mma.sp':>7} {'mma.sync':>9}")
     for label, count, sparse, seconds, sp, dense, _ in rows:
         print(f"{label:44} {count:8} {sparse:7} {seconds * 1e3:8.3f} ms {sp:7} {dense:9}")
-    print(f"the sparse kernels' share of the default pipeline's time: {rows[1][6] * 1e3:.3f} ms")
+    print(f"the sparse kernels' share of the default pipeline's time: {rows[1][6] * 1e3:.3f} ms\n")
 
 
 if __name__ == "__main__":

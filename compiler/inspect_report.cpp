@@ -247,7 +247,8 @@ std::string kernel_table(const Inspection& in, const std::vector<KernelFigures>&
     if (!f.two_four_weights.empty())
       out += fmt::format("    2:4 sparse weights: {}; {}\n", fmt::join(f.two_four_weights, ", "),
                          k.gemm.sparse    ? std::string("compressed, on sparse tensor cores (mma.sp m16n8k32)")
-                         : f.sparse_seconds ? fmt::format("on sparse tensor cores (mma.sp, not emitted yet) {}",
+                         : f.sparse_seconds ? fmt::format("modeled on sparse tensor cores (mma.sp) at {}; left dense "
+                                                          "(--debug-only=sparsify-two-four says why)",
                                                           time_text(*f.sparse_seconds))
                                             : std::string("sparse tensor cores need --precision=tf32, bf16 or f16"));
     if (k.dynamic_symbol >= 0)
@@ -332,7 +333,8 @@ std::string format_inspection_text(const Inspection& in) {
                        time_text(t.layout_transform_seconds));
   if (t.two_four_kernels > 0)
     out += fmt::format("  2:4 sparse:        {} kernels multiply by 2:4 weights; with them on sparse tensor "
-                       "cores (mma.sp: emitted for 2:4 convolutions in bf16 and f16, modeled for the rest): {}\n",
+                       "cores (mma.sp: emitted for 2:4 convolutions and dense layers in bf16 and f16, modeled for the "
+                       "rest): {}\n",
                        t.two_four_kernels, time_text(t.sparse_seconds));
   out += fmt::format("  host backend:      {} loop nests (host bodies), {} plain loops, {} on fibers "
                      "(barriers, warp collectives)\n",

@@ -17,7 +17,7 @@
 //
 // Casts that only the chain reads join it too (autocast's 16-bit copies of an image, a weight, a
 // bias), unless their producer can store the 16-bit value itself: the kernel reads the f32
-// tensor and rounds it as it loads. So does the expand_2_4 of a conv2d's 2:4 weight
+// tensor and rounds it as it loads. So does the expand_2_4 of a conv2d's or dense's 2:4 weight
 // (sparsify-two-four): the GEMM reads the compressed weight on sparse tensor cores.
 //
 // Only the chain's last value leaves the kernel: every other value had one user, inside the
@@ -147,14 +147,14 @@ std::vector<ir::Node*> operand_casts(const ir::Graph& graph, const fusion::Users
   return casts;
 }
 
-// The expand_2_4 (sparsify-two-four) of the conv2d's weight, when only the chain reads it: the
-// kernel's GEMM reads the kept values and positions themselves (sparse tensor cores), so the
-// dense weight is never stored.
+// The expand_2_4 (sparsify-two-four) of the conv2d's or dense's weight, when only the chain
+// reads it: the kernel's GEMM reads the kept values and positions themselves (sparse tensor
+// cores), so the dense weight is never stored.
 ir::Node* weight_expansion(const ir::Graph& graph, const fusion::Users& users,
                            const std::unordered_map<const ir::Node*, std::string>& claimed,
                            const std::vector<ir::Node*>& chain, PassContext& context) {
   const ir::Node& anchor = *chain.front();
-  if (anchor.op != ir::OpId::Conv2d) return nullptr;
+  if (anchor.op != ir::OpId::Conv2d && anchor.op != ir::OpId::Dense) return nullptr;
   ir::Node* expand = anchor.inputs[1]->producer;
   if (expand == nullptr || expand->is_kernel() || expand->op != ir::OpId::ExpandTwoFour) return nullptr;
   std::optional<std::string> reason;

@@ -76,7 +76,13 @@ bool FuseGemmViews::run(ir::Graph& graph, PassContext& context) {
   std::vector<ir::KernelGroup> groups;
   for (const auto& node : graph.nodes()) {
     const ir::Value* rows = rows_operand(*node);
-    if (rows == nullptr) continue;
+    if (rows == nullptr) {
+      const bool viewed = std::any_of(node->inputs.begin(), node->inputs.end(), [](const ir::Value* input) {
+        return input->producer != nullptr && ir::is_view_op(input->producer->op);
+      });
+      if (auto reason = fusion::compressed_weight_refusal(*node); reason && viewed) context.debug(kPass, *reason);
+      continue;
+    }
     if (const ir::Node* gemm = fusion::rows_gemm_of(*node); gemm != nullptr && fusion::is_split_k(*gemm)) {
       context.debug(kPass, fmt::format("{}: it computes split-K partial sums; its rows stay stored",
                                        fusion::ref(*node)));

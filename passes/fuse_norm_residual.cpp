@@ -44,6 +44,7 @@ bool is_norm(const ir::Node& node) {
 std::optional<std::string> residual_refusal(const ir::Node& reader, const ir::Value* y) {
   if (!reader.is_kernel() || ir::kernel_kind(reader) != ir::kEpilogueKernel)
     return fusion::ref(reader) + " is no GEMM epilogue kernel";
+  if (auto reason = fusion::compressed_weight_refusal(reader)) return reason;
   const ir::Node* gemm = fusion::rows_gemm_of(reader);
   if (!gemm) return fusion::ref(reader) + " does not compute a dense or a matmul of rows by one matrix";
   if (fusion::is_split_k(*gemm)) return fusion::ref(*gemm) + " computes split-K partial sums";

@@ -114,6 +114,17 @@ const ir::Node* rows_gemm_of(const ir::Node& consumer) {
   return nullptr;
 }
 
+std::optional<std::string> compressed_weight_refusal(const ir::Node& consumer) {
+  if (!consumer.is_kernel()) return std::nullopt;
+  for (const auto& node : consumer.body->nodes()) {
+    const ir::Node* weight = node->op == ir::OpId::Dense ? node->inputs[1]->producer : nullptr;
+    if (weight != nullptr && weight->op == ir::OpId::ExpandTwoFour)
+      return ref(consumer) + " reads a 2:4 weight compressed: its dense runs as weight * x^T on sparse tensor "
+                             "cores, x's rows as its columns";
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> recomputed_norm_refusal(const ir::Node& norm) {
   const int64_t rank = norm.results[0]->type.rank();
   const int64_t axis = std::get<int64_t>(norm.attrs.at("axis"));
@@ -128,6 +139,7 @@ std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir:
                                                  const ir::Value* rows) {
   if (auto reason = recomputed_norm_refusal(norm)) return reason;
   const ir::Value* y = rows ? rows : norm.results[0];
+  if (auto reason = compressed_weight_refusal(consumer)) return reason;
   const ir::Node* dense = rows_gemm_of(consumer);
   if (!dense)
     return ref(consumer) + " is not a dense or a matmul of rows by one matrix (or such a GEMM's epilogue kernel)";

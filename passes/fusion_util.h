@@ -51,6 +51,12 @@ bool is_rows_gemm(const ir::Node& node);
 // node, the node itself when it is one. nullptr otherwise.
 const ir::Node* rows_gemm_of(const ir::Node& consumer);
 
+// Why the epilogue kernel `consumer` takes no norm prologue, row views or residual norm because
+// its dense reads a 2:4 weight compressed (sparsify-two-four's expand_2_4): it then runs as
+// weight * x^T on sparse tensor cores (codegen nn::dense_gemm_by_weight_rows), and its rows are
+// the result's columns. nullopt for other nodes.
+std::optional<std::string> compressed_weight_refusal(const ir::Node& consumer);
+
 // Why `norm` (a layer_norm or rms_norm) cannot be normalized by `consumer` as the GEMM prologue
 // of fuse-norm-prologue: the norm must normalize the last axis alone, in f32, and `consumer`
 // must be a rows GEMM (or such a GEMM's epilogue kernel) that reads it as its rows only,

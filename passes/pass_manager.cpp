@@ -215,8 +215,13 @@ std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeli
                                                       : "dense+matmul";
   for (std::string& pass : pipeline)
     if (pass == "split-k") pass = "split-k{whole=" + whole + "}";
-  // cuDNN computes the convolutions, from dense weights: no 2:4 weight is compressed for them.
-  if (conv2d) std::erase(pipeline, "sparsify-two-four");
+  // cuDNN computes the convolutions, cuBLASLt the dense layers, from dense weights: no 2:4
+  // weight is compressed for them.
+  if (conv2d && matrix_products)
+    std::erase(pipeline, "sparsify-two-four");
+  else
+    std::replace(pipeline.begin(), pipeline.end(), std::string("sparsify-two-four"),
+                 std::string(conv2d ? "sparsify-two-four{library=conv2d}" : "sparsify-two-four{library=dense}"));
   return pipeline;
 }
 

@@ -79,8 +79,9 @@ std::vector<std::string> backward_and_update(const std::string& optimizer);
 // cuDNN for conv2d, cuBLASLt for dense and matmul): split-k leaves those whole
 // (`split-k{whole=conv2d+dense+matmul}`), since the library picks its own split-K, and its
 // partial sums would end the library call.
-// When cuDNN takes the convolutions (`conv2d`), sparsify-two-four goes too: cuDNN reads dense
-// weights. Apply it after with_autocast, which inserts that pass.
+// sparsify-two-four leaves those layers' weights dense (`sparsify-two-four{library=conv2d}`, or
+// =dense), or goes when the libraries take both: they read dense weights. Apply it after
+// with_autocast, which inserts that pass.
 std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeline, bool conv2d,
                                                  bool matrix_products);
 

@@ -1,22 +1,27 @@
-// sparsify-two-four: a conv2d whose weight keeps at most 2 of every 4 consecutive values along
-// its rows (`kiln train --prune-pattern=2:4`) reads it compressed. The weight, a 16-bit parameter
+// sparsify-two-four: a conv2d or dense whose weight keeps at most 2 of every 4 consecutive values
+// along its rows (`kiln train --prune-pattern=2:4`) reads it compressed. Those rows are the
+// GEMM's dot products (K) for both: [O][C/groups * KH * KW] and [N][K]. The weight, a 16-bit parameter
 // with data, is replaced by its kept values and their positions (two new parameters, the form of
 // ir/two_four.h: 56 % of the weight's bytes) and an expand_2_4 of them standing for the dense
-// weight. fuse-conv-bias-relu takes the expand_2_4 into the conv's kernel, whose GEMM then runs
-// on sparse tensor cores (mma.sp m16n8k32: twice the dense rate on Ampere and Hopper) and never
-// stores the dense weight; the old parameter, unread, goes at dce.
+// weight. fuse-conv-bias-relu takes the expand_2_4 into the conv's or dense's kernel, whose GEMM
+// then runs on sparse tensor cores (mma.sp m16n8k32: twice the dense rate on Ampere and Hopper;
+// a dense as its transpose, weight * x^T, since mma.sp takes A compressed) and never stores the
+// dense weight; the old parameter, unread, goes at dce.
 //
 // The inference pipelines with --precision=bf16 or f16 run it right after autocast's weights
-// became 16-bit parameters (constant-fold), unless cuDNN takes the convolutions (it reads dense
-// weights: passes::keep_vendor_gemms_whole drops the pass). The results are the same products as the dense
+// became 16-bit parameters (constant-fold). Vendor libraries read dense weights: with the option
+// library=conv2d (cuDNN takes the convolutions) or library=dense (cuBLASLt the dense layers),
+// passes::keep_vendor_gemms_whole leaves those layers' weights dense, and drops the pass when
+// the libraries take both. The results are the same products as the dense
 // kernel's, summed once per 32 k rather than per 16. Refused, each with its reason under
-// --debug-only=sparsify-two-four: a weight without data or read by anything but convolutions, an
+// --debug-only=sparsify-two-four: a weight without data or read by anything but these layers, an
 // f32 weight (the sparse units multiply 16-bit operands), rows that are not whole k steps of
 // 32 (one mma.sp's), and weights that break the pattern (the first group that does is named).
 #include <fmt/format.h>
 
 #include <unordered_map>
 
+#include "ir/diagnostic.h"
 #include "ir/two_four.h"
 #include "passes/pass.h"
 #include "passes/rewrite_util.h"
@@ -35,11 +40,11 @@ struct Compressed {
 };
 
 // Why `weight` cannot be read compressed; nullopt when it can, with `out` filled.
-std::optional<std::string> refusal(const ir::Value* weight, int64_t readers, int64_t conv_readers,
+std::optional<std::string> refusal(const ir::Value* weight, int64_t readers, int64_t layer_readers,
                                    ir::TwoFourMatrix* out) {
   if (weight->role != ir::ValueRole::Parameter || !weight->data)
     return "it is not a parameter with data (sparsity is known only for weights given at compile time)";
-  if (readers != conv_readers) return "it is read by other ops too: the dense weight would be stored as well";
+  if (readers != layer_readers) return "it is read by other ops too: the dense weight would be stored as well";
   const ir::DType dtype = weight->type.dtype;
   if (dtype != ir::DType::BF16 && dtype != ir::DType::F16)
     return fmt::format("it is {}: sparse tensor cores multiply bf16 or f16 operands (--precision=bf16|f16)",
@@ -55,42 +60,69 @@ std::optional<std::string> refusal(const ir::Value* weight, int64_t readers, int
   return std::nullopt;
 }
 
+// The layers that read their weight (input 1) as the rows of a GEMM's dot products.
+bool reads_weight_rows(const ir::Node& node) {
+  return !node.is_kernel() && (node.op == ir::OpId::Conv2d || node.op == ir::OpId::Dense);
+}
+
+// The layer op option library= names (a vendor library computes it from dense weights), or
+// nullopt for none.
+std::optional<ir::OpId> library_layers(const PassContext& context) {
+  context.check_options(kPass, {"library"});
+  const std::string library = context.option("library", "none");
+  if (library == "none") return std::nullopt;
+  if (library == "conv2d") return ir::OpId::Conv2d;
+  if (library == "dense") return ir::OpId::Dense;
+  throw Error("--passes", fmt::format("pass '{}': option library={}: expected conv2d, dense or none (the "
+                                      "layers a vendor library computes from dense weights)",
+                                      kPass, library));
+}
+
 }  // namespace
 
 bool SparsifyTwoFour::run(ir::Graph& graph, PassContext& context) {
-  std::unordered_map<const ir::Value*, int64_t> readers, conv_readers;
+  std::unordered_map<const ir::Value*, int64_t> readers, layer_readers;
   for (const auto& node : graph.nodes())
     for (size_t i = 0; i < node->inputs.size(); ++i) {
       ++readers[node->inputs[i]];
-      if (!node->is_kernel() && node->op == ir::OpId::Conv2d && i == 1) ++conv_readers[node->inputs[i]];
+      if (reads_weight_rows(*node) && i == 1) ++layer_readers[node->inputs[i]];
     }
   for (const ir::Value* output : graph.outputs) ++readers[output];
 
-  std::vector<ir::Node*> convs;
-  for (const auto& node : graph.nodes())
-    if (!node->is_kernel() && node->op == ir::OpId::Conv2d) convs.push_back(node.get());
+  const std::optional<ir::OpId> library = library_layers(context);
+  std::vector<ir::Node*> layers;
+  for (const auto& node : graph.nodes()) {
+    if (!reads_weight_rows(*node)) continue;
+    if (node->op == library) {
+      context.debug(kPass, fmt::format("not sparsifying the weight %{} of {}: a vendor library computes {} "
+                                       "layers (option library), from dense weights",
+                                       node->inputs[1]->name, node->describe(), ir::to_string(node->op)));
+      continue;
+    }
+    layers.push_back(node.get());
+  }
 
   NameTable names(graph);
   std::unordered_map<const ir::Value*, Compressed> compressed;  // each weight once
   std::unordered_map<const ir::Value*, std::string> refused;
   bool changed = false;
-  for (ir::Node* conv : convs) {
-    ir::Value* weight = conv->inputs[1];
+  for (ir::Node* layer : layers) {
+    ir::Value* weight = layer->inputs[1];
     if (auto why = refused.find(weight); why != refused.end()) {
-      context.debug(kPass, fmt::format("not sparsifying the weight %{} of {}: {}", weight->name, conv->describe(),
+      context.debug(kPass, fmt::format("not sparsifying the weight %{} of {}: {}", weight->name, layer->describe(),
                                        why->second));
       continue;
     }
     auto found = compressed.find(weight);
     if (found == compressed.end()) {
       ir::TwoFourMatrix matrix;
-      if (auto why = refusal(weight, readers[weight], conv_readers[weight], &matrix)) {
+      if (auto why = refusal(weight, readers[weight], layer_readers[weight], &matrix)) {
         refused.emplace(weight, *why);
         context.debug(kPass, fmt::format("not sparsifying the weight %{} of {}: {}", weight->name,
-                                         conv->describe(), *why));
+                                         layer->describe(), *why));
         continue;
       }
-      if (!context.take_fuel(kPass, fmt::format("sparsify %{} of {}", weight->name, conv->describe()))) break;
+      if (!context.take_fuel(kPass, fmt::format("sparsify %{} of {}", weight->name, layer->describe()))) break;
       const ir::TensorType kept_type{weight->type.dtype, {matrix.rows, matrix.k / 2}};
       const ir::TensorType positions_type{ir::DType::U16, {matrix.rows, matrix.words_per_row()}};
       std::vector<double> kept(matrix.values.begin(), matrix.values.end());
@@ -106,8 +138,8 @@ bool SparsifyTwoFour::run(ir::Graph& graph, PassContext& context) {
                                        c.kept->name, kept_type.to_string(), c.positions->name,
                                        positions_type.to_string()));
     }
-    NodeInserter inserter(graph, names, *conv);
-    conv->inputs[1] = inserter.add(ir::OpId::ExpandTwoFour, {found->second.kept, found->second.positions},
+    NodeInserter inserter(graph, names, *layer);
+    layer->inputs[1] = inserter.add(ir::OpId::ExpandTwoFour, {found->second.kept, found->second.positions},
                                    {{"shape", weight->type.shape}}, weight->name + ".expanded");
     changed = true;
   }

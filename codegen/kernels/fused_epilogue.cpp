@@ -39,6 +39,10 @@ bool is_norm(const ir::Node& node) {
   return node.op == ir::OpId::LayerNorm || node.op == ir::OpId::RmsNorm;
 }
 
+bool is_gemm(const ir::Node& node) {
+  return node.op == ir::OpId::Conv2d || node.op == ir::OpId::Dense || node.op == ir::OpId::Matmul;
+}
+
 // `float var` = the sum of `value` (an expression of k), or of its square, over the row's
 // elements k = stat_part, stat_part + kStatThreads, ... below `length`: one statistics
 // thread's share, as both GEMM bodies fold it.
@@ -210,14 +214,19 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
       operand_casts.emplace(node->results[0], node);
       return true;
     }
-    if (producer && (is_norm(*producer) || ir::is_view_op(producer->op)) && !rows_cast) {
+    // A cast after views of the result (widening it for an f32 residual) is an epilogue step.
+    const bool read_as_rows = std::any_of(plan.compute.begin(), plan.compute.end(), [&](const ir::Node* reader) {
+      return is_gemm(*reader) && reader->inputs[0] == node->results[0];
+    });
+    if (producer && (is_norm(*producer) || ir::is_view_op(producer->op)) && read_as_rows && !rows_cast) {
       rows_cast = node;
       return true;
     }
     return false;
   });
   // 2:4 weights kept compressed (sparsify-two-four; fuse-conv-bias-relu takes their
-  // expand_2_4): the GEMM reads A from the kept values and positions, kernel operands both.
+  // expand_2_4): the GEMM reads the weight from the kept values and positions, kernel operands
+  // both.
   std::unordered_map<const ir::Value*, const ir::Node*> expansions;
   std::erase_if(plan.compute, [&](const ir::Node* node) {
     if (node->op != ir::OpId::ExpandTwoFour) return false;
@@ -303,33 +312,47 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
     row_at = [view = *view](const std::string& row) { return "(" + ir::row_position(view, row) + ")"; };
   }
 
-  nn::GemmSpec spec = anchor.op == ir::OpId::Conv2d  ? nn::conv2d_gemm(inner)
-                      : anchor.op == ir::OpId::Dense ? nn::dense_gemm(inner)
-                                             : nn::matmul_gemm(inner);
-  for (const auto& [weight, expand] : expansions) {
-    if (anchor.op != ir::OpId::Conv2d || weight != anchor.inputs[1] ||
-        names.param(expand->inputs[0]).empty() || names.param(expand->inputs[1]).empty())
-      throw Error(kernel.loc.render(), kernel.describe() + ": a 2:4 weight is expanded for the weight of a conv2d only, "
-                                                           "from kernel operands");
-    nn::read_a_two_four(spec, {names.param(expand->inputs[0]), names.param(expand->inputs[1]),
-                               expand->inputs[0]->type.dtype, "group * kM"});
-  }
-  BodyWriter prelude(0);
-  BodyWriter epilogue(0);
-  const ir::Value* running = anchor.results[0];
   // Transposes and reshapes among the epilogue's ops: the result is stored through their view,
   // and the ops after them read operands in the final layout (out_index); the ones before, in
   // the GEMM's (row * kN + col).
   std::vector<const ir::Node*> out_views;
   for (size_t n = 1; n < plan.compute.size(); ++n)
     if (ir::is_view_op(plan.compute[n]->op)) out_views.push_back(plan.compute[n]);
+
+  // A dense's 2:4 weight is its GEMM's B, and sparse tensor cores take A compressed: the dense
+  // runs as its transpose, weight * x^T, whose rows are the result's columns. A norm prologue,
+  // row views or a residual norm index x's rows as the GEMM's; the fusion passes leave them out
+  // of such a kernel (fusion::compressed_weight_refusal).
+  const bool by_weight_rows = anchor.op == ir::OpId::Dense && expansions.count(anchor.inputs[1]);
+  if (by_weight_rows && (rows || !residual_norms.empty()))
+    throw Error(kernel.loc.render(), kernel.describe() + ": a dense reading a 2:4 weight compressed runs as weight "
+                                                         "* x^T, which takes no norm prologue, row views or residual norm");
+  nn::GemmSpec spec = anchor.op == ir::OpId::Conv2d ? nn::conv2d_gemm(inner)
+                      : by_weight_rows              ? nn::dense_gemm_by_weight_rows(inner)
+                      : anchor.op == ir::OpId::Dense ? nn::dense_gemm(inner)
+                                                     : nn::matmul_gemm(inner);
+  for (const auto& [weight, expand] : expansions) {
+    if ((anchor.op != ir::OpId::Conv2d && anchor.op != ir::OpId::Dense) || weight != anchor.inputs[1] ||
+        names.param(expand->inputs[0]).empty() || names.param(expand->inputs[1]).empty())
+      throw Error(kernel.loc.render(), kernel.describe() + ": a 2:4 weight is expanded for the weight of a conv2d "
+                                                           "or dense only, from kernel operands");
+    nn::read_a_two_four(spec, {names.param(expand->inputs[0]), names.param(expand->inputs[1]),
+                               expand->inputs[0]->type.dtype, anchor.op == ir::OpId::Conv2d ? "group * kM" : "0"});
+  }
+  // Element (row, col) of the GEMM's result in its own layout ([rows, columns], or transposed
+  // back from weight * x^T), what the epilogue's operands before any view are indexed by.
+  const std::string gemm_layout_index = by_weight_rows ? "col * kM + row" : "row * kN + col";
+  BodyWriter prelude(0);
+  BodyWriter epilogue(0);
+  const ir::Value* running = anchor.results[0];
   std::optional<ir::StridedView> out_view;
   if (!out_views.empty()) {
     out_view = ir::gemm_output_view(anchor.results[0], out_views);
     if (!out_view || spec.batch != 1 || !spec.a.k_contiguous)
       throw Error(kernel.loc.render(), kernel.describe() + ": its epilogue's views do not keep the GEMM's rows "
                                                            "whole with columns at stride 1");
-    spec.out_index = ir::row_position(*out_view, "row") + " + col";
+    spec.out_index = by_weight_rows ? ir::row_position(*out_view, "col") + " + row"
+                                    : ir::row_position(*out_view, "row") + " + col";
   }
   // A residual norm's statistics arrays in extra_smem (after the prologue's).
   uint32_t next_array = norm ? 2 : 0;
@@ -375,7 +398,7 @@ KernelSpec emit_epilogue(const KernelRequest& request, const BodyPlan& plan_in) 
         const std::string param = names.param(read);
         KILN_CHECK(!param.empty()) << node.describe() << " reads a value the epilogue lost";
         std::string index = epilogue_index(node, input, running->type.shape);
-        if (index == "out_index" && !out_views.empty() && !past_views) index = "row * kN + col";
+        if (index == "out_index" && !out_views.empty() && !past_views) index = gemm_layout_index;
         arg = load(read->type.dtype, param + "[" + index + "]");
         if (cast) arg = cast_value(read->type.dtype, input->type.dtype, arg);
       }

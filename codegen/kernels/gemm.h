@@ -227,6 +227,10 @@ void read_a_two_four(GemmSpec& spec, const TwoFourA& source);
 // specs already add their optional bias there.
 GemmSpec matmul_gemm(const KernelRequest& request);
 GemmSpec dense_gemm(const KernelRequest& request);
+// The same dense as its transpose: out^T[feature][row] = sum over k of weight[feature][k] *
+// x[row][k], so that the weight is A (the operand sparse tensor cores take compressed); the
+// epilogue's `channel` is the row, and results are stored transposed back (out_index).
+GemmSpec dense_gemm_by_weight_rows(const KernelRequest& request);
 GemmSpec conv2d_gemm(const KernelRequest& request);
 // conv2d_grad_weight(dy, x) as a GEMM per group: dW[o][c,kh,kw] = sum over n, oh, ow of
 // dy[n,o,oh,ow] * x[n,c,ih,iw], A = dy read along its pixels, B = the patches gathered.

@@ -7,10 +7,13 @@
 // k), into a ring of outer-major stage tiles (rows 48 bytes apart: an ldmatrix matrix's 8 rows
 // fall in 32 distinct banks), read by ldmatrix.x4 exactly as the dense 16-bit path reads a
 // 16-wide tile: the kept 16 x 16 is laid out like a dense m16n8k16's A. B's fragments cover the
-// tile's 32 k: two ldmatrix.x4.trans per pair of 8-column tiles, k 0..15 into registers 0 and 1
-// and k 16..31 into 2 and 3. The metadata each mma.sp needs (selector 0) is two 16-bit words of
-// the compressed form for lanes 4g and 4g + 1, rows g and g + 8 of the 16-row tile: read straight
-// from global memory, where the rows of a block sit in a few cache lines, rather than staged.
+// tile's 32 k: two ldmatrix.x4 per pair of 8-column tiles, k 0..15 into registers 0 and 1 and
+// k 16..31 into 2 and 3 (.trans from a k-major tile, a convolution's patches; as stored from an
+// outer-major one, a dense's x rows copied by cp.async when the dense runs transposed so that
+// its weight is A: nn::dense_gemm_by_weight_rows). The metadata each mma.sp needs (selector 0)
+// is two 16-bit words of the compressed form for lanes 4g and 4g + 1, rows g and g + 8 of the
+// 16-row tile: read straight from global memory, where the rows of a block sit in a few cache
+// lines, rather than staged.
 #include <fmt/format.h>
 
 #include "codegen/kernels/emit_util.h"
@@ -82,11 +85,12 @@ void mma_step_sparse(BodyWriter& w, const GemmSpec& spec, const GemmTiling& tili
   w.open("for (int half = 0; half < 2; ++half)");
   w.comment("Tiles j and j + 1, k 16 half .. + 15: registers 2 half and 2 half + 1 of each.");
   w.line("unsigned int pair[4];");
-  // A convolution's B (its patches) is k-major; an outer-major B (a dense's rows by cp.async)
-  // would take ldmatrix without .trans, untested until a sparse dense exists.
-  KILN_CHECK(!b_outer_major) << "sparse tensor cores take a k-major B only";
-  w.line("kiln_ldmatrix_x4_trans(pair, b_tile + (kk + half * 16 + lane % 8 + lane / 8 % 2 * 8) * kBTileStride + "
-         "warp_col + (j + lane / 16) * 8);");
+  if (b_outer_major)  // a dense's x rows copied by cp.async: [n][k] holds the fragments as stored
+    w.line("kiln_ldmatrix_x4(pair, b_tile + (warp_col + (j + lane / 16) * 8 + lane % 8) * kBTileStride + "
+           "kk + half * 16 + lane / 8 % 2 * 8);");
+  else  // a convolution's gathered patches, or rows staged through registers: [k][n], transposed
+    w.line("kiln_ldmatrix_x4_trans(pair, b_tile + (kk + half * 16 + lane % 8 + lane / 8 % 2 * 8) * kBTileStride + "
+           "warp_col + (j + lane / 16) * 8);");
   w.line("b_frag[j][2 * half] = pair[0];");
   w.line("b_frag[j][2 * half + 1] = pair[1];");
   w.line("b_frag[j + 1][2 * half] = pair[2];");

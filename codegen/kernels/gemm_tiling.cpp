@@ -81,13 +81,11 @@ GemmTiling gemm_tiling(const GemmSpec& spec) {
   tiling.async_b = spec.b.address_dtype == unit_dtype(tiling.unit) && in_groups(spec.b, copy);
   tiling.vector_a = fours_a && !tiling.async_a;
   tiling.vector_b = fours_b && !tiling.async_b;
-  // A 2:4 weight on sparse tensor cores: its kept values in the unit's format, whole k tiles (so
-  // every mma.sp's 32 k, and their positions' words, lie inside the weight's rows), and a
-  // k-major B tile (gemm_sparse.cpp reads no other yet).
+  // A 2:4 weight on sparse tensor cores: its kept values in the unit's format, and whole k tiles
+  // (so every mma.sp's 32 k, and their positions' words, lie inside the weight's rows).
   tiling.sparse_a = spec.two_four_a && sixteen_bit(tiling.unit) &&
                     spec.two_four_a->kept_dtype == unit_dtype(tiling.unit) && spec.k % tiling.tile_k == 0 &&
-                    spec.k_chunk % tiling.tile_k == 0 &&
-                    !(tiling.async_b && spec.b.k_contiguous);  // B k-major, as a convolution's patches are
+                    spec.k_chunk % tiling.tile_k == 0;
   // The kept values are copied as stored, by cp.async (gemm_sparse.cpp).
   if (tiling.sparse_a) tiling.async_a = true;
   // cp.async operands: as many stages (up to kMaxStages) as keep the block's shared memory

@@ -4,7 +4,8 @@
 //   matmul  out[b][m][n] = A[b][m][k] B[b][k][n]; batch dims broadcast, so each operand's offset
 //           is found from the output's batch index (grid z). Transposes only change which index
 //           is contiguous. An unbatched b folds a's batch into M (one big GEMM).
-//   dense   rows of x times weight^T: B is weight stored [N][K]; bias in the epilogue.
+//   dense   rows of x times weight^T: B is weight stored [N][K]; bias in the epilogue. Or its
+//           transpose, weight times x^T, when the weight is A (a 2:4 weight on sparse tensor cores).
 //   conv2d  implicit GEMM per group (grid z): out[o][pixel] = W[o][c,kh,kw] . patch[c,kh,kw][pixel]
 //           with pixel = (image, oh, ow), so consecutive threads write consecutive pixels of
 //           an NCHW plane. The patch matrix is never built: each thread gathers its elements
@@ -215,6 +216,37 @@ GemmSpec dense_gemm(const KernelRequest& request) {
   stack_split_partials(spec, attr<int64_t>(node, "k_chunk"), spec.m * n);
   spec.what = fmt::format("x * weight^T as tiled GEMM{}",
                           node.inputs.size() > 2 ? " + bias in the epilogue" : "");
+  return spec;
+}
+
+GemmSpec dense_gemm_by_weight_rows(const KernelRequest& request) {
+  const ir::Node& node = request.node;
+  const ir::Value* x = node.inputs[0];
+  const ir::Value* weight = node.inputs[1];
+  const int64_t features = weight->type.shape[0];
+  const int64_t k = weight->type.shape[1];
+
+  GemmSpec spec = gemm_for(request);
+  spec.m = features;
+  spec.n = ir::num_elements(x->type.shape) / k;
+  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;  // x's rows are the columns
+  spec.m_is = "output features";
+  spec.n_is = "rows of x";
+  spec.k_is = "input features";
+  spec.k = k;
+  spec.a.k_contiguous = true;  // weight is [N][K]: its rows are A's
+  spec.a.fetch = fmt::format("value = {};", load_input(request, 1, "row * kK + k"));
+  set_address(spec.a, request, 1, "row * kK + k");
+  spec.b.k_contiguous = true;  // x's rows are B's columns
+  spec.b.fetch = fmt::format("value = {};", load_input(request, 0, "col * kK + k"));
+  set_address(spec.b, request, 0, "col * kK + k");
+  spec.channel = "static_cast<int>(row)";
+  spec.out_index = "col * kM + row";  // out^T: column col of the product is row col of out
+  if (node.inputs.size() > 2)
+    spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
+  stack_split_partials(spec, attr<int64_t>(node, "k_chunk"), spec.m * spec.n);
+  spec.what = fmt::format("(weight * x^T)^T as tiled GEMM, the weight's rows as A{}",
+                          node.inputs.size() > 2 ? ", + bias in the epilogue" : "");
   return spec;
 }
 

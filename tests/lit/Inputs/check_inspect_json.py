@@ -72,8 +72,13 @@ for kernel in kernels:
     check(0 < kernel["efficiency"] <= 1, f"{where}: efficiency {kernel['efficiency']}")
     peaks = {"f32 FMA": "flops_per_second", "TF32 tensor-core": "tf32_flops_per_second",
              "bf16 tensor-core": "half_flops_per_second", "f16 tensor-core": "half_flops_per_second"}
-    check(kernel["unit"] in peaks, f"{where}: unit {kernel['unit']}")
-    peak = roofline[peaks[kernel["unit"]]]
+    # Sparse tensor cores (a 2:4 weight kept compressed, mma.sp) multiply at twice the dense rate.
+    unit = kernel["unit"]
+    on_sparse_units = unit in ("bf16 sparse tensor-core", "f16 sparse tensor-core")
+    if on_sparse_units:
+        unit = unit.replace(" sparse", "")
+    check(unit in peaks, f"{where}: unit {kernel['unit']}")
+    peak = roofline[peaks[unit]] * (2 if on_sparse_units else 1)
     check(0 < kernel["bandwidth_share"] <= 1, f"{where}: bandwidth share {kernel['bandwidth_share']}")
     blocks = kernel["grid"][0] * kernel["grid"][1] * kernel["grid"][2]
     implementation = kernel["implementation"]
@@ -105,6 +110,8 @@ for kernel in kernels:
     sparse = kernel["sparse_modeled_seconds"]
     if not kernel["two_four_weights"] or kernel["unit"] == "f32 FMA":
         check(sparse is None, f"{where}: a sparse time without 2:4 weights on tensor cores")
+    elif on_sparse_units:
+        check(sparse == kernel["modeled_seconds"], f"{where}: on sparse tensor cores already, {sparse}")
     else:
         expected = max(kernel["flops"] / (2 * peak * kernel["efficiency"]),
                        bytes_moved / (roofline["dram_bytes_per_second"] * kernel["bandwidth_share"]))

@@ -1,0 +1,63 @@
+"""2:4-sparse dense layers for sparse_dense.test, and the checks of its outputs.
+
+make DIR: DIR/sparse_dense.ir (f32 weights [features, K] pruned to 2 of every 4 along K, as
+  `kiln train --prune-pattern=2:4` leaves them) and DIR/x.npy, DIR/t.npy, DIR/u.npy.
+  fc1 [96, 64] + bias + relu on x [3, 7, 64] (f32, rounded to bf16 as B is staged: a k-major
+  B tile); fc2 [40, 96] on fc1's bf16 result (B copied by cp.async: an outer-major B tile), 40
+  rows in a 64-row tile; fc3 [32, 64] after a layer_norm of x (a norm prologue computes x's
+  rows, so B decodes the weight on the dense units); fc4 [16, 8192] on t [4, 8192] (split-K);
+  fc5 [16, 48] on u [5, 48]: rows of 48, which stay dense; fc6 [32, 64] on v [21, 64],
+  sequence-first, its result stored through a reshape to [7, 3, 32] and a transpose to
+  [3, 7, 32], then a residual r added in that layout.
+check DIR: the runs' outputs (DIR/<run>/*.npy) agree as the test says.
+"""
+import sys
+
+import numpy as np
+
+from sparse_conv import check_outputs, two_four
+
+
+def make(out):
+    rng = np.random.default_rng(11)
+    w1, w2, w3 = two_four(rng, (96, 64)), two_four(rng, (40, 96)), two_four(rng, (32, 64))
+    w4, w5, w6 = two_four(rng, (16, 8192)), two_four(rng, (16, 48)), two_four(rng, (32, 64))
+    b1 = rng.uniform(-0.5, 0.5, 96).astype(np.float32)
+    g3 = rng.uniform(0.5, 1.5, 64).astype(np.float32)
+    s3 = rng.uniform(-0.5, 0.5, 64).astype(np.float32)
+    text = lambda a: ",".join("%.9g" % v for v in a.ravel())
+    with open(f"{out}/sparse_dense.ir", "w") as f:
+        f.write(f"""graph @sparse_dense(%x: f32[3,7,64], %t: f32[4,8192], %u: f32[5,48], %v: f32[21,64], %r: f32[3,7,32])
+    params(%w1: f32[96,64] = dense<[{text(w1)}]>, %b1: f32[96] = dense<[{text(b1)}]>,
+           %w2: f32[40,96] = dense<[{text(w2)}]>, %w3: f32[32,64] = dense<[{text(w3)}]>,
+           %g3: f32[64] = dense<[{text(g3)}]>, %s3: f32[64] = dense<[{text(s3)}]>,
+           %w4: f32[16,8192] = dense<[{text(w4)}]>, %w5: f32[16,48] = dense<[{text(w5)}]>,
+           %w6: f32[32,64] = dense<[{text(w6)}]>)
+    -> (f32[3,7,40], f32[3,7,32], f32[4,16], f32[5,16], f32[3,7,32]) {{
+  %d1 = dense(%x, %w1, %b1) : f32[3,7,96] loc("fc1")
+  %r1 = relu(%d1) : f32[3,7,96] loc("relu1")
+  %d2 = dense(%r1, %w2) : f32[3,7,40] loc("fc2")
+  %n3 = layer_norm(%x, %g3, %s3) : f32[3,7,64] loc("ln3")
+  %d3 = dense(%n3, %w3) : f32[3,7,32] loc("fc3")
+  %d4 = dense(%t, %w4) : f32[4,16] loc("fc4")
+  %d5 = dense(%u, %w5) : f32[5,16] loc("fc5")
+  %d6 = dense(%v, %w6) : f32[21,32] loc("fc6")
+  %tb6 = reshape(%d6) {{shape = [7, 3, 32]}} : f32[7,3,32] loc("tb6")
+  %bt6 = transpose(%tb6) {{perm = [1, 0, 2]}} : f32[3,7,32] loc("bt6")
+  %a6 = add(%bt6, %r) : f32[3,7,32] loc("res6")
+  return %d2, %d3, %d4, %d5, %a6
+}}
+""")
+    np.save(f"{out}/x.npy", rng.uniform(-1, 1, (3, 7, 64)).astype(np.float32))
+    np.save(f"{out}/t.npy", rng.uniform(-1, 1, (4, 8192)).astype(np.float32))
+    np.save(f"{out}/u.npy", rng.uniform(-1, 1, (5, 48)).astype(np.float32))
+    np.save(f"{out}/v.npy", rng.uniform(-1, 1, (21, 64)).astype(np.float32))
+    np.save(f"{out}/r.npy", rng.uniform(-1, 1, (3, 7, 32)).astype(np.float32))
+
+
+def check(out):
+    check_outputs(out, ("d2", "d3", "d4", "d5", "a6"))
+
+
+if __name__ == "__main__":
+    {"make": make, "check": check}[sys.argv[1]](sys.argv[2])
