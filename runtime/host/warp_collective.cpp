@@ -116,6 +116,19 @@ std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
   return "";
 }
 
+// Lane `lane`'s share of a 16 x 16 matrix of 16-bit values laid out as a dense m16n8k16's A
+// (registers `a`: (g, 2t + 0/1), (g + 8, 2t + 0/1), (g, 2t + 8 + 0/1), (g + 8, 2t + 8 + 0/1),
+// the lower k in the low half): mma.sync's A, and mma.sp's kept values.
+void gather_16bit_a(double (&out)[16][16], const unsigned int* a, int lane, bool bf16) {
+  const int g = lane >> 2, t = lane & 3;
+  for (int half = 0; half < 2; ++half) {
+    out[g][2 * t + half] = sixteen_bit_element(a[0] >> 16 * half, bf16);
+    out[g + 8][2 * t + half] = sixteen_bit_element(a[1] >> 16 * half, bf16);
+    out[g][2 * t + 8 + half] = sixteen_bit_element(a[2] >> 16 * half, bf16);
+    out[g + 8][2 * t + 8 + half] = sixteen_bit_element(a[3] >> 16 * half, bf16);
+  }
+}
+
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 for the whole warp. Fragment
 // layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"), with
 // g = groupID and t = threadID_in_group; each 32-bit register holds two elements, the one with
@@ -129,18 +142,14 @@ std::string compute_mma_tf32_m16n8k8(WarpPost* lanes, uint32_t group) {
 std::string compute_mma_16bit_m16n8k16(WarpPost* lanes, uint32_t group, bool bf16) {
   if (group != 0xffffffffu)
     return fmt::format("mma.sync needs all 32 lanes of the warp, got mask 0x{:08x}", group);
-  const auto element = [bf16](uint32_t bits) { return sixteen_bit_element(bits, bf16); };
   double a[16][16], b[16][8];
   for (int lane = 0; lane < kWarpSize; ++lane) {
     const auto* f = reinterpret_cast<const kiln_host_mma_fragments*>(lanes[lane].value);
     const int g = lane >> 2, t = lane & 3;
+    gather_16bit_a(a, f->a, lane, bf16);
     for (int half = 0; half < 2; ++half) {
-      a[g][2 * t + half] = element(f->a[0] >> 16 * half);
-      a[g + 8][2 * t + half] = element(f->a[1] >> 16 * half);
-      a[g][2 * t + 8 + half] = element(f->a[2] >> 16 * half);
-      a[g + 8][2 * t + 8 + half] = element(f->a[3] >> 16 * half);
-      b[2 * t + half][g] = element(f->b[0] >> 16 * half);
-      b[2 * t + 8 + half][g] = element(f->b[1] >> 16 * half);
+      b[2 * t + half][g] = sixteen_bit_element(f->b[0] >> 16 * half, bf16);
+      b[2 * t + 8 + half][g] = sixteen_bit_element(f->b[1] >> 16 * half, bf16);
     }
   }
   float* d[kWarpSize];
@@ -180,13 +189,9 @@ std::string compute_mma_sp_16bit_m16n8k32(WarpPost* lanes, uint32_t group, bool 
       positions[g][t] = f->metadata & 0xffffu;
       positions[g + 8][t] = f->metadata >> 16;
     }
-    for (int half = 0; half < 2; ++half) {
-      kept[g][2 * t + half] = sixteen_bit_element(f->a[0] >> 16 * half, bf16);
-      kept[g + 8][2 * t + half] = sixteen_bit_element(f->a[1] >> 16 * half, bf16);
-      kept[g][2 * t + 8 + half] = sixteen_bit_element(f->a[2] >> 16 * half, bf16);
-      kept[g + 8][2 * t + 8 + half] = sixteen_bit_element(f->a[3] >> 16 * half, bf16);
+    gather_16bit_a(kept, f->a, lane, bf16);
+    for (int half = 0; half < 2; ++half)
       for (int j = 0; j < 4; ++j) b[2 * t + 8 * j + half][g] = sixteen_bit_element(f->b[j] >> 16 * half, bf16);
-    }
   }
   for (int row = 0; row < 16; ++row) {
     for (int c = 0; c < 16; c += 2) {
