@@ -1,14 +1,15 @@
 """2:4-sparse dense layers for sparse_dense.test, and the checks of its outputs.
 
 make DIR: DIR/sparse_dense.ir (f32 weights [features, K] pruned to 2 of every 4 along K, as
-  `kiln train --prune-pattern=2:4` leaves them) and DIR/x.npy, DIR/t.npy, DIR/u.npy.
+  `kiln train --prune-pattern=2:4` leaves them) and its inputs DIR/{x,t,u,v,r}.npy.
   fc1 [96, 64] + bias + relu on x [3, 7, 64] (f32, rounded to bf16 as B is staged: a k-major
   B tile); fc2 [40, 96] on fc1's bf16 result (B copied by cp.async: an outer-major B tile), 40
-  rows in a 64-row tile; fc3 [32, 64] after a layer_norm of x (a norm prologue computes x's
-  rows, so B decodes the weight on the dense units); fc4 [16, 8192] on t [4, 8192] (split-K);
-  fc5 [16, 48] on u [5, 48]: rows of 48, which stay dense; fc6 [32, 64] on v [21, 64],
-  sequence-first, its result stored through a reshape to [7, 3, 32] and a transpose to
-  [3, 7, 32], then a residual r added in that layout.
+  rows in a 64-row tile; fc3 [32, 64] after a layer_norm of x (a norm prologue would compute x's
+  rows, which the transposed product reads as its columns: the norm stays its own kernel); fc4
+  [16, 8192] on t [4, 8192] (split-K; 3 of its 4 groups empty); fc5 [16, 48] on u [5, 48]: rows
+  of 48, which stay dense; fc6 [32, 64] on v [21, 64], sequence-first, its result stored
+  through a reshape to [7, 3, 32] and a transpose to [3, 7, 32], then a residual r added in
+  that layout.
   Also DIR/dynamic.json: fc1 [160, 64] + bias + relu and fc2 [96, 160] on x [batch, 64], batch
   a dynamic dim bounded by 256, and DIR/x100.npy (100 rows): the transposed product's columns
   are x's rows, so grid x is the one that shrinks with the batch.
@@ -27,10 +28,12 @@ def make(out):
     rng = np.random.default_rng(11)
     w1, w2, w3 = two_four(rng, (96, 64)), two_four(rng, (40, 96)), two_four(rng, (32, 64))
     w4, w5, w6 = two_four(rng, (16, 8192)), two_four(rng, (16, 48)), two_four(rng, (32, 64))
+    w4.reshape(16, -1, 4)[:, np.arange(2048) % 4 != 0] = 0  # 3 of 4 groups empty: a smaller file
     b1 = rng.uniform(-0.5, 0.5, 96).astype(np.float32)
     g3 = rng.uniform(0.5, 1.5, 64).astype(np.float32)
     s3 = rng.uniform(-0.5, 0.5, 64).astype(np.float32)
-    text = lambda a: ",".join("%.9g" % v for v in a.ravel())
+    # Four digits: the values need not be f32s exactly, and the file stays small.
+    text = lambda a: ",".join("%.4g" % v for v in a.ravel())
     with open(f"{out}/sparse_dense.ir", "w") as f:
         f.write(f"""graph @sparse_dense(%x: f32[3,7,64], %t: f32[4,8192], %u: f32[5,48], %v: f32[21,64], %r: f32[3,7,32])
     params(%w1: f32[96,64] = dense<[{text(w1)}]>, %b1: f32[96] = dense<[{text(b1)}]>,
