@@ -9,7 +9,9 @@ make DIR: DIR/sparse_dense.ir (f32 weights [features, K] pruned to 2 of every 4 
   [16, 8192] on t [4, 8192] (split-K; 3 of its 4 groups empty); fc5 [16, 48] on u [5, 48]: rows
   of 48, which stay dense; fc6 [32, 64] on v [21, 64], sequence-first, its result stored
   through a reshape to [7, 3, 32] and a transpose to [3, 7, 32], then a residual r added in
-  that layout.
+  that layout; fc7, a matmul of fc1's [3, 7, 96] result by [96, 24] whose columns are 2:4
+  (PyTorch's export of a Linear on 3-D inputs: MatMul by the weight transposed), which becomes a
+  dense.
   Also DIR/dynamic.json: fc1 [160, 64] + bias + relu and fc2 [96, 160] on x [batch, 64], batch
   a dynamic dim bounded by 256, and DIR/x100.npy (100 rows): the transposed product's columns
   are x's rows, so grid x is the one that shrinks with the batch.
@@ -29,6 +31,7 @@ def make(out):
     w1, w2, w3 = two_four(rng, (96, 64)), two_four(rng, (40, 96)), two_four(rng, (32, 64))
     w4, w5, w6 = two_four(rng, (16, 8192)), two_four(rng, (16, 48)), two_four(rng, (32, 64))
     w4.reshape(16, -1, 4)[:, np.arange(2048) % 4 != 0] = 0  # 3 of 4 groups empty: a smaller file
+    w7 = np.ascontiguousarray(two_four(rng, (24, 96)).T)
     b1 = rng.uniform(-0.5, 0.5, 96).astype(np.float32)
     g3 = rng.uniform(0.5, 1.5, 64).astype(np.float32)
     s3 = rng.uniform(-0.5, 0.5, 64).astype(np.float32)
@@ -40,8 +43,8 @@ def make(out):
            %w2: f32[40,96] = dense<[{text(w2)}]>, %w3: f32[32,64] = dense<[{text(w3)}]>,
            %g3: f32[64] = dense<[{text(g3)}]>, %s3: f32[64] = dense<[{text(s3)}]>,
            %w4: f32[16,8192] = dense<[{text(w4)}]>, %w5: f32[16,48] = dense<[{text(w5)}]>,
-           %w6: f32[32,64] = dense<[{text(w6)}]>)
-    -> (f32[3,7,40], f32[3,7,32], f32[4,16], f32[5,16], f32[3,7,32]) {{
+           %w6: f32[32,64] = dense<[{text(w6)}]>, %w7: f32[96,24] = dense<[{text(w7)}]>)
+    -> (f32[3,7,40], f32[3,7,32], f32[4,16], f32[5,16], f32[3,7,32], f32[3,7,24]) {{
   %d1 = dense(%x, %w1, %b1) : f32[3,7,96] loc("fc1")
   %r1 = relu(%d1) : f32[3,7,96] loc("relu1")
   %d2 = dense(%r1, %w2) : f32[3,7,40] loc("fc2")
@@ -53,7 +56,8 @@ def make(out):
   %tb6 = reshape(%d6) {{shape = [7, 3, 32]}} : f32[7,3,32] loc("tb6")
   %bt6 = transpose(%tb6) {{perm = [1, 0, 2]}} : f32[3,7,32] loc("bt6")
   %a6 = add(%bt6, %r) : f32[3,7,32] loc("res6")
-  return %d2, %d3, %d4, %d5, %a6
+  %d7 = matmul(%r1, %w7) : f32[3,7,24] loc("fc7")
+  return %d2, %d3, %d4, %d5, %a6, %d7
 }}
 """)
     np.save(f"{out}/x.npy", rng.uniform(-1, 1, (3, 7, 64)).astype(np.float32))
@@ -77,7 +81,7 @@ def make(out):
 
 
 def check(out):
-    check_outputs(out, ("d2", "d3", "d4", "d5", "a6"))
+    check_outputs(out, ("d2", "d3", "d4", "d5", "a6", "d7"))
 
 
 def check_dynamic(out):
