@@ -66,10 +66,11 @@ std::optional<std::string> refusal(const ir::Value* weight, bool transposed, int
     return fmt::format("its {} hold {} values, not a whole number of mma.sp steps of {}",
                        transposed ? "columns" : "rows", k, kSparseStepK);
   const std::vector<double> values = weight->data->to_doubles();
-  std::vector<float> dense(values.begin(), values.end());
-  if (transposed)
-    for (int64_t row = 0; row < rows; ++row)
-      for (int64_t i = 0; i < k; ++i) dense[static_cast<size_t>(row * k + i)] = static_cast<float>(values[static_cast<size_t>(i * rows + row)]);
+  std::vector<float> dense(values.size());  // row-major [rows][k]
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t i = 0; i < k; ++i)
+      dense[static_cast<size_t>(row * k + i)] =
+          static_cast<float>(values[static_cast<size_t>(transposed ? i * rows + row : row * k + i)]);
   if (std::string broken = ir::compress_two_four(dense.data(), rows, k, out); !broken.empty())
     return "it is not 2:4 sparse: " + broken;
   return std::nullopt;
@@ -134,6 +135,7 @@ bool SparsifyTwoFour::run(ir::Graph& graph, PassContext& context) {
     ir::Value* weight = layer->inputs[1];
     const bool transposed = weight_transposed(*layer);
     const std::pair<const ir::Value*, bool> key{weight, transposed};
+    const std::string base = weight->name + (transposed ? ".t" : "");  // the new values' names
     if (auto why = refused.find(key); why != refused.end()) {
       context.debug(kPass, fmt::format("not sparsifying the weight %{} of {}: {}", weight->name, layer->describe(),
                                        why->second));
@@ -154,7 +156,6 @@ bool SparsifyTwoFour::run(ir::Graph& graph, PassContext& context) {
       std::vector<double> kept(matrix.values.begin(), matrix.values.end());
       std::vector<double> positions(matrix.metadata.begin(), matrix.metadata.end());
       Compressed c;
-      const std::string base = weight->name + (transposed ? ".t" : "");
       c.kept = graph.add_parameter(names.take(base + ".kept"), kept_type, ir::InlineData{kept}, weight->loc);
       c.kept->data = std::make_shared<const ir::Tensor>(ir::Tensor::from_doubles(kept_type, kept));
       c.positions = graph.add_parameter(names.take(base + ".positions"), positions_type,
@@ -170,7 +171,7 @@ bool SparsifyTwoFour::run(ir::Graph& graph, PassContext& context) {
     const ir::Shape dense_shape{kept->type.shape[0], kept->type.shape[1] * 2};
     ir::Value* expanded = inserter.add(ir::OpId::ExpandTwoFour, {found->second.kept, found->second.positions},
                                        {{"shape", layer->op == ir::OpId::Conv2d ? weight->type.shape : dense_shape}},
-                                       weight->name + (transposed ? ".t" : "") + ".expanded");
+                                       base + ".expanded");
     changed = true;
     if (layer->op != ir::OpId::Matmul) {
       layer->inputs[1] = expanded;
