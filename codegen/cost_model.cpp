@@ -415,7 +415,9 @@ KernelTime model_kernel_time(const Kernel& kernel, int active_blocks_per_sm,
       roofline.memory_seconds(kernel.bytes_read + kernel.bytes_written) / time.bandwidth_share;
   time.compute_seconds = compute;
   time.memory_seconds = memory;
-  if (kernel.library && kernel.library->conv() && format != Precision::F32)
+  // cuDNN's tensor-core algorithms read NHWC: an NCHW call may transform its tensors there and
+  // back (the layout-nhwc pass stores them NHWC in the first place).
+  if (kernel.library && kernel.library->conv() && !kernel.library->conv()->nhwc && format != Precision::F32)
     time.layout_transform_seconds =
         roofline.memory_seconds(kNchwTransforms * (kernel.bytes_read + kernel.bytes_written));
   time.seconds = std::max(compute, memory);

@@ -46,7 +46,7 @@ enum class ConvDirection { Forward, BackwardData, BackwardFilter };
 // "forward", "backward_data", "backward_filter"
 std::string_view conv_direction_name(ConvDirection direction);
 
-// y = conv2d(x, w) over NCHW tensors, cross-correlation as in PyTorch (or one of its
+// y = conv2d(x, w) over NCHW (or NHWC) tensors, cross-correlation as in PyTorch (or one of its
 // gradients: `direction`); every tensor in the call's dtype. The dims are the forward
 // convolution's.
 struct ConvCall {
@@ -58,6 +58,10 @@ struct ConvCall {
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t p = 1, q = 1;                // y: [n, k, p, q]
   ConvDirection direction = ConvDirection::Forward;
+  // The tensors are stored NHWC and the filter KRSC (conv2d's layout=nhwc, ir/image_layout.h):
+  // CUDNN_TENSOR_NHWC descriptors, which tensor-core algorithms read without transforming.
+  // The dims above stay the logical ones.
+  bool nhwc = false;
   friend bool operator==(const ConvCall&, const ConvCall&) = default;
 };
 

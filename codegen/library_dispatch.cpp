@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "ir/diagnostic.h"
+#include "ir/image_layout.h"
 #include "ir/kernel_region.h"
 
 namespace kiln::codegen {
@@ -203,7 +204,7 @@ Pattern match(const ir::Node& node) {
   p.anchor = &anchor;
   if (!read_anchor(p, body.inputs)) return p;
   const int rank = p.value->type.rank();
-  const int channel_axis = anchor.op == ir::OpId::Conv2d ? 1 : rank - 1;
+  const int channel_axis = anchor.op == ir::OpId::Conv2d ? ir::channel_axis(ir::image_layout(anchor)) : rank - 1;
   const ir::Value* result = p.value;
   for (size_t i = 1; i < body.nodes().size(); ++i) {
     const ir::Node& step = *body.nodes()[i];
@@ -258,9 +259,11 @@ std::string epilogue_text(const LibraryCall& call) {
 
 std::optional<LibraryCall> conv_call(const Pattern& p, LibraryCall call, std::string& why) {
   const ir::Node& conv = *p.anchor;
-  const ir::Shape& x = conv.inputs[0]->type.shape;
-  const ir::Shape& w = conv.inputs[1]->type.shape;
-  const ir::Shape& y = conv.results[0]->type.shape;
+  const ir::ImageLayout layout = ir::image_layout(conv);
+  // [N, C, H, W], [K, C/groups, R, S], [N, K, P, Q] in either layout.
+  const ir::Shape x = ir::to_nchw(conv.inputs[0]->type.shape, layout);
+  const ir::Shape w = ir::to_nchw(conv.inputs[1]->type.shape, layout);
+  const ir::Shape y = ir::to_nchw(conv.results[0]->type.shape, layout);
   const auto& pad = std::get<std::vector<int64_t>>(conv.attrs.at("pad"));
   const auto& stride = std::get<std::vector<int64_t>>(conv.attrs.at("stride"));
   const auto& dilation = std::get<std::vector<int64_t>>(conv.attrs.at("dilation"));
@@ -285,12 +288,14 @@ std::optional<LibraryCall> conv_call(const Pattern& p, LibraryCall call, std::st
   ConvCall c{x[0], x[1], x[2], x[3], w[0], w[2], w[3],
              std::get<int64_t>(conv.attrs.at("groups")),
              pad[0], pad[1], stride[0], stride[1], dilation[0], dilation[1], y[2], y[3]};
+  c.nhwc = layout == ir::ImageLayout::Nhwc;
   call.library = std::string(kCudnnLibrary);
   call.routine = call.bias ? "cudnnConvolutionBiasActivationForward" : "cudnnConvolutionForward";
   std::string text = fmt::format("conv {} {}x{}x{}x{} * {}x{}x{}x{} pad {},{} stride {},{}",
                                  ir::dtype_name(call.dtype), c.n, c.c, c.h, c.w, c.k,
                                  c.c / c.groups, c.r, c.s, c.pad_h, c.pad_w, c.stride_h,
                                  c.stride_w);
+  if (c.nhwc) text += " nhwc";
   if (c.dilation_h != 1 || c.dilation_w != 1)
     text += fmt::format(" dilation {},{}", c.dilation_h, c.dilation_w);
   if (c.groups != 1) text += fmt::format(" groups {}", c.groups);

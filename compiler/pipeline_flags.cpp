@@ -34,8 +34,11 @@ void PipelineFlags::add_to(CLI::App& command, int default_level) {
 std::vector<std::string> PipelineFlags::pass_names(const codegen::LibrarySelection& libraries,
                                                   codegen::Precision precision) const {
   if (!passes.empty()) return passes;
+  // cuDNN's tensor cores read NHWC: the convolutions it computes past f32 math keep it.
+  const bool nhwc = libraries.cudnn && precision != codegen::Precision::F32;
   return passes::keep_vendor_gemms_whole(
-      passes::with_autocast(passes::inference_pipeline(opt_level), codegen::autocast_dtype(precision)),
+      passes::with_autocast(passes::with_nhwc_convolutions(passes::inference_pipeline(opt_level), nhwc),
+                            codegen::autocast_dtype(precision)),
       libraries.cudnn, libraries.cublaslt);
 }
 

@@ -8,6 +8,7 @@
 
 #include "ir/diagnostic.h"
 #include "ir/graph.h"
+#include "ir/image_layout.h"
 #include "ir/op_registry.h"
 
 namespace kiln::ir {
@@ -231,8 +232,10 @@ class Propagation {
                rule == "infer_avg_pool2d" || rule == "infer_global_avg_pool") {
       const bool conv = rule == "infer_conv2d";
       require_all_static(node, 1, "a weight");
-      if (conv) require_static(node, 0, 1, "the channel axis it contracts");
-      DimMap out = keep_other_axes(node, {2, 3}, true, "a spatial axis of its window");
+      const bool nhwc = image_layout(node) == ImageLayout::Nhwc;
+      if (conv) require_static(node, 0, nhwc ? 3 : 1, "the channel axis it contracts");
+      DimMap out = keep_other_axes(node, nhwc ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 3}, true,
+                                   "a spatial axis of its window");
       // Split-K partials stack a static chunk axis in front of the result's own.
       if (conv && int_attr(node, "k_chunk") > 0) out.insert(out.begin(), DimMap::value_type{});
       set(result, out);

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/image_layout.h"
 #include "passes/pass.h"
 #include "passes/rewrite_util.h"
 
@@ -77,6 +78,12 @@ ir::Node* foldable_producer(const ir::Graph& graph, const ir::Node& bn,
   }
   if (auto it = producer->attrs.find("k_chunk"); it != producer->attrs.end() && std::get<int64_t>(it->second) > 0) {
     why = fmt::format("its input '{}' is split-K partial sums", x->name);
+    return nullptr;
+  }
+  if (ir::image_layout(*producer) == ir::ImageLayout::Nhwc) {
+    why = fmt::format("its input '{}' is an NHWC convolution's: batch_norm's channel axis 1 is not its "
+                      "channel axis 3",
+                      x->name);
     return nullptr;
   }
   // batch_norm normalizes axis 1; dense's features are its last axis, so only rank 2 matches.

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "ir/image_layout.h"
 #include "ir/kernel_region.h"
 #include "ir/op_registry.h"
 #include "ir/strided_view.h"
@@ -175,14 +176,14 @@ std::optional<std::string> norm_prologue_refusal(const ir::Node& norm, const ir:
 
 int channel_axis(const ir::Node& gemm) {
   const int rank = static_cast<int>(gemm.results[0]->type.shape.size());
-  return gemm.op == ir::OpId::Conv2d ? 1 : rank - 1;
+  return gemm.op == ir::OpId::Conv2d ? ir::channel_axis(ir::image_layout(gemm)) : rank - 1;
 }
 
-// The channel axis of the running value: conv2d's 1; a dense's or matmul's last, also after
+// The channel axis of the running value: conv2d's 1 (3 in NHWC); a dense's or matmul's last, also after
 // the reshapes and transposes an epilogue writes through (they keep the columns last).
 namespace {
 int running_channel_axis(const ir::Node& gemm, const ir::Value* running) {
-  return gemm.op == ir::OpId::Conv2d ? 1 : running->type.rank() - 1;
+  return gemm.op == ir::OpId::Conv2d ? ir::channel_axis(ir::image_layout(gemm)) : running->type.rank() - 1;
 }
 }  // namespace
 

@@ -279,6 +279,13 @@ std::vector<std::string> training_pipeline(const std::string& optimizer, bool di
   return pipeline;
 }
 
+std::vector<std::string> with_nhwc_convolutions(std::vector<std::string> pipeline, bool nhwc) {
+  if (!nhwc) return pipeline;
+  auto at = std::find(pipeline.begin(), pipeline.end(), "fold-batch-norm");
+  if (at != pipeline.end()) pipeline.insert(at + 1, "layout-nhwc");
+  return pipeline;
+}
+
 std::vector<std::string> with_autocast(std::vector<std::string> pipeline, std::string_view low) {
   if (low.empty()) return pipeline;
   auto at = std::find(pipeline.begin(), pipeline.end(), "fuse-attention");

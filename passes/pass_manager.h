@@ -85,6 +85,12 @@ std::vector<std::string> backward_and_update(const std::string& optimizer);
 std::vector<std::string> keep_vendor_gemms_whole(std::vector<std::string> pipeline, bool conv2d,
                                                  bool matrix_products);
 
+// `pipeline` with layout-nhwc right after fold-batch-norm (whose batch norms read NCHW), when
+// `nhwc`: cuDNN computes the convolutions (--library) on tensor cores (--precision=tf32, bf16
+// or f16), which read NHWC without transforming. Unchanged otherwise, or when the pipeline does
+// not fold batch norms (training steps, -O0, --passes).
+std::vector<std::string> with_nhwc_convolutions(std::vector<std::string> pipeline, bool nhwc);
+
 // `pipeline` with autocast{to=`low`} (bf16 or f16: --precision) right after fuse-attention,
 // which must see the f32 chain it fuses, and before autodiff, whose backward pass then runs its
 // GEMMs in 16 bits too; a pipeline that folds constants folds once more after it, so inference

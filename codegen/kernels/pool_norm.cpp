@@ -16,6 +16,7 @@
 
 #include "codegen/kernels/emit_util.h"
 #include "codegen/kernels/reduce_util.h"
+#include "ir/image_layout.h"
 
 namespace kiln::codegen {
 namespace {
@@ -38,8 +39,11 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
   const ir::Node& node = request.node;
   const ir::Value* x = node.inputs[0];
   const ir::DType dtype = x->type.dtype;
-  const ir::Shape& xs = x->type.shape;
-  const ir::Shape& os = node.results[0]->type.shape;
+  // NHWC (ir/image_layout.h): output i is channel i % C of pixel i / C, and a window's taps are
+  // C apart.
+  const bool nhwc = ir::image_layout(node) == ir::ImageLayout::Nhwc;
+  const ir::Shape xs = ir::to_nchw(x->type.shape, ir::image_layout(node));
+  const ir::Shape os = ir::to_nchw(node.results[0]->type.shape, ir::image_layout(node));
   const auto& kernel = attr<std::vector<int64_t>>(node, "kernel");
   std::vector<int64_t> stride = attr<std::vector<int64_t>>(node, "stride");
   if (stride.empty()) stride = kernel;  // PyTorch's default: stride = kernel
@@ -54,6 +58,7 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
   w.line("using index_t = {};", index_type_with_overhang(largest_tensor(node)));
   w.line("constexpr int kThreads = {};", kDefaultBlock);
   w.line(dynamic_count(request.dynamic_rows, "kCount", "index_t", count));
+  if (nhwc) w.line("constexpr int kC = {};", xs[1]);
   w.line("constexpr int kH = {};", xs[2]);
   w.line("constexpr int kW = {};", xs[3]);
   w.line("constexpr int kOutH = {};", os[2]);
@@ -73,6 +78,16 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
   const std::string out = request.output_params[0];
   // Output i's window: its plane of x and its corner (top, left).
   const auto emit_window_place = [&] {
+    if (nhwc) {
+      w.line("const index_t pixel = i / kC;");
+      w.line("const int out_w = static_cast<int>(pixel % kOutW);");
+      w.line("const int out_h = static_cast<int>(pixel / kOutW % kOutH);");
+      w.line("const index_t image = pixel / (kOutW * kOutH);");
+      w.line("const int top = out_h * kStrideH - kPadTop;");
+      w.line("const int left = out_w * kStrideW - kPadLeft;");
+      w.line("const {}* in = {} + image * kH * kW * kC + i % kC;", c_type(dtype), px);
+      return;
+    }
     w.line("const int out_w = static_cast<int>(i % kOutW);");
     w.line("const int out_h = static_cast<int>(i / kOutW % kOutH);");
     w.line("const index_t plane = i / (kOutW * kOutH);");
@@ -80,6 +95,7 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
     w.line("const int left = out_w * kStrideW - kPadLeft;");
     w.line("const {}* in = {} + plane * kH * kW;", c_type(dtype), px);
   };
+  const std::string tap = nhwc ? "in[(in_h * kW + in_w) * kC]" : "in[in_h * kW + in_w]";
   // Output i, wherever its window lies.
   const auto emit_output = [&] {
     if (is_max) {
@@ -101,9 +117,9 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
     w.line("continue;");
     w.close();
     if (is_max) {
-      w.line("best = kiln_max(best, {});", load(dtype, "in[in_h * kW + in_w]"));
+      w.line("best = kiln_max(best, {});", load(dtype, tap));
     } else {
-      w.line("sum += {};", load(dtype, "in[in_h * kW + in_w]"));
+      w.line("sum += {};", load(dtype, tap));
       if (!include_pad) w.line("++inside;");
     }
     w.close();
@@ -118,7 +134,8 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
       w.line("{}[i] = {};", out, store(dtype, "sum / static_cast<float>(inside)"));
     }
   };
-  if (is_max) {
+  const bool host_variant = is_max && !nhwc;
+  if (host_variant) {
     // The host body: the block's outputs in one loop (no call per GPU thread), and a window
     // inside x (all but the padded edges) without bounds checks, its maximum a chain of maxss
     // when it holds no NaN (emit_window_taps): 2.4x faster than kiln_max's chain, whose
@@ -148,10 +165,10 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
   w.close();
   return elementwise_launch(
       request, w, count,
-      fmt::format("{} pooling {}x{}, one thread per output{}", is_max ? "max" : "average",
+      fmt::format("{}{} pooling {}x{}, one thread per output{}", nhwc ? "NHWC " : "", is_max ? "max" : "average",
                   kernel[0], kernel[1],
                   is_max ? "" : include_pad ? ", padding counted" : ", padding not counted"),
-      /*host_variant=*/is_max);
+      host_variant);
 }
 
 KernelSpec emit_global_avg_pool(const KernelRequest& request) {

@@ -1,5 +1,6 @@
 // Reference kernels for neural-network ops: conv2d, matmul, dense, bias_add, pooling,
-// normalization and softmax. Semantics follow docs/ops.md; layouts are NCHW and row-major.
+// normalization and softmax. Semantics follow docs/ops.md; layouts are NCHW (or NHWC where an
+// op's layout attribute says so, ir/image_layout.h) and row-major.
 //
 // Index arithmetic is written out per op with the layout spelled in a comment, so each loop nest
 // can be checked against the PyTorch definition by reading it.
@@ -8,6 +9,7 @@
 #include <limits>
 
 #include "ir/eval/kernel_util.h"
+#include "ir/image_layout.h"
 
 namespace kiln::eval {
 namespace {
@@ -18,13 +20,17 @@ using Results = std::vector<ir::Tensor>;
 
 // --- conv2d -----------------------------------------------------------------------------------
 
-// x [N,C,H,W], weight [O,C/groups,KH,KW], optional bias [O] -> [N,O,OH,OW]. Output channel o
-// belongs to group o / (O/groups) and reads input channels of that group only.
+// x [N,C,H,W], weight [O,C/groups,KH,KW], optional bias [O] -> [N,O,OH,OW]; with layout=nhwc
+// x [N,H,W,C], weight [O,KH,KW,C/groups] -> [N,OH,OW,O]. Output channel o belongs to group
+// o / (O/groups) and reads input channels of that group only.
 Results conv2d(const ir::Node& node, const Inputs& in) {
-  const ir::Shape& xs = in[0]->shape();
-  const ir::Shape& ws = in[1]->shape();
+  const ir::ImageLayout layout = ir::image_layout(node);
+  const bool nhwc = layout == ir::ImageLayout::Nhwc;
+  const ir::Shape xs = ir::to_nchw(in[0]->shape(), layout);
+  const ir::Shape ws = ir::to_nchw(in[1]->shape(), layout);
   ir::Shape os = ref::result_type(node).shape;
   if (ref::attr_int(node, "k_chunk") > 0) os.erase(os.begin());  // split-K partials' leading dim
+  os = ir::to_nchw(os, layout);
   const std::vector<double> x = in[0]->to_doubles();
   const std::vector<double> w = in[1]->to_doubles();
   const std::vector<double> bias =
@@ -38,8 +44,19 @@ Results conv2d(const ir::Node& node, const Inputs& in) {
   const int64_t O = ws[0], Cg = ws[1], KH = ws[2], KW = ws[3];
   const int64_t OH = os[2], OW = os[3];
   const int64_t Og = O / groups;
-  // k_chunk > 0 (split-K): one partial result per chunk of k_chunk patch terms, where patch
-  // term k = (c * KH + kh) * KW + kw; the partials are stacked along a new first dim.
+  // Where (n, c, h, w) of x, (o, c, kh, kw) of the weight and (n, o, oh, ow) of the result lie.
+  const auto x_at = [&](int64_t n, int64_t c, int64_t h, int64_t w_) {
+    return nhwc ? ((n * H + h) * W + w_) * C + c : ((n * C + c) * H + h) * W + w_;
+  };
+  const auto w_at = [&](int64_t o, int64_t c, int64_t kh, int64_t kw) {
+    return nhwc ? ((o * KH + kh) * KW + kw) * Cg + c : ((o * Cg + c) * KH + kh) * KW + kw;
+  };
+  const auto out_at = [&](int64_t n, int64_t o, int64_t oh, int64_t ow) {
+    return nhwc ? ((n * OH + oh) * OW + ow) * O + o : ((n * O + o) * OH + oh) * OW + ow;
+  };
+  // k_chunk > 0 (split-K): one partial result per chunk of k_chunk patch terms, in the weight's
+  // order: k = (c * KH + kh) * KW + kw, in NHWC k = (kh * KW + kw) * Cg + c. The partials are
+  // stacked along a new first dim.
   const int64_t patch = Cg * KH * KW;
   const int64_t chunk = ref::attr_int(node, "k_chunk") > 0 ? ref::attr_int(node, "k_chunk") : patch;
   const int64_t chunks = (patch + chunk - 1) / chunk;
@@ -53,23 +70,28 @@ Results conv2d(const ir::Node& node, const Inputs& in) {
             const int64_t g = o / Og;
             double sum = bias[o];
             const int64_t k_begin = s * chunk, k_end = std::min(patch, (s + 1) * chunk);
-            // The patch terms in order, k = (c * KH + kh) * KW + kw: (c, kh, kw) is stepped
-            // along with k, not divided out of it for every term (three divisions per product
-            // made VGG-11's reference run take 41 s instead of 13).
-            int64_t c = k_begin / (KH * KW), kh = k_begin / KW % KH, kw = k_begin % KW;
+            // The patch terms in order: (c, kh, kw) is stepped along with k, not divided out of
+            // it for every term (three divisions per product made VGG-11's reference run take
+            // 41 s instead of 13).
+            int64_t c = nhwc ? k_begin % Cg : k_begin / (KH * KW);
+            int64_t kh = nhwc ? k_begin / (Cg * KW) : k_begin / KW % KH;
+            int64_t kw = nhwc ? k_begin / Cg % KW : k_begin % KW;
             for (int64_t k = k_begin; k < k_end; ++k) {
               const int64_t ih = oh * stride[0] - pad[0] + kh * dilation[0];
               const int64_t iw = ow * stride[1] - pad[1] + kw * dilation[1];
-              if (ih >= 0 && ih < H && iw >= 0 && iw < W) {  // else zero padding
-                const int64_t ic = g * Cg + c;
-                sum += x[((n * C + ic) * H + ih) * W + iw] * w[((o * Cg + c) * KH + kh) * KW + kw];
-              }
-              if (++kw == KW) {
+              if (ih >= 0 && ih < H && iw >= 0 && iw < W)  // else zero padding
+                sum += x[x_at(n, g * Cg + c, ih, iw)] * w[w_at(o, c, kh, kw)];
+              if (nhwc) {
+                if (++c == Cg) {
+                  c = 0;
+                  if (++kw == KW) kw = 0, ++kh;
+                }
+              } else if (++kw == KW) {
                 kw = 0;
                 if (++kh == KH) kh = 0, ++c;
               }
             }
-            out[s * outputs + ((n * O + o) * OH + oh) * OW + ow] = sum;
+            out[s * outputs + out_at(n, o, oh, ow)] = sum;
           }
   return {ref::make_result(node, out)};
 }
@@ -164,6 +186,26 @@ Results bias_add(const ir::Node& node, const Inputs& in) {
 using ref::pool_window;
 using ref::Window;
 
+// The values of a 4-D tensor of NCHW shape `nchw` stored in `layout`, in NCHW order; and back.
+std::vector<double> to_planes(std::vector<double> values, const ir::Shape& nchw, ir::ImageLayout layout) {
+  if (layout == ir::ImageLayout::Nchw) return values;
+  const int64_t N = nchw[0], C = nchw[1], HW = nchw[2] * nchw[3];
+  std::vector<double> planes(values.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < HW; ++i) planes[(n * C + c) * HW + i] = values[(n * HW + i) * C + c];
+  return planes;
+}
+std::vector<double> from_planes(const std::vector<double>& planes, const ir::Shape& nchw, ir::ImageLayout layout) {
+  if (layout == ir::ImageLayout::Nchw) return planes;
+  const int64_t N = nchw[0], C = nchw[1], HW = nchw[2] * nchw[3];
+  std::vector<double> values(planes.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < HW; ++i) values[(n * HW + i) * C + c] = planes[(n * C + c) * HW + i];
+  return values;
+}
+
 // Calls visit(value, inside) for every tap of the window of output (oh, ow) over one H x W
 // plane; `inside` is false for taps in the padding (value 0 there).
 template <typename Visit>
@@ -178,19 +220,21 @@ void for_each_tap(const Window& win, const double* plane, int64_t H, int64_t W, 
     }
 }
 
-// Applies `pool(plane, oh, ow)` to every output position of every (n, c) plane.
+// Applies `pool(plane, oh, ow)` to every output position of every (n, c) plane. An NHWC
+// input is pooled as its NCHW transpose, and the result transposed back.
 template <typename Pool>
 Results pool2d(const ir::Node& node, const Inputs& in, Pool pool) {
-  const ir::Shape& xs = in[0]->shape();
-  const ir::Shape& os = ref::result_type(node).shape;
-  const std::vector<double> x = in[0]->to_doubles();
+  const ir::ImageLayout layout = ir::image_layout(node);
+  const ir::Shape xs = ir::to_nchw(in[0]->shape(), layout);
+  const ir::Shape os = ir::to_nchw(ref::result_type(node).shape, layout);
+  const std::vector<double> x = to_planes(in[0]->to_doubles(), xs, layout);
   const int64_t planes = xs[0] * xs[1], H = xs[2], W = xs[3], OH = os[2], OW = os[3];
   std::vector<double> out(static_cast<size_t>(planes * OH * OW));
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow)
         out[(p * OH + oh) * OW + ow] = pool(&x[p * H * W], H, W, oh, ow);
-  return {ref::make_result(node, out)};
+  return {ref::make_result(node, from_planes(out, os, layout))};
 }
 
 // Padding is -inf: padded taps never win.

@@ -11,6 +11,7 @@
 
 #include "ir/diagnostic.h"
 #include "ir/gradients/gradients.h"
+#include "ir/image_layout.h"
 
 namespace kiln::ir::gradients {
 namespace {
@@ -26,6 +27,13 @@ Ints axes_except(int rank, int keep) {
   for (int d = 0; d < rank; ++d)
     if (d != keep) axes.push_back(d);
   return axes;
+}
+
+// The window backward ops read NCHW only; NHWC is written for inference by the layout-nhwc pass.
+void require_nchw(const Node& n) {
+  if (image_layout(n) == ImageLayout::Nhwc)
+    throw Error(n.loc.render(), n.describe() + ": layout=nhwc has no gradient rule; train in NCHW (the "
+                                               "layout-nhwc pass rewrites inference graphs only)");
 }
 
 // dense: y = x W^T + b over x [..., K], W [N, K]. With the leading dims flattened to M rows:
@@ -81,6 +89,7 @@ AttrMap window_attrs(const Node& n, std::initializer_list<const char*> names, co
 // dy with x summed over the batch, dbias the sum of dy over N, H and W.
 Grads conv2d_rule(GradBuilder& b, const Node& n, const Grads& dy) {
   const auto names = {"stride", "pad", "dilation", "groups"};
+  require_nchw(n);
   if (std::get<int64_t>(n.attrs.at("k_chunk")) > 0)
     throw Error(n.loc.render(), n.describe() + ": a split-K convolution (k_chunk) has no gradient "
                                                "rule; split after autodiff, as the training pipeline does");
@@ -192,11 +201,13 @@ void add_nn_rules(OpRegistry& registry) {
            conv2d_rule);
   set_rule(registry, OpId::MaxPool2d,
            "max_pool2d_grad(dy, x)", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    require_nchw(n);
     return {b.op(OpId::MaxPool2dGrad, {dy[0], n.inputs[0]},
                  window_attrs(n, {"kernel", "stride", "pad", "dilation"}, nullptr))};
   });
   set_rule(registry, OpId::AvgPool2d,
            "avg_pool2d_grad(dy)", [](GradBuilder& b, const Node& n, const Grads& dy) -> Grads {
+    require_nchw(n);
     return {b.op(OpId::AvgPool2dGrad, {dy[0]},
                  window_attrs(n, {"kernel", "stride", "pad", "count_include_pad"},
                               &n.inputs[0]->type.shape))};

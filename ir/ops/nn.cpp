@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ir/image_layout.h"
 #include "ir/ops/op_helpers.h"
 #include "ir/ops/type_rules.h"
 
@@ -90,11 +91,19 @@ int64_t window_output(const Window& w, int dim, int64_t in) {
   throw OpError{message, 0};
 }
 
-// [N, channels, OH, OW] for an NCHW input.
-TensorType window_result(const InferContext& ctx, const Window& w, int64_t channels) {
-  const Shape& x = ctx.inputs[0].shape;
+// The op's image layout (attribute 'layout'): where its 4-D operands keep their channels.
+ImageLayout read_layout(const InferContext& ctx) {
+  const std::string& text = ctx.get_string(std::string(kLayoutAttribute));
+  if (auto layout = parse_image_layout(text)) return *layout;
+  throw OpError{"attribute 'layout' must be \"nchw\" or \"nhwc\", got \"" + text + "\"", -1,
+                std::string(kLayoutAttribute)};
+}
+
+// [N, channels, OH, OW] for an input x ([N, C, H, W] whatever its layout), in `layout`.
+TensorType window_result(const InferContext& ctx, const Shape& x, const Window& w, int64_t channels,
+                         ImageLayout layout) {
   return checked_result(ctx.inputs[0].dtype,
-                        {x[0], channels, window_output(w, 0, x[2]), window_output(w, 1, x[3])});
+                        from_nchw({x[0], channels, window_output(w, 0, x[2]), window_output(w, 1, x[3])}, layout));
 }
 
 // ---- ops ----
@@ -105,8 +114,10 @@ Types infer_conv2d(const InferContext& ctx) {
   require_rank(ctx, 0, 4, "input");
   require_rank(ctx, 1, 4, "weight");
   require_float_operands(ctx);
-  const Shape& x = ctx.inputs[0].shape;
-  const Shape& weight = ctx.inputs[1].shape;
+  const ImageLayout layout = read_layout(ctx);
+  // The checks below read [N, C, H, W] and [O, C/groups, KH, KW] in either layout.
+  const Shape x = to_nchw(ctx.inputs[0].shape, layout);
+  const Shape weight = to_nchw(ctx.inputs[1].shape, layout);
   const int64_t groups = ctx.get_int("groups");
   if (groups < 1)
     throw OpError{"attribute 'groups' must be >= 1, got " + str(groups), -1, "groups"};
@@ -129,7 +140,7 @@ Types infer_conv2d(const InferContext& ctx) {
   w.stride = require_window_list(ctx, "stride", 2, kPairLayout, 1);
   w.dilation = require_window_list(ctx, "dilation", 2, kPairLayout, 1);
   w.pad = require_window_list(ctx, "pad", 4, kPadLayout, 0);
-  const TensorType out = window_result(ctx, w, weight[0]);
+  const TensorType out = window_result(ctx, x, w, weight[0], layout);
   const int64_t chunk = ctx.get_int("k_chunk");
   if (chunk < 0) throw OpError{"attribute 'k_chunk' must be >= 0, got " + str(chunk), -1, "k_chunk"};
   if (chunk == 0) return {out};
@@ -271,8 +282,10 @@ Window read_pool_window(const InferContext& ctx, bool has_dilation) {
 std::vector<TensorType> infer_pool(const InferContext& ctx, bool has_dilation) {
   require_rank(ctx, 0, 4, "input");
   require_float(ctx, 0);
+  const ImageLayout layout = read_layout(ctx);
   const Window w = read_pool_window(ctx, has_dilation);
-  return {window_result(ctx, w, ctx.inputs[0].shape[1])};
+  const Shape x = to_nchw(ctx.inputs[0].shape, layout);
+  return {window_result(ctx, x, w, x[1], layout)};
 }
 
 }  // namespace

@@ -17,11 +17,13 @@ cudnnDataType_t cudnn_data_type(ir::DType dtype) {
 
 Unique<cudnnTensorDescriptor_t> cudnn_tensor(const CudnnApi& api, const std::string& context,
                                              int64_t n, int64_t c, int64_t h, int64_t w,
-                                             ir::DType dtype) {
+                                             ir::DType dtype, bool nhwc) {
   cudnnTensorDescriptor_t handle = nullptr;
   api.check(api.cudnnCreateTensorDescriptor(&handle), "cudnnCreateTensorDescriptor", context);
   Unique<cudnnTensorDescriptor_t> owned = own(handle, api.cudnnDestroyTensorDescriptor);
-  api.check(api.cudnnSetTensor4dDescriptor(handle, CUDNN_TENSOR_NCHW, cudnn_data_type(dtype), to_int(n),
+  // The dims are [n, c, h, w] in either format; the format says how they are stored.
+  api.check(api.cudnnSetTensor4dDescriptor(handle, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                           cudnn_data_type(dtype), to_int(n),
                                            to_int(c), to_int(h), to_int(w)),
             "cudnnSetTensor4dDescriptor", context);
   return owned;
@@ -50,12 +52,14 @@ ConvDescriptors cudnn_conv_descriptors(const CudnnApi& api, const std::string& c
                                        const codegen::ConvCall& c, codegen::Precision math,
                                        ir::DType dtype) {
   ConvDescriptors d;
-  d.x = cudnn_tensor(api, context, c.n, c.c, c.h, c.w, dtype);
-  d.y = cudnn_tensor(api, context, c.n, c.k, c.p, c.q, dtype);
+  d.x = cudnn_tensor(api, context, c.n, c.c, c.h, c.w, dtype, c.nhwc);
+  d.y = cudnn_tensor(api, context, c.n, c.k, c.p, c.q, dtype, c.nhwc);
   cudnnFilterDescriptor_t filter = nullptr;
   api.check(api.cudnnCreateFilterDescriptor(&filter), "cudnnCreateFilterDescriptor", context);
   d.w = own(filter, api.cudnnDestroyFilterDescriptor);
-  api.check(api.cudnnSetFilter4dDescriptor(filter, cudnn_data_type(dtype), CUDNN_TENSOR_NCHW, to_int(c.k),
+  // An NHWC convolution's filter is KRSC (cuDNN's NHWC filter format): [k, r, s, c / groups].
+  api.check(api.cudnnSetFilter4dDescriptor(filter, cudnn_data_type(dtype),
+                                           c.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, to_int(c.k),
                                            to_int(c.c / c.groups), to_int(c.r), to_int(c.s)),
             "cudnnSetFilter4dDescriptor", context);
   cudnnConvolutionDescriptor_t conv = nullptr;

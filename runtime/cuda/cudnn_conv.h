@@ -23,10 +23,11 @@ struct ConvDescriptors {
 // cuDNN's name for f32, bf16 or f16 (codegen::LibraryCall::dtype).
 cudnnDataType_t cudnn_data_type(ir::DType dtype);
 
-// A 4-d NCHW tensor descriptor. Throws kiln::Error naming `context` when cuDNN refuses.
+// A 4-d tensor descriptor of logical dims [n, c, h, w], stored NCHW, or NHWC when `nhwc`.
+// Throws kiln::Error naming `context` when cuDNN refuses.
 Unique<cudnnTensorDescriptor_t> cudnn_tensor(const CudnnApi& api, const std::string& context,
                                              int64_t n, int64_t c, int64_t h, int64_t w,
-                                             ir::DType dtype);
+                                             ir::DType dtype, bool nhwc = false);
 
 // The cuDNN math type for a call's --precision (codegen::LibraryCall::math): FMA for f32,
 // tensor-op math for tf32 and bf16 (cuDNN down-converts f32 tensors to f16 only; TF32 keeps

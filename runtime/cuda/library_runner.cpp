@@ -249,7 +249,7 @@ class ConvRunner final : public LibraryRunner {
     if (fused_) {
       bias_ = device_pointer(operands.args.at(call.bias_arg));
       // The bias in the tensors' dtype, as cuDNN's 16-bit configurations store it.
-      bias_desc_ = cudnn_tensor(api_, context_, 1, c.k, 1, 1, dtype_);
+      bias_desc_ = cudnn_tensor(api_, context_, 1, c.k, 1, 1, dtype_, c.nhwc);
       cudnnActivationDescriptor_t activation = nullptr;
       check(api_.cudnnCreateActivationDescriptor(&activation), "cudnnCreateActivationDescriptor");
       activation_desc_ = own(activation, api_.cudnnDestroyActivationDescriptor);

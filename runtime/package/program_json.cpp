@@ -133,6 +133,7 @@ Json library_to_json(const codegen::LibraryCall& call) {
                     {"p", c->p}, {"q", c->q}};
     if (c->direction != codegen::ConvDirection::Forward)
       json["conv"]["direction"] = std::string(codegen::conv_direction_name(c->direction));
+    if (c->nhwc) json["conv"]["layout"] = "nhwc";
   } else if (const codegen::MatmulCall* m = call.matmul()) {
     json["matmul"] = {{"batch", m->batch}, {"m", m->m}, {"n", m->n}, {"k", m->k},
                       {"transpose_a", m->transpose_a}, {"transpose_b", m->transpose_b},
@@ -188,6 +189,11 @@ codegen::LibraryCall library_from_json(const JsonAt& at) {
         known = true;
       }
       if (!known) c["direction"].fail("unknown convolution direction '" + direction + "'");
+    }
+    if (c.has("layout")) {  // absent: NCHW (and older packages)
+      const std::string layout = c["layout"].string();
+      if (layout != "nhwc" && layout != "nchw") c["layout"].fail("unknown layout '" + layout + "'; expected nchw or nhwc");
+      std::get<codegen::ConvCall>(call.op).nhwc = layout == "nhwc";
     }
   } else {
     const JsonAt m = at["matmul"];

@@ -229,7 +229,13 @@ TEST(CostModel, CudnnTensorCoreConvolutionsBoundTheirLayoutTransforms) {
   call.math = Precision::F32;
   kernel.library = call;
   EXPECT_EQ(model_kernel_time(kernel, 1).layout_transform_seconds, 0);
+  // NHWC tensors (the layout-nhwc pass) are what the tensor-core algorithms read: no transform.
   call.math = Precision::Tf32;
+  ConvCall nhwc;
+  nhwc.nhwc = true;
+  call.op = nhwc;
+  kernel.library = call;
+  EXPECT_EQ(model_kernel_time(kernel, 1).layout_transform_seconds, 0);
   call.op = MatmulCall{};
   kernel.library = call;
   EXPECT_EQ(model_kernel_time(kernel, 1).layout_transform_seconds, 0);

@@ -233,6 +233,37 @@ TEST(Package, BackwardLibraryCallsRoundTrip) {
   }
 }
 
+// An NHWC convolution's call keeps its layout through the program's JSON (cuDNN then takes NHWC
+// descriptors); an unknown layout is the file's error.
+TEST(Package, NhwcLibraryCallsRoundTrip) {
+  ir::Graph graph = ir::parse_graph(R"(graph @g(%x: f32[2,16,16,8], %w: f32[16,3,3,8]) -> (f32[2,8,8,16]) {
+  %y = conv2d(%x, %w) {layout = "nhwc", stride = [2,2], pad = [1,1,1,1]} : f32[2,8,8,16]
+  return %y
+})", "nhwc.ir");
+  const codegen::Program program = codegen::emit_program(graph, codegen::LibrarySelection{false, true});
+  ASSERT_EQ(program.kernels.size(), 1u);
+  ASSERT_TRUE(program.kernels[0].library.has_value());
+  const codegen::ConvCall& conv = *program.kernels[0].library->conv();
+  EXPECT_TRUE(conv.nhwc);
+  // The logical dims, as cuDNN's NHWC descriptors take them.
+  EXPECT_EQ((std::vector<int64_t>{conv.n, conv.c, conv.h, conv.w, conv.k, conv.r, conv.s, conv.p, conv.q}),
+            (std::vector<int64_t>{2, 8, 16, 16, 16, 3, 3, 8, 8}));
+  Json json = program_to_json(program);
+  const std::string path = "nhwc.kiln";
+  const codegen::Program read = program_from_json(JsonAt(json, "", path));
+  validate_program(read, path, "program");
+  EXPECT_EQ(program_to_json(read), json);
+  EXPECT_TRUE(read.kernels[0].library->conv()->nhwc);
+  json["kernels"][0]["library"]["conv"]["layout"] = "chwn";
+  try {
+    program_from_json(JsonAt(json, "", path));
+    ADD_FAILURE() << "an unknown layout was read";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("unknown layout 'chwn'; expected nchw or nhwc"), std::string::npos)
+        << error.what();
+  }
+}
+
 // A library call on bf16 tensors keeps its dtype; one whose dtype is not its buffers' (the
 // library would read f32 bytes as bf16) is the file's error, as is a dtype no call takes.
 TEST(Package, SixteenBitLibraryCallsRoundTripAndAreChecked) {

@@ -97,9 +97,9 @@ for kernel in kernels:
               f"{where}: bandwidth share of {blocks} blocks")
     # A cuDNN convolution on tensor cores may transform NCHW operands to NHWC and the result back:
     # at most each byte it moves twice more, at the DRAM peak, reported beside its time
-    # (cost_model.h, kNchwTransforms).
+    # (cost_model.h, kNchwTransforms). NHWC operands (layout-nhwc; " nhwc" in the call) need none.
     cudnn_tensor_core_conv = (implementation["kind"] == "library" and implementation["library"] == "cudnn"
-                              and kernel["unit"] != "f32 FMA")
+                              and kernel["unit"] != "f32 FMA" and " nhwc" not in implementation["descriptor"])
     transforms = 2 * bytes_moved / roofline["dram_bytes_per_second"] if cudnn_tensor_core_conv else 0
     check(math.isclose(kernel["layout_transform_seconds"], transforms, rel_tol=1e-9, abs_tol=0),
           f"{where}: layout transforms {kernel['layout_transform_seconds']}, expected {transforms}")
