@@ -48,6 +48,19 @@ constexpr const char* kConvBiasThenRelu = R"(graph @g(%x: f32[1,4,9,9], %w: f32[
   return %y
 })";
 
+// NHWC (layout-nhwc): x [N, H, W, C], the filter KRSC, the residual and result [N, OH, OW, K];
+// cuDNN takes NHWC descriptors, the generated kernel the same layout.
+constexpr const char* kNhwcConvBiasResidualRelu = R"(graph @g(%x: f32[2,12,12,8], %w: f32[16,3,3,8], %b: f32[16], %r: f32[2,6,6,16]) -> (f32[2,6,6,16]) {
+  %y = kernel @conv2d_bias_add_relu(%x, %w, %b, %r) {kind = "epilogue"} : f32[2,6,6,16] {
+    %c = conv2d(%x, %w) {layout = "nhwc", stride = [2,2], pad = [1,1,1,1]} : f32[2,6,6,16]
+    %cb = bias_add(%c, %b) {axis = 3} : f32[2,6,6,16]
+    %s = add(%cb, %r) : f32[2,6,6,16]
+    %y = relu(%s) : f32[2,6,6,16]
+    return %y
+  }
+  return %y
+})";
+
 constexpr const char* kDenseBiasGelu = R"(graph @g(%x: f32[32,64], %w: f32[48,64], %b: f32[48]) -> (f32[32,48]) {
   %y = kernel @dense_bias_gelu(%x, %w, %b) {kind = "epilogue"} : f32[32,48] {
     %d = dense(%x, %w) : f32[32,48]
@@ -174,7 +187,8 @@ TEST(LibrarySource, GraphsEmitWithLibraryCallsAndCompile) {
   const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
       {kConvBiasRelu, {"cudnn"}},          {kConvBiasResidualRelu, {"cudnn"}},
       {kConvBiasThenRelu, {"cudnn", ""}},  {kDenseBiasGelu, {"cublasLt"}},
-      {kDenseAndMatmul, {"cublasLt", "cublasLt"}}, {kDenseThenRelu, {"cublasLt", ""}}};
+      {kDenseAndMatmul, {"cublasLt", "cublasLt"}}, {kDenseThenRelu, {"cublasLt", ""}},
+      {kNhwcConvBiasResidualRelu, {"cudnn"}}};
   for (const auto& [text, libraries] : cases) {
     SCOPED_TRACE(text);
     const Emitted e = emit(text, "sm_90");
@@ -194,6 +208,11 @@ TEST_F(LibraryRun, FusedConvBiasReluOnCudnn) {
 
 TEST_F(LibraryRun, FusedConvBiasResidualReluOnCudnn) {
   const auto report = compare(kConvBiasResidualRelu);
+  expect_library_ran(report, 0, "cudnn");
+}
+
+TEST_F(LibraryRun, NhwcConvBiasResidualReluOnCudnn) {
+  const auto report = compare(kNhwcConvBiasResidualRelu);
   expect_library_ran(report, 0, "cudnn");
 }
 
