@@ -22,14 +22,18 @@ struct cudnnContext {
   cudaStream_t stream = nullptr;
   bool stream_set = false;
 };
+// The dims are the logical [n, c, h, w] (filters [k, c, r, s]) in either format; `nhwc` says how
+// they are stored (CUDNN_TENSOR_NHWC: channels innermost, a filter KRSC).
 struct cudnnTensorStruct {
   int n = 0, c = 0, h = 0, w = 0;
   Storage type = Storage::F32;
+  bool nhwc = false;
   bool operator==(const cudnnTensorStruct&) const = default;
 };
 struct cudnnFilterStruct {
   int k = 0, c = 0, r = 0, s = 0;
   Storage type = Storage::F32;
+  bool nhwc = false;
 };
 struct cudnnConvolutionStruct {
   int pad_h = 0, pad_w = 0, u = 1, v = 1, dilation_h = 1, dilation_w = 1, groups = 1;
@@ -108,7 +112,7 @@ cudnnTensorStruct output_of(const cudnnConvolutionStruct& conv, const cudnnTenso
     return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
   };
   return {x.n, w.k, out(x.h, conv.pad_h, w.r, conv.dilation_h, conv.u),
-          out(x.w, conv.pad_w, w.s, conv.dilation_w, conv.v), x.type};
+          out(x.w, conv.pad_w, w.s, conv.dilation_w, conv.v), x.type, x.nhwc};
 }
 
 // Everything a forward call checks before touching memory.
@@ -120,6 +124,8 @@ cudnnStatus_t check_forward(cudnnHandle_t handle, const cudnnTensorStruct& x,
     return reject(CUDNN_STATUS_BAD_PARAM, "handle without a stream");
   if (x.type != w.type || y.type != x.type)
     return reject(CUDNN_STATUS_NOT_SUPPORTED, "x, w and y of different data types");
+  if (x.nhwc != y.nhwc || x.nhwc != w.nhwc)
+    return reject(CUDNN_STATUS_NOT_SUPPORTED, "x, w and y in different formats (NHWC tensors take an NHWC filter)");
   if (cudnnStatus_t s = check_math(conv, x.type)) return s;
   if (x.c != w.c * conv.groups || w.k % conv.groups != 0)
     return reject(CUDNN_STATUS_BAD_PARAM, "channels do not match the filter and groups");
@@ -128,6 +134,14 @@ cudnnStatus_t check_forward(cudnnHandle_t handle, const cudnnTensorStruct& x,
   if (a == nullptr || workspace_bytes < a->memory || (a->memory > 0 && workspace == nullptr))
     return reject(CUDNN_STATUS_BAD_PARAM, "workspace smaller than the algorithm needs");
   return CUDNN_STATUS_SUCCESS;
+}
+
+// Where element (n, c, h, w) of a tensor, and (k, c, r, s) of a filter, is stored.
+int at(const cudnnTensorStruct& t, int n, int c, int h, int w) {
+  return t.nhwc ? ((n * t.h + h) * t.w + w) * t.c + c : ((n * t.c + c) * t.h + h) * t.w + w;
+}
+int at(const cudnnFilterStruct& f, int k, int c, int r, int s) {
+  return f.nhwc ? ((k * f.r + r) * f.s + s) * f.c + c : ((k * f.c + c) * f.r + r) * f.s + s;
 }
 
 // sum over the window of output element (n, k, p, q).
@@ -144,8 +158,7 @@ float correlate(const void* x, const void* w, const cudnnTensorStruct& xd,
       for (int s = 0; s < wd.s; ++s) {
         const int iw = q * conv.v - conv.pad_w + s * conv.dilation_w;
         if (iw < 0 || iw >= xd.w) continue;
-        sum += kiln_mock::load(x, xd.type, ((n * xd.c + channel) * xd.h + ih) * xd.w + iw) *
-               kiln_mock::load(w, wd.type, ((k * wd.c + c) * wd.r + r) * wd.s + s);
+        sum += kiln_mock::load(x, xd.type, at(xd, n, channel, ih, iw)) * kiln_mock::load(w, wd.type, at(wd, k, c, r, s));
       }
     }
   }
@@ -238,9 +251,10 @@ cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) { return d
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
                                          cudnnDataType_t type, int n, int c, int h, int w) {
   Storage storage;
-  if (format != CUDNN_TENSOR_NCHW || !storage_of(type, &storage) || n < 1 || c < 1 || h < 1 || w < 1)
+  if ((format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC) || !storage_of(type, &storage) || n < 1 ||
+      c < 1 || h < 1 || w < 1)
     return CUDNN_STATUS_BAD_PARAM;
-  *d = cudnnTensorStruct{n, c, h, w, storage};
+  *d = cudnnTensorStruct{n, c, h, w, storage, format == CUDNN_TENSOR_NHWC};
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -249,9 +263,10 @@ cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) { return d
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
                                          cudnnTensorFormat_t format, int k, int c, int h, int w) {
   Storage storage;
-  if (format != CUDNN_TENSOR_NCHW || !storage_of(type, &storage) || k < 1 || c < 1 || h < 1 || w < 1)
+  if ((format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC) || !storage_of(type, &storage) || k < 1 ||
+      c < 1 || h < 1 || w < 1)
     return CUDNN_STATUS_BAD_PARAM;
-  *d = cudnnFilterStruct{k, c, h, w, storage};
+  *d = cudnnFilterStruct{k, c, h, w, storage, format == CUDNN_TENSOR_NHWC};
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -359,7 +374,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
     for (int k = 0; k < yd.c; ++k)
       for (int p = 0; p < yd.h; ++p)
         for (int q = 0; q < yd.w; ++q) {
-          const int i = ((n * yd.c + k) * yd.h + p) * yd.w + q;
+          const int i = at(yd, n, k, p, q);
           const float sum = correlate(x, w, *x_desc, *w_desc, *conv, n, k, p, q);
           const float before = b != 0.0f ? b * kiln_mock::load(y, yd.type, i) : 0.0f;
           kiln_mock::store(y, yd.type, i, a * sum + before);
@@ -383,7 +398,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
   const cudnnTensorStruct& yd = *y_desc;
   // The bias is stored as y is in every configuration kiln uses (f32, PSEUDO_BFLOAT16,
   // PSEUDO_HALF).
-  if (!(*z_desc == yd) || !(*bias_desc == cudnnTensorStruct{1, yd.c, 1, 1, yd.type}))
+  if (!(*z_desc == yd) || !(*bias_desc == cudnnTensorStruct{1, yd.c, 1, 1, yd.type, yd.nhwc}))
     return reject(CUDNN_STATUS_BAD_PARAM, "z must match y and the bias be 1xKx1x1 of y's type");
   const bool relu = activation->mode == CUDNN_ACTIVATION_RELU;
   if (!relu && activation->mode != CUDNN_ACTIVATION_IDENTITY)
@@ -395,7 +410,7 @@ cudnnStatus_t cudnnConvolutionBiasActivationForward(
     for (int k = 0; k < yd.c; ++k)
       for (int p = 0; p < yd.h; ++p)
         for (int q = 0; q < yd.w; ++q) {
-          const int i = ((n * yd.c + k) * yd.h + p) * yd.w + q;
+          const int i = at(yd, n, k, p, q);
           float v = a1 * correlate(x, w, *x_desc, *w_desc, *conv, n, k, p, q);
           if (a2 != 0.0f) v += a2 * kiln_mock::load(z, yd.type, i);
           v += kiln_mock::load(bias, yd.type, k);
@@ -476,8 +491,7 @@ void for_each_product(const cudnnTensorStruct& xd, const cudnnFilterStruct& wd,
               for (int s = 0; s < wd.s; ++s) {
                 const int iw = q * conv.v - conv.pad_w + s * conv.dilation_w;
                 if (iw < 0 || iw >= xd.w) continue;
-                visit(((n * xd.c + group * wd.c + c) * xd.h + ih) * xd.w + iw,
-                      ((k * wd.c + c) * wd.r + r) * wd.s + s, ((n * yd.c + k) * yd.h + p) * yd.w + q);
+                visit(at(xd, n, group * wd.c + c, ih, iw), at(wd, k, c, r, s), at(yd, n, k, p, q));
               }
             }
         }

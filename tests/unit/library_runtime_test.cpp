@@ -480,6 +480,49 @@ TEST_F(CudaMockLibraries, ConvBiasResidualReluRunsOnCudnn) {
   }
 }
 
+// An NHWC convolution (layout-nhwc) on cuDNN: its call sets NHWC tensor, bias and residual
+// descriptors and a KRSC filter one, and the mock (which computes in whichever format the
+// descriptors say, and refuses mixed ones) gives the NCHW reference transposed.
+TEST_F(CudaMockLibraries, NhwcConvRunsOnCudnnWithNhwcDescriptors) {
+  const std::string text = R"(graph @g(%x: f32[1,5,5,2], %w: f32[3,3,3,2], %b: f32[3], %r: f32[1,5,5,3]) -> (f32[1,5,5,3]) {
+  %y = kernel @fused_0(%x, %w, %b, %r) {kind = "epilogue"} : f32[1,5,5,3] {
+    %c = conv2d(%x, %w) {layout = "nhwc", pad = [1,1,1,1]} : f32[1,5,5,3]
+    %cb = bias_add(%c, %b) {axis = 3} : f32[1,5,5,3]
+    %s = add(%cb, %r) : f32[1,5,5,3]
+    %y = relu(%s) : f32[1,5,5,3]
+    return %y
+  }
+  return %y
+})";
+  const ir::TensorType out{ir::DType::F32, {1, 5, 5, 3}};
+  std::vector<codegen::Buffer> buffers = {make_buffer("x", {ir::DType::F32, {1, 5, 5, 2}}, BufferRole::Input, 0),
+                                          make_buffer("w", {ir::DType::F32, {3, 3, 3, 2}}, BufferRole::Parameter, 0),
+                                          make_buffer("b", {ir::DType::F32, {3}}, BufferRole::Parameter, 1),
+                                          make_buffer("r", out, BufferRole::Input, 1),
+                                          make_buffer("y", out, BufferRole::Output, 0)};
+  const codegen::Program program = one_kernel(buffers, library_call(text));
+  ASSERT_TRUE(program.kernels[0].library->conv()->nhwc);
+  register_("fused_0", static_cast<int>(buffers.size()), [](void* const*, unsigned long long) {});
+  // The NCHW values of conv_reference, stored NHWC (and the filter KRSC).
+  const std::vector<float> w = ramp(54, 3), b = {1, -2, 0.5}, x = ramp(50, 4), r = ramp(75, 5);
+  const auto nhwc = [](const std::vector<float>& nchw, int c, int hw) {
+    std::vector<float> out(nchw.size());
+    for (size_t i = 0; i < nchw.size(); ++i) {
+      const int n = static_cast<int>(i) / (c * hw), ch = static_cast<int>(i) / hw % c, p = static_cast<int>(i) % hw;
+      out[static_cast<size_t>((n * hw + p) * c + ch)] = nchw[i];
+    }
+    return out;
+  };
+  {
+    auto executable = create(program, {make_tensor({3, 3, 3, 2}, nhwc(w, 2, 9)), make_tensor({3}, b)}, options());
+    std::vector<ir::Tensor> outputs =
+        executable->run({make_tensor({1, 5, 5, 2}, nhwc(x, 2, 25)), make_tensor({1, 5, 5, 3}, nhwc(r, 3, 25))});
+    EXPECT_EQ(to_floats(outputs[0]), nhwc(conv_reference(x, w, b, &r, true), 3, 25));
+    EXPECT_EQ(kernel_runs(), 0);
+  }
+  EXPECT_EQ(dnn_stats().descriptors, 0);
+}
+
 // autocast's bf16 and f16 tensors go to the libraries as stored (cuDNN's PSEUDO_BFLOAT16 and
 // PSEUDO_HALF configurations, cuBLASLt's 16-bit layouts), summed in f32 and rounded once at the
 // store, as the generated kernel does: with small integers every f32 sum is exact, so the
