@@ -253,74 +253,37 @@ GemmSpec dense_gemm_by_weight_rows(const KernelRequest& request) {
 
 namespace {
 
-// conv2d in NHWC (ir/image_layout.h): the same implicit GEMM, its patch terms in the weight's
-// KRSC order, k = (kh * KW + kw) * C/groups + c. A: the weight [O][KH][KW][C/groups] is row-major
-// [O][K] per group as in NCHW. B: a 1x1, stride-1, unpadded convolution reads x itself, whose
-// [N*H*W][C] rows are its columns, contiguous along k (loaded 16 bytes at a time, or copied by
-// cp.async, as a dense layer's rows); the others gather each pixel's window. The result
-// [N][OH][OW][O] is [columns][rows]. `xs`, `ws` and `os` are the shapes as NCHW.
-GemmSpec conv2d_nhwc_gemm(const KernelRequest& request, const ir::Shape& xs, const ir::Shape& ws,
-                          const ir::Shape& os) {
-  const ir::Node& node = request.node;
-  const int64_t k_chunk = attr<int64_t>(node, "k_chunk");
-  const auto& stride = attr<std::vector<int64_t>>(node, "stride");
-  const auto& pad = attr<std::vector<int64_t>>(node, "pad");  // top, left, bottom, right
-  const auto& dilation = attr<std::vector<int64_t>>(node, "dilation");
-  const int64_t groups = attr<int64_t>(node, "groups");
-  const int64_t out_channels = ws[0], group_in = ws[1], kh = ws[2], kw = ws[3];
-  const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; });
-
-  GemmSpec spec = gemm_for(request);
-  spec.m = out_channels / groups;
-  spec.m_is = "output channels per group";
-  spec.n_is = "output pixels, N * OH * OW";
-  spec.k_is = "patch size, KH * KW * C / groups (NHWC: the weight's KRSC order)";
-  spec.n = os[0] * os[2] * os[3];
-  if (request.dynamic_rows) spec.dynamic_grid_axis = 0;  // columns, image-major
-  spec.k = group_in * kh * kw;
-  spec.batch = groups;
-  spec.z_name = "group";
-  spec.constants = conv_constants(xs, group_in, out_channels, os[3], os[2] * os[3], kh, kw, stride, pad, dilation);
-  spec.a.k_contiguous = true;
-  spec.a.fetch = fmt::format("value = {};", load_input(request, 1, "(group * kM + row) * kK + k"));
-  set_address(spec.a, request, 1, "(group * kM + row) * kK + k");
-  const bool pointwise = kh * kw == 1 && stride[0] == 1 && stride[1] == 1 && !padded;
+// B of a conv2d in NHWC (ir/image_layout.h), whose patch terms run in the weight's KRSC order,
+// k = (kh * KW + kw) * C/groups + c: a 1x1, stride-1, unpadded convolution reads x itself,
+// whose [N*H*W][C] rows are its columns, contiguous along k (loaded 16 bytes at a time, or
+// copied by cp.async, as a dense layer's rows); the others gather each pixel's window along
+// its channels.
+void read_nhwc_patches(GemmSpec& spec, const KernelRequest& request, bool pointwise, bool padded) {
   if (pointwise) {
     const std::string x_at = "col * kC + group * kGroupChannels + k";
     spec.b.k_contiguous = true;
     spec.b.fetch = fmt::format("value = {};", load_input(request, 0, x_at));
     set_address(spec.b, request, 0, x_at);
-  } else {
-    // B: the patch matrix, gathered along the pixels. A thread's column (output pixel) is fixed
-    // for the whole K loop, so its image and window corner are computed once.
-    spec.b.k_contiguous = false;
-    spec.b.setup =
-        "// This thread's output pixel: its image and the top-left corner of its window.\n"
-        "const index_t b_pixel = block_col + b_col;\n"
-        "const index_t b_image = b_pixel / kOutPlane;\n"
-        "const int b_in_top = static_cast<int>(b_pixel % kOutPlane / kOutW) * kStrideH - kPadTop;\n"
-        "const int b_in_left = static_cast<int>(b_pixel % kOutW) * kStrideW - kPadLeft;\n"
-        "const index_t b_base = b_image * kH * kW * kC + group * kGroupChannels;\n";
-    std::string fetch =
-        "const index_t in_channel = k % kGroupChannels;\n"
-        "const int tap = static_cast<int>(k / kGroupChannels);\n"
-        "const int in_h = b_in_top + tap / kKernelW * kDilationH;\n"
-        "const int in_w = b_in_left + tap % kKernelW * kDilationW;\n";
-    fetch += tap_fetch(load_input(request, 0, "b_base + (static_cast<index_t>(in_h) * kW + in_w) * kC + in_channel"),
-                       padded);
-    spec.b.fetch = fetch;
+    return;
   }
-  spec.channel = "static_cast<int>(group * kM + row)";
-  spec.out_index = "col * kO + channel";  // [N*OH*OW][O]
-  if (node.inputs.size() > 2)
-    spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
-  stack_split_partials(spec, k_chunk, ir::num_elements(os));
-  spec.what = fmt::format(
-      "NHWC implicit GEMM per group: out[image,oh,ow][o] = W[o][kh,kw,c] . {} "
-      "(M = O/groups = {}, N = N*OH*OW = {}, K = KH*KW*C/groups = {}){}",
-      pointwise ? "x (1x1, stride 1: x's rows are the patch matrix's columns)" : "gathered patches", spec.m,
-      spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "");
-  return spec;
+  // A thread's column (output pixel) is fixed for the whole K loop, so its image and window
+  // corner are computed once.
+  spec.b.k_contiguous = false;
+  spec.b.setup =
+      "// This thread's output pixel: its image and the top-left corner of its window.\n"
+      "const index_t b_pixel = block_col + b_col;\n"
+      "const index_t b_image = b_pixel / kOutPlane;\n"
+      "const int b_in_top = static_cast<int>(b_pixel % kOutPlane / kOutW) * kStrideH - kPadTop;\n"
+      "const int b_in_left = static_cast<int>(b_pixel % kOutW) * kStrideW - kPadLeft;\n"
+      "const index_t b_base = b_image * kH * kW * kC + group * kGroupChannels;\n";
+  std::string fetch =
+      "const index_t in_channel = k % kGroupChannels;\n"
+      "const int tap = static_cast<int>(k / kGroupChannels);\n"
+      "const int in_h = b_in_top + tap / kKernelW * kDilationH;\n"
+      "const int in_w = b_in_left + tap % kKernelW * kDilationW;\n";
+  fetch += tap_fetch(load_input(request, 0, "b_base + (static_cast<index_t>(in_h) * kW + in_w) * kC + in_channel"),
+                     padded);
+  spec.b.fetch = fetch;
 }
 
 }  // namespace
@@ -335,7 +298,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   ir::Shape os = node.results[0]->type.shape;
   if (k_chunk > 0) os.erase(os.begin());  // split-K partials: [S, N, O, OH, OW]
   os = ir::to_nchw(os, layout);
-  if (layout == ir::ImageLayout::Nhwc) return conv2d_nhwc_gemm(request, xs, ws, os);
+  const bool nhwc = layout == ir::ImageLayout::Nhwc;
   const auto& stride = attr<std::vector<int64_t>>(node, "stride");
   const auto& pad = attr<std::vector<int64_t>>(node, "pad");  // top, left, bottom, right
   const auto& dilation = attr<std::vector<int64_t>>(node, "dilation");
@@ -348,20 +311,22 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
   spec.m = group_out;
   spec.m_is = "output channels per group";
   spec.n_is = "output pixels, N * OH * OW";
-  spec.k_is = "patch size, C / groups * KH * KW";
+  spec.k_is = nhwc ? "patch size, KH * KW * C / groups (the weight's KRSC order)" : "patch size, C / groups * KH * KW";
   spec.n = os[0] * os[2] * os[3];
   if (request.dynamic_rows) spec.dynamic_grid_axis = 0;  // columns, image-major
   spec.k = group_in * kh * kw;
   spec.batch = groups;
   spec.z_name = "group";
   spec.constants = conv_constants(xs, group_in, out_channels, os[3], os[2] * os[3], kh, kw, stride, pad, dilation);
-  // A: weight [O][C/groups][KH][KW] is row-major [O][K] per group.
+  // A: weight [O][C/groups][KH][KW] (NHWC: [O][KH][KW][C/groups]) is row-major [O][K] per group.
   spec.a.k_contiguous = true;
   spec.a.fetch =
       fmt::format("value = {};", load_input(request, 1, "(group * kM + row) * kK + k"));
   set_address(spec.a, request, 1, "(group * kM + row) * kK + k");
   const bool pointwise = kh * kw == 1 && stride[0] == 1 && stride[1] == 1 && !padded;
-  if (pointwise) {
+  if (nhwc) {
+    read_nhwc_patches(spec, request, pointwise, padded);
+  } else if (pointwise) {
     // B: a 1x1, stride-1, unpadded convolution reads x itself, [N][C][H*W], as its patch
     // matrix: contiguous along the pixels, one image's plane at a time (cp.async copies it when
     // a plane holds whole 16-byte copies).
@@ -393,15 +358,20 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
     spec.b.fetch = fetch;
   }
   spec.channel = "static_cast<int>(group * kM + row)";
-  spec.out_index = "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
+  spec.out_index = nhwc ? "col * kO + channel"  // [N*OH*OW][O]
+                        : "(col / kOutPlane * kO + channel) * kOutPlane + col % kOutPlane";
   if (node.inputs.size() > 2)
     spec.epilogue = fmt::format("value += {};", load_input(request, 2, "channel"));
   stack_split_partials(spec, k_chunk, ir::num_elements(os));
-  spec.what = fmt::format(
-      "implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . {} "
-      "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}",
-      pointwise ? "x (1x1, stride 1: x is the patch matrix)" : "gathered patches", spec.m, spec.n,
-      spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "");
+  const std::string source = !pointwise ? "gathered patches"
+                             : nhwc     ? "x (1x1, stride 1: x's rows are the patch matrix's columns)"
+                                        : "x (1x1, stride 1: x is the patch matrix)";
+  spec.what = nhwc ? fmt::format("NHWC implicit GEMM per group: out[image,oh,ow][o] = W[o][kh,kw,c] . {} "
+                                 "(M = O/groups = {}, N = N*OH*OW = {}, K = KH*KW*C/groups = {}){}",
+                                 source, spec.m, spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "")
+                   : fmt::format("implicit GEMM per group: out[o][image,oh,ow] = W[o][c,kh,kw] . {} "
+                                 "(M = O/groups = {}, N = N*OH*OW = {}, K = C/groups*KH*KW = {}){}",
+                                 source, spec.m, spec.n, spec.k, node.inputs.size() > 2 ? ", bias in the epilogue" : "");
   return spec;
 }
 

@@ -186,24 +186,20 @@ Results bias_add(const ir::Node& node, const Inputs& in) {
 using ref::pool_window;
 using ref::Window;
 
-// The values of a 4-D tensor of NCHW shape `nchw` stored in `layout`, in NCHW order; and back.
-std::vector<double> to_planes(std::vector<double> values, const ir::Shape& nchw, ir::ImageLayout layout) {
+// The values of a 4-D tensor of NCHW shape `nchw` stored in `layout`, in NCHW order (to_planes);
+// or NCHW values stored back in `layout` (!to_planes).
+std::vector<double> reorder(const std::vector<double>& values, const ir::Shape& nchw, ir::ImageLayout layout,
+                            bool to_planes) {
   if (layout == ir::ImageLayout::Nchw) return values;
   const int64_t N = nchw[0], C = nchw[1], HW = nchw[2] * nchw[3];
-  std::vector<double> planes(values.size());
+  std::vector<double> out(values.size());
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < HW; ++i) planes[(n * C + c) * HW + i] = values[(n * HW + i) * C + c];
-  return planes;
-}
-std::vector<double> from_planes(const std::vector<double>& planes, const ir::Shape& nchw, ir::ImageLayout layout) {
-  if (layout == ir::ImageLayout::Nchw) return planes;
-  const int64_t N = nchw[0], C = nchw[1], HW = nchw[2] * nchw[3];
-  std::vector<double> values(planes.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < HW; ++i) values[(n * HW + i) * C + c] = planes[(n * C + c) * HW + i];
-  return values;
+      for (int64_t i = 0; i < HW; ++i) {
+        const int64_t plane = (n * C + c) * HW + i, pixel = (n * HW + i) * C + c;
+        out[to_planes ? plane : pixel] = values[to_planes ? pixel : plane];
+      }
+  return out;
 }
 
 // Calls visit(value, inside) for every tap of the window of output (oh, ow) over one H x W
@@ -227,14 +223,14 @@ Results pool2d(const ir::Node& node, const Inputs& in, Pool pool) {
   const ir::ImageLayout layout = ir::image_layout(node);
   const ir::Shape xs = ir::to_nchw(in[0]->shape(), layout);
   const ir::Shape os = ir::to_nchw(ref::result_type(node).shape, layout);
-  const std::vector<double> x = to_planes(in[0]->to_doubles(), xs, layout);
+  const std::vector<double> x = reorder(in[0]->to_doubles(), xs, layout, true);
   const int64_t planes = xs[0] * xs[1], H = xs[2], W = xs[3], OH = os[2], OW = os[3];
   std::vector<double> out(static_cast<size_t>(planes * OH * OW));
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow)
         out[(p * OH + oh) * OW + ow] = pool(&x[p * H * W], H, W, oh, ow);
-  return {ref::make_result(node, from_planes(out, os, layout))};
+  return {ref::make_result(node, reorder(out, os, layout, false))};
 }
 
 // Padding is -inf: padded taps never win.
