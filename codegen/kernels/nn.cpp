@@ -253,6 +253,15 @@ GemmSpec dense_gemm_by_weight_rows(const KernelRequest& request) {
 
 namespace {
 
+// A gathered patch column's setup, before its image's base: a thread's column (output pixel) is
+// fixed for the whole K loop, so its image and window corner are computed once.
+constexpr std::string_view kPatchCorner =
+    "// This thread's output pixel: its image and the top-left corner of its window.\n"
+    "const index_t b_pixel = block_col + b_col;\n"
+    "const index_t b_image = b_pixel / kOutPlane;\n"
+    "const int b_in_top = static_cast<int>(b_pixel % kOutPlane / kOutW) * kStrideH - kPadTop;\n"
+    "const int b_in_left = static_cast<int>(b_pixel % kOutW) * kStrideW - kPadLeft;\n";
+
 // B of a conv2d in NHWC (ir/image_layout.h), whose patch terms run in the weight's KRSC order,
 // k = (kh * KW + kw) * C/groups + c: a 1x1, stride-1, unpadded convolution reads x itself,
 // whose [N*H*W][C] rows are its columns, contiguous along k (loaded 16 bytes at a time, or
@@ -269,13 +278,7 @@ void read_nhwc_patches(GemmSpec& spec, const KernelRequest& request, bool pointw
   // A thread's column (output pixel) is fixed for the whole K loop, so its image and window
   // corner are computed once.
   spec.b.k_contiguous = false;
-  spec.b.setup =
-      "// This thread's output pixel: its image and the top-left corner of its window.\n"
-      "const index_t b_pixel = block_col + b_col;\n"
-      "const index_t b_image = b_pixel / kOutPlane;\n"
-      "const int b_in_top = static_cast<int>(b_pixel % kOutPlane / kOutW) * kStrideH - kPadTop;\n"
-      "const int b_in_left = static_cast<int>(b_pixel % kOutW) * kStrideW - kPadLeft;\n"
-      "const index_t b_base = b_image * kH * kW * kC + group * kGroupChannels;\n";
+  spec.b.setup = std::string(kPatchCorner) + "const index_t b_base = b_image * kH * kW * kC + group * kGroupChannels;\n";
   std::string fetch =
       "const index_t in_channel = k % kGroupChannels;\n"
       "const int tap = static_cast<int>(k / kGroupChannels);\n"
@@ -340,13 +343,7 @@ GemmSpec conv2d_gemm(const KernelRequest& request) {
     // B: the patch matrix, gathered. A thread's column (output pixel) is fixed for the whole K
     // loop, so its image and window corner are computed once.
     spec.b.k_contiguous = false;
-    spec.b.setup =
-        "// This thread's output pixel: its image and the top-left corner of its window.\n"
-        "const index_t b_pixel = block_col + b_col;\n"
-        "const index_t b_image = b_pixel / kOutPlane;\n"
-        "const int b_in_top = static_cast<int>(b_pixel % kOutPlane / kOutW) * kStrideH - kPadTop;\n"
-        "const int b_in_left = static_cast<int>(b_pixel % kOutW) * kStrideW - kPadLeft;\n"
-        "const index_t b_base = (b_image * kC + group * kGroupChannels) * kH * kW;\n";
+    spec.b.setup = std::string(kPatchCorner) + "const index_t b_base = (b_image * kC + group * kGroupChannels) * kH * kW;\n";
     std::string fetch =
         "const index_t in_channel = k / kWindow;\n"
         "const int tap = static_cast<int>(k % kWindow);\n"
