@@ -29,6 +29,13 @@ LibrarySelection parse_library_flag(std::string_view text);
 // The flag's text for a selection: "none", "cublas", "cudnn" or "cublas,cudnn".
 std::string library_flag_text(const LibrarySelection& selection);
 
+// Whether the convolutions should be stored NHWC (the layout-nhwc pass): cuDNN computes them
+// (`selection`) with tensor-core math (`precision` past f32), whose algorithms read NHWC as it
+// is and NCHW through transforms.
+inline bool cudnn_reads_nhwc(const LibrarySelection& selection, Precision precision) {
+  return selection.cudnn && precision != Precision::F32;
+}
+
 // The library call that computes `node` (as emit_program makes its kernel: Kernel::args are
 // the node's operands, then its results), or nullopt; `why_not`, when given, then says why
 // ("leaky_relu after dense: cuBLASLt has no such epilogue"). With Precision::Tf32 (bf16, f16)

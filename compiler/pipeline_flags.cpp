@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "codegen/library_dispatch.h"
 #include "compiler/parameters.h"
 
 namespace kiln::cli {
@@ -34,10 +35,9 @@ void PipelineFlags::add_to(CLI::App& command, int default_level) {
 std::vector<std::string> PipelineFlags::pass_names(const codegen::LibrarySelection& libraries,
                                                   codegen::Precision precision) const {
   if (!passes.empty()) return passes;
-  // cuDNN's tensor cores read NHWC: the convolutions it computes past f32 math keep it.
-  const bool nhwc = libraries.cudnn && precision != codegen::Precision::F32;
   return passes::keep_vendor_gemms_whole(
-      passes::with_autocast(passes::with_nhwc_convolutions(passes::inference_pipeline(opt_level), nhwc),
+      passes::with_autocast(passes::with_nhwc_convolutions(passes::inference_pipeline(opt_level),
+                                                           codegen::cudnn_reads_nhwc(libraries, precision)),
                             codegen::autocast_dtype(precision)),
       libraries.cudnn, libraries.cublaslt);
 }

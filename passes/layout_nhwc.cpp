@@ -64,6 +64,12 @@ ir::Value* nhwc_source(const ir::Value* value) {
 
 bool one_element(const ir::Value* value) { return ir::num_elements(value->type.shape) == 1; }
 
+// Whether `node` reads `input` as an image of its result's shape, which then runs NHWC with it
+// (transposed in when it is NCHW); a bias_add's bias never is.
+bool image_operand(const ir::Node& node, const ir::Value* input) {
+  return node.op != ir::OpId::BiasAdd && input->type.shape == node.results[0]->type.shape;
+}
+
 // Why `node` cannot run on the NHWC sources of its 4-D operands as it is (an elementwise op)
 // or with its layout changed (bias_add, pools), nullopt when it can. `node` reads at least one
 // such transpose.
@@ -92,7 +98,7 @@ std::optional<std::string> refusal(const ir::Node& node, const std::function<boo
     return fmt::format("{} reads NCHW (it is not elementwise)", ir::to_string(node.op));
   // The other operands: one element, or NCHW values of the result's shape, transposed to NHWC.
   for (const ir::Value* input : node.inputs)
-    if (!one_element(input) && !in_nhwc(input) && input->type.shape != node.results[0]->type.shape)
+    if (!one_element(input) && !in_nhwc(input) && !image_operand(node, input))
       return fmt::format("its operand %{} {} broadcasts against NHWC values", input->name, input->type.to_string());
   return std::nullopt;
 }
@@ -160,8 +166,7 @@ Plan plan_layout(const ir::Graph& graph, PassContext& context) {
       continue;
     }
     for (const ir::Value* input : node.inputs)
-      if (!in_nhwc(input) && node.op != ir::OpId::BiasAdd && input->type.shape == node.results[0]->type.shape)
-        edge(input);
+      if (!in_nhwc(input) && image_operand(node, input)) edge(input);
     plan.nodes.insert(&node);
     nhwc.insert(node.results[0]);
   }
@@ -241,10 +246,8 @@ bool LayoutNhwc::run(ir::Graph& graph, PassContext& context) {
     NodeInserter inserter(graph, names, *node);
     std::vector<ir::Value*> inputs;
     for (ir::Value* input : node->inputs) {
-      // NHWC sources, and the elementwise operands of the result's shape, transposed; a
-      // bias or a one-element operand as it is.
-      const bool image = nhwc_source(input) != nullptr ||
-                         (node->op != ir::OpId::BiasAdd && input->type.shape == node->results[0]->type.shape);
+      // NHWC sources, and NCHW images transposed; a bias or a one-element operand as it is.
+      const bool image = nhwc_source(input) != nullptr || image_operand(*node, input);
       inputs.push_back(image ? to_nhwc(input, inserter, ".nhwc") : input);
     }
     ir::AttrMap attrs = node->attrs;

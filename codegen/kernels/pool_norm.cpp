@@ -41,9 +41,10 @@ KernelSpec emit_pool(const KernelRequest& request, bool is_max) {
   const ir::DType dtype = x->type.dtype;
   // NHWC (ir/image_layout.h): output i is channel i % C of pixel i / C, and a window's taps are
   // C apart.
-  const bool nhwc = ir::image_layout(node) == ir::ImageLayout::Nhwc;
-  const ir::Shape xs = ir::to_nchw(x->type.shape, ir::image_layout(node));
-  const ir::Shape os = ir::to_nchw(node.results[0]->type.shape, ir::image_layout(node));
+  const ir::ImageLayout layout = ir::image_layout(node);
+  const bool nhwc = layout == ir::ImageLayout::Nhwc;
+  const ir::Shape xs = ir::to_nchw(x->type.shape, layout);
+  const ir::Shape os = ir::to_nchw(node.results[0]->type.shape, layout);
   const auto& kernel = attr<std::vector<int64_t>>(node, "kernel");
   std::vector<int64_t> stride = attr<std::vector<int64_t>>(node, "stride");
   if (stride.empty()) stride = kernel;  // PyTorch's default: stride = kernel

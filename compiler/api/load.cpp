@@ -64,11 +64,10 @@ Model load_model_file(const std::string& path, const Options& options,
   request.precision = precision_of(options);
   // The default --library (auto): split-k leaves the GEMMs cuDNN and cuBLASLt compute whole.
   const codegen::LibrarySelection libraries = codegen::parse_library_flag(request.library);
-  // cuDNN's tensor cores (--precision past f32) read NHWC convolutions as they are.
-  const bool nhwc = libraries.cudnn && request.precision != codegen::Precision::F32;
   request.pipeline = passes::keep_vendor_gemms_whole(
-      passes::with_nhwc_convolutions(passes::inference_pipeline(options.opt_level), nhwc), libraries.cudnn,
-      libraries.cublaslt);
+      passes::with_nhwc_convolutions(passes::inference_pipeline(options.opt_level),
+                                     codegen::cudnn_reads_nhwc(libraries, request.precision)),
+      libraries.cudnn, libraries.cublaslt);
   request.run_pipeline = compiler::pipeline_runner(request.pipeline);
   if (options.train_batch_size > 0)
     request.train = compiler::PackageRequest::Training{options.train_batch_size, options.optimizer, 0};
